@@ -1,0 +1,51 @@
+"""Rewrite .pps files in canonical form.
+
+Comments, ranges, zip groups, generators and line breaks inside rows are kept; spacing and
+option order are normalised. With --check nothing is written and the exit status is 1 when a
+file would change (for CI and pre-commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+
+from ..diagnostics import PpsError
+from ..load import read_text
+from ..syntax.formatter import format_text
+from .common import print_diagnostics, write_output
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help=".pps files to format ('-' reads stdin, writes stdout)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any file would change")
+    p.add_argument("--diff", action="store_true", help="print a unified diff instead of writing")
+
+
+def run(args: argparse.Namespace) -> int:
+    status = 0
+    for path in args.files:
+        try:
+            text = read_text(path)
+            formatted = format_text(text, path)
+        except PpsError as exc:
+            print_diagnostics(exc.diagnostics)
+            status = 1
+            continue
+        if path == "-":
+            sys.stdout.write(formatted)
+            continue
+        if formatted == text:
+            continue
+        if args.check or args.diff:
+            if args.diff:
+                sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), formatted.splitlines(True),
+                                                           path, path + " (formatted)"))
+            else:
+                print(f"would reformat {path}", file=sys.stderr)
+            status = 1
+        else:
+            write_output(path, formatted)
+            print(f"reformatted {path}", file=sys.stderr)
+    return status

@@ -1,0 +1,157 @@
+"""The generator registry: an explicit table, argument checking, and one `expand` entry point.
+
+A generator is a small module that exposes `SPEC`, a `GeneratorSpec`. Its `build` receives the
+header's ranks and microbatches plus already type-checked arguments (defaults filled in) and
+returns compute-only rows. Constraint violations are raised as `GeneratorError` naming the
+argument, so the parser can point at it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Union
+
+from attrs import frozen
+
+from ..ir import Kind, Step, actions_of
+
+ArgValue = Union[int, float, str]
+
+
+class GeneratorError(Exception):
+    def __init__(self, code: str, message: str, argument: str | None = None, help: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.argument = argument
+        self.help = help
+
+
+@frozen
+class Param:
+    name: str
+    type: type[int] | type[float] | type[str]
+    default: ArgValue
+    doc: str
+    minimum: int | float | None = None
+    choices: tuple[str, ...] = ()
+
+
+@frozen
+class Built:
+    rows: tuple[tuple[Step, ...], ...]
+    stages: int
+    placement: tuple[int, ...]
+
+
+Build = Callable[[int, int, Mapping[str, ArgValue]], Built]
+
+
+@frozen
+class GeneratorSpec:
+    name: str
+    summary: str
+    placement: str
+    build: Build
+    params: tuple[Param, ...] = ()
+    aliases: tuple[str, ...] = ()
+    reference: str = ""
+
+
+# Explicit, in the order `ppdsl` lists them. A module missing here is simply not offered.
+MODULES = (
+    "gpipe",
+    "one_f_one_b",
+    "interleaved",
+    "looped_bfs",
+    "zero_bubble",
+    "zbv",
+    "v_schedules",
+    "dualpipev",
+)
+
+
+def _load() -> dict[str, GeneratorSpec]:
+    table: dict[str, GeneratorSpec] = {}
+    for module in MODULES:
+        try:
+            spec = importlib.import_module(f"{__package__}.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{module}":
+                raise
+            continue
+        specs = getattr(spec, "SPECS", None) or (spec.SPEC,)
+        for s in specs:
+            table[s.name] = s
+    return table
+
+
+REGISTRY: dict[str, GeneratorSpec] = _load()
+ALIASES: dict[str, str] = {alias: s.name for s in REGISTRY.values() for alias in s.aliases}
+
+
+def canonical_name(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def lookup(name: str) -> GeneratorSpec:
+    spec = REGISTRY.get(canonical_name(name))
+    if spec is None:
+        names = sorted([*REGISTRY, *ALIASES])
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        raise GeneratorError("PPS020", f"unknown generator `{name}`", help=f"{hint}known: {', '.join(names)}")
+    return spec
+
+
+def check_arguments(spec: GeneratorSpec, args: Mapping[str, object]) -> dict[str, ArgValue]:
+    params = {p.name: p for p in spec.params}
+    values: dict[str, ArgValue] = {p.name: p.default for p in spec.params}
+    for key, value in args.items():
+        param = params.get(key)
+        if param is None:
+            valid = ", ".join(f"{p.name} ({p.doc})" for p in spec.params) or "none"
+            raise GeneratorError("PPS021", f"`{spec.name}` has no argument `{key}`", key, help=f"valid arguments: {valid}")
+        if param.type is float and isinstance(value, int):
+            value = float(value)
+        if not isinstance(value, param.type) or isinstance(value, bool):
+            raise GeneratorError("PPS022", f"`{key}` must be {param.type.__name__}, not `{value}`", key)
+        if param.choices and value not in param.choices:
+            raise GeneratorError("PPS022", f"`{key}` must be one of {', '.join(param.choices)}, not `{value}`", key)
+        if param.minimum is not None and value < param.minimum:  # type: ignore[operator]
+            raise GeneratorError("PPS022", f"`{key}` must be at least {param.minimum}, not {value}", key)
+        values[key] = value
+    return values
+
+
+def expand(name: str, ranks: int, microbatches: int, args: Mapping[str, object], inference: bool = False) -> Built:
+    """Run generator `name`; raise GeneratorError (PPS020-022) on any problem.
+
+    For an inference program the generator's schedule is kept with its backward work removed:
+    the forwards keep their relative order, which is all a forward-only run needs.
+    """
+    spec = lookup(name)
+    values = check_arguments(spec, args)
+    built = spec.build(ranks, microbatches, values)
+    if len(built.rows) != ranks or len(built.placement) != built.stages:  # pragma: no cover - generator bug
+        raise AssertionError(f"generator {spec.name} built a malformed program")
+    if inference:
+        built = Built(tuple(_forwards_only(row) for row in built.rows), built.stages, built.placement)
+    return built
+
+
+def _forwards_only(row: tuple[Step, ...]) -> tuple[Step, ...]:
+    out: list[Step] = []
+    for step in row:
+        for action in actions_of(step):
+            if action.kind is Kind.F:
+                out.append(action)
+    return tuple(out)
+
+
+def require(condition: bool, message: str, argument: str | None = None, help: str | None = None) -> None:
+    """For generators: state a constraint and its numbers in one line."""
+    if not condition:
+        raise GeneratorError("PPS022", message, argument, help)

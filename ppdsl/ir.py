@@ -1,0 +1,261 @@
+"""The intermediate representation: the one currency between every part of ppdsl.
+
+A `Program` holds one tuple of steps per rank. A step is an `Action` (one
+`[stage][kind][microbatch]` token), an `Overlap` (a forward and a backward that run
+overlapped, PyTorch's OVERLAP_F_B), a `Batch` (sends and receives fused into one
+`batch_isend_irecv`), or `IDLE` (an explicit `_` that carries no work).
+
+Source positions live in a `SourceMap` beside the rows and take no part in equality,
+so `parse(format(p)) == p` compares meaning, not layout.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import re
+from collections.abc import Callable, Iterator
+from typing import Final, Literal, Union
+
+import attrs
+from attrs import field, frozen
+
+
+class Kind(enum.IntEnum):
+    """What an action does. Integer-valued so hashing stays in C on the hot paths."""
+
+    F = 0
+    I = 1  # noqa: E741 - PyTorch's name for backward-input
+    W = 2
+    B = 3
+    SEND_F = 4
+    RECV_F = 5
+    SEND_B = 6
+    RECV_B = 7
+    UNSHARD = 8
+    RESHARD = 9
+    REDUCE_GRAD = 10
+
+    @property
+    def is_compute(self) -> bool:
+        return self <= Kind.B
+
+    @property
+    def is_backward(self) -> bool:
+        return self in (Kind.I, Kind.W, Kind.B)
+
+    @property
+    def is_comm(self) -> bool:
+        return Kind.SEND_F <= self <= Kind.RECV_B
+
+    @property
+    def is_send(self) -> bool:
+        return self in (Kind.SEND_F, Kind.SEND_B)
+
+    @property
+    def is_recv(self) -> bool:
+        return self in (Kind.RECV_F, Kind.RECV_B)
+
+    @property
+    def stage_only(self) -> bool:
+        """UNSHARD, RESHARD and REDUCE_GRAD name a stage but no microbatch."""
+        return self >= Kind.UNSHARD
+
+
+KIND_BY_NAME: Final[dict[str, Kind]] = {k.name: k for k in Kind}
+
+
+@frozen
+class Action:
+    """One `[stage][kind][microbatch]` token, e.g. `0F3` or `2SEND_B1` or `1UNSHARD`."""
+
+    stage: int
+    kind: Kind
+    microbatch: int | None = None
+
+    def __str__(self) -> str:
+        mb = "" if self.microbatch is None else str(self.microbatch)
+        return f"{self.stage}{self.kind.name}{mb}"
+
+
+# Building an Action through attrs' frozen __init__ costs a Python-level setattr per field;
+# the parser makes hundreds of thousands, so it fills the slots directly.
+_new = object.__new__
+_set_stage = Action.__dict__["stage"].__set__
+_set_kind = Action.__dict__["kind"].__set__
+_set_mb = Action.__dict__["microbatch"].__set__
+
+
+def ir_setters() -> tuple[Callable[[Action, int], None], Callable[[Action, Kind], None], Callable[[Action, int | None], None]]:
+    """The raw slot setters of Action, for loops that build many of them."""
+    return _set_stage, _set_kind, _set_mb
+
+
+def make_action(stage: int, kind: Kind, microbatch: int | None) -> Action:
+    """Same result as `Action(stage, kind, microbatch)`, about twice as fast."""
+    a: Action = _new(Action)
+    _set_stage(a, stage)
+    _set_kind(a, kind)
+    _set_mb(a, microbatch)
+    return a
+
+
+def _two_parts(_: object, __: attrs.Attribute[tuple[Action, ...]], value: tuple[Action, ...]) -> None:
+    if len(value) != 2:
+        raise ValueError("an overlapped pair has exactly two actions")
+
+
+@frozen
+class Overlap:
+    """A forward and a backward of two stages run overlapped: `(0F7;7B3)`."""
+
+    parts: tuple[Action, ...] = field(validator=_two_parts)
+
+    def __str__(self) -> str:
+        return "(" + ";".join(str(p) for p in self.parts) + ")"
+
+
+@frozen
+class Batch:
+    """Sends and receives of one rank fused into one call: `<0SEND_F3 0RECV_B0>`."""
+
+    parts: tuple[Action, ...]
+
+    def __str__(self) -> str:
+        return "<" + " ".join(str(p) for p in self.parts) + ">"
+
+
+@frozen
+class Idle:
+    """An explicit idle step `_`: kept so a written timeline survives a round trip."""
+
+    def __str__(self) -> str:
+        return "_"
+
+
+IDLE: Final = Idle()
+
+Step = Union[Action, Overlap, Batch, Idle]
+
+
+def actions_of(step: Step) -> tuple[Action, ...]:
+    """The actions a step performs, in written order (none for an idle step)."""
+    if type(step) is Action:
+        return (step,)
+    if type(step) is Idle:
+        return ()
+    return step.parts  # type: ignore[union-attr]
+
+
+Mode = Literal["train", "inference"]
+
+
+@frozen
+class Span:
+    """A 1-based position in a source file; `end_column` is exclusive."""
+
+    line: int
+    column: int
+    end_column: int | None = None
+
+
+@frozen
+class Segment:
+    """Steps `first`, `first+1`, ... of a row were written from (line, column) on.
+
+    For a run of plain tokens `run` holds its text, so the column of each token is found
+    only when a diagnostic needs it rather than stored for every action.
+    """
+
+    first: int
+    line: int
+    column: int
+    run: str | None = None
+
+
+@frozen(eq=False)
+class SourceMap:
+    """Where each step of a program was written.
+
+    Kept outside equality: two programs that mean the same are equal however they were laid
+    out. Rows a generator made have no segments; their steps point at the `use` line.
+    """
+
+    path: str
+    text: str = field(repr=False)
+    header: Span
+    rows: tuple[Span | None, ...]
+    steps: tuple[tuple[Segment, ...] | None, ...] = ()
+    options: dict[str, Span] = field(factory=dict, repr=False)
+
+    def step_span(self, rank: int, index: int) -> Span:
+        segments = self.steps[rank] if 0 <= rank < len(self.steps) else None
+        if segments:
+            i = bisect.bisect_right([s.first for s in segments], index) - 1
+            if i >= 0:
+                seg = segments[i]
+                if seg.run is None:
+                    return Span(seg.line, seg.column)
+                words = list(re.finditer(r"\S+", seg.run))
+                k = index - seg.first
+                if 0 <= k < len(words):
+                    w = words[k]
+                    return Span(seg.line, seg.column + w.start(), seg.column + w.end())
+                return Span(seg.line, seg.column)
+        if 0 <= rank < len(self.rows):
+            span = self.rows[rank]
+            if span is not None:
+                return span
+        return self.header
+
+    def line_text(self, line: int) -> str:
+        lines = self.text.splitlines()
+        return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+@frozen
+class Generated:
+    """How a program's rows were made when a `use NAME(...)` line made them."""
+
+    name: str
+    arguments: tuple[tuple[str, int | float | str], ...] = ()
+
+
+@frozen
+class Program:
+    """A whole schedule: every rank's steps, in order, and the shape they run on."""
+
+    ranks: int
+    stages: int
+    microbatches: int
+    placement: tuple[int, ...]
+    rows: tuple[tuple[Step, ...], ...]
+    mode: Mode = "train"
+    memory_limit: float | None = None
+    costs: tuple[tuple[str, float], ...] = ()
+    generated: Generated | None = field(default=None, eq=False)
+    source: SourceMap | None = field(default=None, eq=False, repr=False)
+
+    def rank_of(self, stage: int) -> int:
+        return self.placement[stage]
+
+    def stages_of(self, rank: int) -> tuple[int, ...]:
+        return tuple(s for s, r in enumerate(self.placement) if r == rank)
+
+    def actions(self) -> Iterator[tuple[int, int, Action]]:
+        """Every action with its rank and step index, rank by rank."""
+        for rank, row in enumerate(self.rows):
+            for index, step in enumerate(row):
+                for action in actions_of(step):
+                    yield rank, index, action
+
+    @property
+    def has_comms(self) -> bool:
+        return any(a.kind.is_comm for _, _, a in self.actions())
+
+    @property
+    def action_count(self) -> int:
+        return sum(len(actions_of(s)) for row in self.rows for s in row)
+
+    def evolve(self, **changes: object) -> Program:
+        return attrs.evolve(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,63 @@
+"""Reading schedule files of any supported format into a Program."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .diagnostics import Diagnostic, PpsError, UsageError
+from .ir import Program
+
+FORMATS = (".pps", ".csv")
+MAX_FILE_BYTES = 512 * 1024 * 1024
+
+
+def read_text(path: str) -> str:
+    """A file's text. I/O problems raise UsageError (exit 2); binary data raises PPS000 (exit 1)."""
+    if path == "-":
+        import sys
+
+        data = sys.stdin.buffer.read()
+    else:
+        p = Path(path)
+        try:
+            if p.is_dir():
+                raise UsageError(f"{path}: is a directory")
+            if p.stat().st_size > MAX_FILE_BYTES:
+                raise UsageError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+            data = p.read_bytes()
+        except FileNotFoundError:
+            raise UsageError(f"{path}: no such file") from None
+        except PermissionError:
+            raise UsageError(f"{path}: permission denied") from None
+        except OSError as exc:
+            raise UsageError(f"{path}: {exc.strerror or exc}") from None
+    nul = data.find(b"\0")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        nul = exc.start if nul < 0 else min(nul, exc.start)
+    if nul >= 0:
+        line = data.count(b"\n", 0, nul) + 1
+        column = nul - (data.rfind(b"\n", 0, nul) + 1) + 1
+        raise PpsError([Diagnostic("PPS000", "binary data, not a UTF-8 text file", path, line, column,
+                                   help=".pps and .csv schedules are plain UTF-8 text")])
+    return text.removeprefix("\ufeff")
+
+
+def format_of(path: str, forced: str | None = None) -> str:
+    if forced:
+        return forced
+    suffix = Path(path).suffix.lower()
+    return "csv" if suffix == ".csv" else "pps"
+
+
+def load_program(path: str, fmt: str | None = None, dialect: str | None = None) -> Program:
+    """Parse a `.pps` or PyTorch `.csv` file. Raises PpsError or UsageError."""
+    text = read_text(path)
+    if format_of(path, fmt) == "csv":
+        from .formats.torch_csv import read_csv
+
+        return read_csv(text, path, dialect)
+    from .syntax.parser import parse
+
+    return parse(text, path)

@@ -1,0 +1,113 @@
+"""Lark's exceptions -> PPS0xx diagnostics a person can act on."""
+
+from __future__ import annotations
+
+import re
+
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from ..diagnostics import Diagnostic
+
+READABLE = {
+    "ACTIONS": "an action such as `0F3`",
+    "RANGED": "a ranged action such as `0F{0..3}`",
+    "OVERLAP": "an overlapped pair such as `(0F7;7B3)`",
+    "BATCH": "a batch such as `<0SEND_F3 0RECV_B0>`",
+    "NAME": "a name",
+    "INT": "a whole number",
+    "FLOAT": "a number",
+    "_NL": "the end of the line",
+    "$END": "the end of the file",
+    "LSQB": "`[`",
+    "RSQB": "`]`",
+    "LPAR": "`(`",
+    "RPAR": "`)`",
+    "COLON": "`:`",
+    "EQUAL": "`=`",
+    "COMMA": "`,`",
+    "PIPELINE": "`pipeline`",
+    "RANK": "`rank`",
+    "USE": "`use`",
+    "COSTS": "`costs`",
+}
+
+OPENERS = {"[": "]", "{": "}", "(": ")", "<": ">"}
+CLOSERS = {v: k for k, v in OPENERS.items()}
+
+
+def _expected(names: set[str] | frozenset[str]) -> str:
+    shown = sorted({READABLE.get(n, n) for n in names})
+    if len(shown) > 6:
+        shown = shown[:6] + ["..."]
+    return ", ".join(shown)
+
+
+def _unbalanced(word: str) -> str | None:
+    stack: list[str] = []
+    for ch in word:
+        if ch in OPENERS:
+            stack.append(ch)
+        elif ch in CLOSERS:
+            if not stack or stack[-1] != CLOSERS[ch]:
+                return ch
+            stack.pop()
+    return stack[-1] if stack else None
+
+
+def _word_at(line_text: str, column: int) -> tuple[str, int]:
+    """The blank-delimited word around a 1-based column, with its start column."""
+    start = column - 1
+    while start > 0 and not line_text[start - 1].isspace():
+        start -= 1
+    m = re.match(r"\S*", line_text[start:])
+    return (m.group(0) if m else ""), start + 1
+
+
+def lark_error_to_diagnostic(exc: UnexpectedInput, text: str, path: str) -> Diagnostic:
+    line = getattr(exc, "line", None) or 1
+    column = getattr(exc, "column", None) or 1
+    lines = text.splitlines()
+    if isinstance(exc, UnexpectedEOF) or line < 1:
+        line = max(len(lines), 1)
+        column = len(lines[-1]) + 1 if lines else 1
+        return Diagnostic("PPS002", "unexpected end of file", path, line, column,
+                          help=f"expected {_expected(set(getattr(exc, 'expected', ())))}")
+    line_text = lines[line - 1] if line <= len(lines) else ""
+    if isinstance(exc, UnexpectedCharacters):
+        word, word_col = _word_at(line_text, column)
+        bracket = _unbalanced(word)
+        if bracket is not None:
+            return Diagnostic("PPS006", f"unbalanced `{bracket}` in `{word}`", path, line, word_col,
+                              word_col + len(word),
+                              help="every `[`, `{`, `(` and `<` closes on the same line")
+        char = exc.char
+        if char.isalpha() and line_text[: column - 1].lstrip().startswith("rank"):
+            return Diagnostic("PPS003", f"malformed action token `{word}`", path, line, word_col, word_col + len(word),
+                              help="an action is [stage][kind][microbatch] starting with the stage number, e.g. `0F3`")
+        shown = repr(char) if not char.isprintable() or char.isspace() else f"`{char}`"
+        allowed = getattr(exc, "allowed", None) or set()
+        return Diagnostic("PPS001", f"unexpected character {shown}", path, line, column, column + 1,
+                          help=f"expected {_expected(allowed)}" if allowed else None)
+    assert isinstance(exc, UnexpectedToken)
+    token = exc.token
+    word, word_col = _word_at(line_text, column)
+    bracket = _unbalanced(word)
+    if bracket is not None:
+        return Diagnostic("PPS006", f"unbalanced `{bracket}` in `{word}`", path, line, word_col, word_col + len(word),
+                          help="every `[`, `{`, `(` and `<` closes on the same line")
+    if "ACTIONS" in exc.expected and token.type in ("NAME", "GENERATOR", "INT", "FLOAT"):
+        return Diagnostic("PPS003", f"malformed action token `{word}`", path, line, word_col, word_col + len(word),
+                          help="an action is [stage][kind][microbatch] starting with the stage number, e.g. `0F3`")
+    if token.type in ("RSQB", "RPAR") and "RSQB" not in exc.expected and "RPAR" not in exc.expected:
+        return Diagnostic("PPS006", f"unbalanced `{token}`", path, line, column, column + 1,
+                          help="remove it or add the opening bracket")
+    if token.type == "_NL" and ("RSQB" in exc.expected or "RPAR" in exc.expected):
+        closer = "]" if "RSQB" in exc.expected else ")"
+        return Diagnostic("PPS006", f"unclosed bracket: expected `{closer}` before the end of the line", path,
+                          line, column, column + 1, help="groups close on the line they open")
+    if token.type == "$END":
+        return Diagnostic("PPS002", "unexpected end of file", path, line, column,
+                          help=f"expected {_expected(exc.expected)}")
+    shown = "the end of the line" if token.type == "_NL" else f"`{token}`"
+    return Diagnostic("PPS002", f"unexpected {shown}", path, line, column, column + max(len(str(token).strip()), 1),
+                      help=f"expected {_expected(exc.expected)}")

@@ -1,0 +1,421 @@
+"""`.pps` text -> `ir.Program`, with every problem as a located diagnostic.
+
+The Lark tree only describes structure; this module walks it by hand (a handful of nodes per
+row) and hands flat runs of tokens to `scan`.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Union
+
+from lark import Token, Tree
+from lark.exceptions import LarkError, UnexpectedInput
+
+from .. import placement as placement_mod
+from ..diagnostics import Diagnostic, PpsError
+from ..generators import registry
+from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step, actions_of
+from . import scan
+from .errors import lark_error_to_diagnostic
+from .grammar import lark_parser
+
+Value = Union[int, float, str, tuple[int, ...]]
+
+HEADER_OPTIONS = {
+    "ranks": "number of ranks (processes); required",
+    "microbatches": "number of microbatches per step; required",
+    "stages": "number of model stages (default: from the placement, the rows, or ranks)",
+    "placement": "stage -> rank map: loop, v, or a list such as [0,1,1,0]",
+    "memory": "limit on live activations per rank (checked by `ppdsl lint`)",
+    "mode": "train (default) or inference (forward only)",
+}
+
+# Beyond these sizes a schedule is not a typo we should try to expand.
+MAX_RANKS = 65_536
+MAX_STAGES = 1_048_576
+MAX_MICROBATCHES = 1_048_576
+MAX_ACTIONS = 50_000_000
+
+
+class _Fail(Exception):
+    def __init__(self, diagnostic: Diagnostic):
+        self.diagnostic = diagnostic
+
+
+def _value(tree: Tree[Token]) -> Value:
+    kind = tree.data
+    if kind == "int_value":
+        return int(str(tree.children[0]))
+    if kind == "float_value":
+        return float(str(tree.children[0]))
+    if kind == "name_value":
+        return str(tree.children[0])
+    return tuple(int(str(c)) for c in tree.children)  # list_value
+
+
+class _Builder:
+    def __init__(self, text: str, path: str):
+        self.text = text
+        self.path = path
+        self.diagnostics: list[Diagnostic] = []
+
+    # -- diagnostics -----------------------------------------------------------------------
+    def error(self, code: str, message: str, line: int, column: int, width: int = 1,
+              help: str | None = None, rank: int | None = None) -> Diagnostic:
+        return Diagnostic(code, message, self.path, line, column, column + width, help=help, rank=rank)
+
+    def at(self, node: Tree[Token] | Token, code: str, message: str, help: str | None = None,
+           rank: int | None = None) -> Diagnostic:
+        if isinstance(node, Token):
+            line, col, width = node.line or 1, node.column or 1, len(node)
+        else:
+            line, col = node.meta.line, node.meta.column
+            width = (node.meta.end_column - col) if node.meta.end_line == line else 1
+        return self.error(code, message, line, col, width, help, rank)
+
+    # -- statements ------------------------------------------------------------------------
+    def options(self, node: Tree[Token], allowed: dict[str, str] | None, what: str) -> tuple[dict[str, Value], dict[str, Span]]:
+        values: dict[str, Value] = {}
+        spans: dict[str, Span] = {}
+        for opt in node.children:
+            if not isinstance(opt, Tree) or opt.data != "option":
+                continue
+            name_tok, value_tree = opt.children
+            assert isinstance(name_tok, Token) and isinstance(value_tree, Tree)
+            name = str(name_tok)
+            if allowed is not None and name not in allowed:
+                raise _Fail(self.at(name_tok, "PPS012", f"unknown {what} option `{name}`",
+                                    help="valid options: " + ", ".join(allowed)))
+            if name in values:
+                raise _Fail(self.at(name_tok, "PPS011", f"{what} option `{name}` given twice"))
+            values[name] = _value(value_tree)
+            spans[name] = Span(opt.meta.line, opt.meta.column, opt.meta.end_column)
+        return values, spans
+
+    def int_option(self, values: dict[str, Value], spans: dict[str, Span], name: str, lo: int, hi: int) -> int | None:
+        if name not in values:
+            return None
+        value = values[name]
+        span = spans[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _Fail(self.error("PPS012", f"`{name}` must be a whole number, not `{value}`", span.line, span.column,
+                                   (span.end_column or span.column + 1) - span.column))
+        if not lo <= value <= hi:
+            raise _Fail(self.error("PPS015" if value > hi else "PPS012",
+                                   f"`{name}={value}` is outside {lo}..{hi}", span.line, span.column,
+                                   (span.end_column or span.column + 1) - span.column))
+        return value
+
+    def build(self) -> Program:
+        try:
+            tree = lark_parser().parse(self.text)
+        except UnexpectedInput as exc:
+            raise PpsError([lark_error_to_diagnostic(exc, self.text, self.path)]) from None
+        except LarkError as exc:  # pragma: no cover - Lark raises UnexpectedInput for bad text
+            raise PpsError([self.error("PPS002", str(exc), 1, 1)]) from None
+        try:
+            return self.program(tree)
+        except _Fail as fail:
+            raise PpsError([fail.diagnostic]) from None
+
+    def program(self, tree: Tree[Token]) -> Program:
+        header: Tree[Token] | None = None
+        costs: Tree[Token] | None = None
+        use: Tree[Token] | None = None
+        rows: list[Tree[Token]] = []
+        for stmt in tree.children:
+            assert isinstance(stmt, Tree)
+            if stmt.data == "header":
+                if header is not None:
+                    raise _Fail(self.at(stmt, "PPS011", "a second `pipeline` header",
+                                        help=f"the first is on line {header.meta.line}; keep one"))
+                header = stmt
+            elif header is None:
+                raise _Fail(self.at(stmt, "PPS010", "a `pipeline` header must come before anything else",
+                                    help="start the file with e.g. `pipeline ranks=4 microbatches=8`"))
+            elif stmt.data == "costs":
+                if costs is not None:
+                    raise _Fail(self.at(stmt, "PPS011", "a second `costs` line"))
+                costs = stmt
+            elif stmt.data == "use":
+                if use is not None or rows:
+                    raise _Fail(self.at(stmt, "PPS017", "a `use` line cannot be combined with rank rows or another `use`",
+                                        help="a file either spells out its rows or names one generator"))
+                use = stmt
+            else:
+                if use is not None:
+                    raise _Fail(self.at(stmt, "PPS017", "rank rows cannot follow a `use` line",
+                                        help="a file either spells out its rows or names one generator"))
+                rows.append(stmt)
+        if header is None:
+            line = self.text.count("\n") + 1 if self.text.strip() else 1
+            raise _Fail(self.error("PPS010", "no `pipeline` header: the file is empty" if not tree.children
+                                   else "no `pipeline` header", 1 if not tree.children else line, 1,
+                                   help="start the file with e.g. `pipeline ranks=4 microbatches=8`"))
+        values, spans = self.options(header, HEADER_OPTIONS, "header")
+        for required in ("ranks", "microbatches"):
+            if required not in values:
+                raise _Fail(self.at(header, "PPS012", f"the header needs `{required}=N`",
+                                    help="e.g. `pipeline ranks=4 microbatches=8`"))
+        ranks = self.int_option(values, spans, "ranks", 1, MAX_RANKS)
+        microbatches = self.int_option(values, spans, "microbatches", 1, MAX_MICROBATCHES)
+        stages = self.int_option(values, spans, "stages", 1, MAX_STAGES)
+        assert ranks is not None and microbatches is not None
+        mode = values.get("mode", "train")
+        if mode not in ("train", "inference"):
+            s = spans["mode"]
+            raise _Fail(self.error("PPS012", f"`mode` is train or inference, not `{mode}`", s.line, s.column,
+                                   (s.end_column or s.column + 1) - s.column))
+        memory = values.get("memory")
+        if memory is not None and (isinstance(memory, (str, tuple)) or memory <= 0):
+            s = spans["memory"]
+            raise _Fail(self.error("PPS012", f"`memory` must be a positive number, not `{memory}`", s.line, s.column))
+        explicit_placement = self.header_placement(values, spans, ranks, stages)
+        if explicit_placement is not None and stages is None:
+            stages = len(explicit_placement)
+        cost_items: tuple[tuple[str, float], ...] = ()
+        if costs is not None:
+            cvalues, cspans = self.options(costs, None, "costs")
+            for key, value in cvalues.items():
+                if isinstance(value, (str, tuple)):
+                    s = cspans[key]
+                    raise _Fail(self.error("PPS012", f"cost `{key}` must be a number, not `{value}`", s.line, s.column))
+            cost_items = tuple((k, float(v)) for k, v in cvalues.items())  # type: ignore[arg-type]
+
+        header_span = Span(header.meta.line, header.meta.column, header.meta.end_column)
+        generated: Generated | None = None
+        if use is not None:
+            built_rows, stages, final_placement, generated = self.generate(use, ranks, microbatches, stages,
+                                                                           explicit_placement, spans, mode == "inference")
+            smap = SourceMap(self.path, self.text, header_span, tuple(Span(use.meta.line, use.meta.column) for _ in built_rows),
+                             tuple(None for _ in built_rows), spans)
+        else:
+            built_rows, step_pos, row_spans, stages = self.rows(rows, ranks, microbatches, stages, explicit_placement)
+            final_placement = self.resolve_placement(explicit_placement, built_rows, ranks, stages, rows, spans)
+            smap = SourceMap(self.path, self.text, header_span, row_spans, step_pos, spans)
+        return Program(
+            ranks=ranks,
+            stages=stages,
+            microbatches=microbatches,
+            placement=final_placement,
+            rows=built_rows,
+            mode=mode,  # type: ignore[arg-type]
+            memory_limit=float(memory) if memory is not None else None,
+            costs=cost_items,
+            generated=generated,
+            source=smap,
+        )
+
+    def header_placement(self, values: dict[str, Value], spans: dict[str, Span], ranks: int,
+                         stages: int | None) -> tuple[int, ...] | None:
+        if "placement" not in values:
+            return None
+        value = values["placement"]
+        s = spans["placement"]
+        if isinstance(value, tuple):
+            bad = [r for r in value if r >= ranks]
+            if not value or bad:
+                raise _Fail(self.error("PPS012", f"placement {list(value)} names rank {bad[0] if bad else '?'} "
+                                       f"but there are {ranks} ranks" if value else "placement is empty",
+                                       s.line, s.column, help="list one rank per stage, each below `ranks`"))
+            if stages is not None and len(value) != stages:
+                raise _Fail(self.error("PPS011", f"placement lists {len(value)} stages but the header says stages={stages}",
+                                       s.line, s.column))
+            return value
+        if value not in placement_mod.NAMED:
+            raise _Fail(self.error("PPS012", f"unknown placement `{value}`", s.line, s.column,
+                                   help="use loop, v, or a list of ranks such as [0,1,1,0]"))
+        count = stages if stages is not None else (2 * ranks if value == "v" else ranks)
+        return placement_mod.NAMED[str(value)](ranks, count)
+
+    def rows(self, rows: list[Tree[Token]], ranks: int, microbatches: int, stages: int | None,
+             explicit: tuple[int, ...] | None) -> tuple[tuple[tuple[Step, ...], ...], tuple[tuple[Segment, ...] | None, ...],
+                                                        tuple[Span | None, ...], int]:
+        # Without a stage count, any stage number is accepted and the count is inferred after.
+        bound_stages = stages if stages is not None else MAX_STAGES
+        bounds = (bound_stages, microbatches)
+        built: list[list[Step] | None] = [None] * ranks
+        positions: list[list[Segment] | None] = [None] * ranks
+        spans: list[Span | None] = [None] * ranks
+        total = 0
+        for row in rows:
+            rank_tok = row.children[0]
+            assert isinstance(rank_tok, Token)
+            rank = int(rank_tok)
+            if rank >= ranks:
+                raise _Fail(self.at(rank_tok, "PPS013", f"rank {rank} out of range: the header says ranks={ranks}",
+                                    help=f"rows are numbered 0..{ranks - 1}"))
+            if built[rank] is not None:
+                first = spans[rank]
+                raise _Fail(self.at(rank_tok, "PPS013", f"rank {rank} has a second row",
+                                    help=f"its first row is on line {first.line if first else '?'}; "
+                                         "a row may continue on the following lines instead"))
+            steps: list[Step] = []
+            pos: list[Segment] = []
+            for item in row.children[1:]:
+                self.item(item, bounds, steps, pos)
+            total += len(steps)
+            if total > MAX_ACTIONS:
+                raise _Fail(self.at(row, "PPS015", f"more than {MAX_ACTIONS} steps in one file"))
+            built[rank] = steps
+            positions[rank] = pos
+            spans[rank] = Span(row.meta.line, row.meta.column)
+        if stages is None:
+            highest = -1
+            for built_row in built:
+                for step in built_row or ():
+                    for a in actions_of(step):
+                        if a.stage > highest:
+                            highest = a.stage
+            stages = max(highest + 1, 1) if explicit is None else len(explicit)
+            if highest < 0:
+                stages = len(explicit) if explicit is not None else ranks
+        rows_out = tuple(tuple(s) if s is not None else () for s in built)
+        pos_out = tuple(tuple(p) if p is not None else None for p in positions)
+        return rows_out, pos_out, tuple(spans), stages
+
+    def item(self, item: Tree[Token] | Token, bounds: scan.Bounds, steps: list[Step], pos: list[Segment]) -> None:
+        if isinstance(item, Tree):  # zip
+            self.zip(item, bounds, steps, pos)
+            return
+        line, col = item.line or 1, item.column or 1
+        try:
+            if item.type == "ACTIONS":
+                if "\n" in item:  # pragma: no cover - the terminal cannot span lines
+                    raise AssertionError
+                before = len(steps)
+                scan.scan_run(str(item), bounds, steps, IDLE)  # type: ignore[arg-type]
+                pos.append(Segment(before, line, col, str(item)))
+            elif item.type == "RANGED":
+                pos.append(Segment(len(steps), line, col))
+                steps.extend(scan.expand_ranged(str(item), 0, bounds))
+            elif item.type == "OVERLAP":
+                pos.append(Segment(len(steps), line, col))
+                steps.extend(self.overlap(str(item), bounds))
+            else:  # BATCH
+                pos.append(Segment(len(steps), line, col))
+                steps.append(self.batch(str(item), bounds))
+        except scan.ScanError as err:
+            raise _Fail(self.error(err.code, err.message, line, col + err.offset, err.width, err.help)) from None
+
+    def overlap(self, text: str, bounds: scan.Bounds) -> list[Overlap]:
+        inner_end = text.index(")")
+        inner = text[1:inner_end]
+        parts = inner.split(";")
+        if len(parts) != 2 or not all(p.strip() for p in parts):
+            raise scan.ScanError("PPS007", f"an overlapped pair holds exactly two actions: `{text}`", 0, len(text),
+                                 help="write it as `(0F7;7B3)`: a forward and a backward of two stages")
+        offset = 1
+        expanded = []
+        for part in parts:
+            stripped = part.strip()
+            lead = len(part) - len(part.lstrip())
+            actions = scan.expand_word(stripped, offset + lead, bounds)
+            for a in actions:
+                if not a.kind.is_compute:
+                    raise scan.ScanError("PPS007", f"`{a}` in an overlapped pair is not a compute action",
+                                         offset + lead, len(stripped), help="only F, B, I and W overlap")
+            expanded.append((stripped, offset + lead, actions))
+            offset += len(part) + 1
+        scan.zip_lengths(expanded)
+        return [Overlap((a, b)) for a, b in zip(expanded[0][2], expanded[1][2])]
+
+    def batch(self, text: str, bounds: scan.Bounds) -> Batch:
+        words = scan.split_words(text[1:-1])
+        if not words:
+            raise scan.ScanError("PPS008", "an empty batch `<>`", 0, len(text),
+                                 help="a batch holds one or more SEND_*/RECV_* actions, e.g. `<0SEND_F3 0RECV_B0>`")
+        parts = []
+        for word, offset in words:
+            if "{" in word:
+                raise scan.ScanError("PPS008", f"ranges are not allowed inside a batch: `{word}`", offset + 1, len(word))
+            action = scan.parse_word(word, offset + 1, bounds)
+            if not action.kind.is_comm:
+                raise scan.ScanError("PPS008", f"`{word}` in a batch is not a send or receive", offset + 1, len(word),
+                                     help="only SEND_F, RECV_F, SEND_B and RECV_B can be fused into a batch")
+            parts.append(action)
+        return Batch(tuple(parts))
+
+    def zip(self, node: Tree[Token], bounds: scan.Bounds, steps: list[Step], pos: list[Segment]) -> None:
+        members: list[tuple[str, int, list[Step]]] = []
+        member_pos: list[tuple[int, int]] = []  # (line, column) of each zipped member
+        line = node.meta.line
+        for tok in node.children:
+            assert isinstance(tok, Token)
+            col = tok.column or 1
+            try:
+                if tok.type == "ACTIONS":
+                    for word, offset in scan.split_words(str(tok)):
+                        members.append((word, col + offset, [IDLE] if word == "_" else list(scan.expand_word(word, 0, bounds))))
+                        member_pos.append((line, col + offset))
+                elif tok.type == "RANGED":
+                    members.append((str(tok), col, list(scan.expand_ranged(str(tok), 0, bounds))))
+                    member_pos.append((line, col))
+                else:
+                    members.append((str(tok), col, list(self.overlap(str(tok), bounds))))
+                    member_pos.append((line, col))
+            except scan.ScanError as err:
+                raise _Fail(self.error(err.code, err.message, tok.line or line, col + err.offset, err.width, err.help)) from None
+        try:
+            scan.zip_lengths(members)
+        except scan.ScanError as err:
+            raise _Fail(self.error(err.code, err.message, line, members[0][1], 1, err.help)) from None
+        for i in range(len(members[0][2])):
+            for (_, _, items), p in zip(members, member_pos):
+                pos.append(Segment(len(steps), p[0], p[1]))
+                steps.append(items[i])
+
+    def resolve_placement(self, explicit: tuple[int, ...] | None, rows: tuple[tuple[Step, ...], ...], ranks: int,
+                          stages: int, row_trees: list[Tree[Token]], spans: dict[str, Span]) -> tuple[int, ...]:
+        if explicit is not None:
+            if len(explicit) != stages:
+                s = spans["placement"]
+                raise _Fail(self.error("PPS011", f"placement covers {len(explicit)} stages but the file has {stages}",
+                                       s.line, s.column, help="add `stages=N` or list one rank per stage"))
+            return explicit
+        seen, _missing = placement_mod.infer(rows, stages)
+        # A stage found on several rows is left on its first rank; the checker reports the rest.
+        return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages))
+
+    def generate(self, use: Tree[Token], ranks: int, microbatches: int, stages: int | None,
+                 explicit: tuple[int, ...] | None, header_spans: dict[str, Span], inference: bool
+                 ) -> tuple[tuple[tuple[Step, ...], ...], int, tuple[int, ...], Generated]:
+        name_tok = use.children[0]
+        assert isinstance(name_tok, Token)
+        args, arg_spans = self.options(use, None, "generator")
+        try:
+            built = registry.expand(str(name_tok), ranks, microbatches, dict(args), inference)
+        except registry.GeneratorError as err:
+            where: Token | Tree[Token] = name_tok
+            if err.argument is not None and err.argument in arg_spans:
+                s = arg_spans[err.argument]
+                raise _Fail(self.error(err.code, err.message, s.line, s.column,
+                                       (s.end_column or s.column + 1) - s.column, err.help)) from None
+            raise _Fail(self.at(where, err.code, err.message, err.help)) from None
+        if stages is not None and stages != built.stages:
+            s = header_spans["stages"]
+            raise _Fail(self.error("PPS011", f"`{name_tok}` makes {built.stages} stages but the header says stages={stages}",
+                                   s.line, s.column))
+        if explicit is not None and explicit != built.placement:
+            s = header_spans["placement"]
+            raise _Fail(self.error("PPS011", f"`{name_tok}` places stages as {list(built.placement)}, "
+                                   f"not as the header's {list(explicit)}", s.line, s.column))
+        generated = Generated(registry.canonical_name(str(name_tok)), tuple(sorted(args.items())))  # type: ignore[arg-type]
+        return built.rows, built.stages, built.placement, generated
+
+
+def parse(text: str, path: str = "<input>") -> Program:
+    """Parse `.pps` text. Raises `PpsError` with located diagnostics on any problem."""
+    if not text.endswith("\n"):
+        text += "\n"
+    builder = _Builder(text, path)
+    # Hundreds of thousands of small immutable objects: generational GC would rescan them all
+    # several times over for nothing.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return builder.build()
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,0 +1,202 @@
+"""Scanning action tokens: the hot path of parsing.
+
+Lark hands over whole runs of tokens (`0F0 0F1 0B0 ...`); one compiled regex turns a run into
+actions. Ranges (`0F{0..3}`), zips, overlapped pairs and batches are rare and go the slow,
+careful way. Every problem is raised as a `ScanError` holding the offset inside the text it
+was given, so the caller can turn it into a file:line:col diagnostic.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..ir import KIND_BY_NAME, Action, Kind, ir_setters, make_action
+
+TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)(?=\s|\Z)|(_)(?=\s|\Z)|(\S+)")
+_ONE_TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
+_PART_RE = re.compile(r"(\d+|\{[^}]*\})([A-Za-z_]+)(\d+|\{[^}]*\})?\Z")
+_RANGE_RE = re.compile(r"\{\s*(\d+)\s*\.\.\s*(\d+)\s*\}\Z")
+
+
+class ScanError(Exception):
+    def __init__(self, code: str, message: str, offset: int = 0, width: int = 1, help: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.offset = offset
+        self.width = width
+        self.help = help
+
+
+KIND_LIST = ", ".join(KIND_BY_NAME)
+
+
+def _bad_kind(word: str, kind: str, offset: int) -> ScanError:
+    return ScanError(
+        "PPS003",
+        f"unknown action kind `{kind}` in `{word}`",
+        offset,
+        len(word),
+        help=f"an action is [stage][kind][microbatch] with kind one of {KIND_LIST}, e.g. `0F3`",
+    )
+
+
+def _check_microbatch(word: str, kind: Kind, has_mb: bool, offset: int) -> None:
+    if kind.stage_only and has_mb:
+        raise ScanError("PPS003", f"`{kind.name}` takes no microbatch: `{word}`", offset, len(word),
+                        help=f"write it as `{word[: len(word) - len(word.lstrip('0123456789'))]}{kind.name}`")
+    if not kind.stage_only and not has_mb:
+        raise ScanError("PPS003", f"`{word}` has no microbatch", offset, len(word),
+                        help=f"write the microbatch after the kind, e.g. `{word}0`")
+
+
+# Bounds checking lives with scanning: a token outside the header's shape is reported where it
+# stands, and a huge range is refused before it is expanded.
+Bounds = tuple[int, int]  # (stages, microbatches)
+
+
+def _bounds_error(what: str, value: int, limit: int, word: str, offset: int) -> ScanError:
+    return ScanError(
+        "PPS014",
+        f"{what} {value} out of range in `{word}`: the header allows 0..{limit - 1}",
+        offset,
+        len(word),
+        help=f"raise `{'stages' if what == 'stage' else 'microbatches'}` in the header or fix the token",
+    )
+
+
+_KINDS_WITH_MB = {name: k for name, k in KIND_BY_NAME.items() if not k.stage_only}
+_KINDS_STAGE_ONLY = {name: k for name, k in KIND_BY_NAME.items() if k.stage_only}
+
+
+def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:
+    """Append the actions of a run of plain tokens to `out`; return how many were added.
+
+    This loop is the parser's hot path: locals only, no property calls, and the Action slots
+    filled directly (see `ir.make_action`). Any irregularity falls back to the careful path.
+    """
+    stages, microbatches = bounds
+    with_mb = _KINDS_WITH_MB
+    stage_only = _KINDS_STAGE_ONLY
+    new, action_cls = object.__new__, Action
+    set_stage, set_kind, set_mb = ir_setters()
+    append = out.append
+    start = len(out)
+    for s, k, mb, underscore, bad in TOKEN_RE.findall(text):
+        if underscore:
+            append(idle)
+            continue
+        if bad:
+            return _locate_run_error(text, bounds)
+        stage = int(s)
+        a = new(action_cls)
+        if mb:
+            kind = with_mb.get(k)
+            micro: int | None = int(mb)
+            if kind is None or stage >= stages or micro >= microbatches:  # type: ignore[operator]
+                return _locate_run_error(text, bounds)
+        else:
+            kind = stage_only.get(k)
+            micro = None
+            if kind is None or stage >= stages:
+                return _locate_run_error(text, bounds)
+        set_stage(a, stage)
+        set_kind(a, kind)
+        set_mb(a, micro)
+        append(a)
+    return len(out) - start
+
+
+def _locate_run_error(text: str, bounds: Bounds) -> int:
+    """The slow path: find the first bad token in a run and raise with its offset."""
+    for m in TOKEN_RE.finditer(text):
+        if m.group(4):
+            continue
+        parse_word(m.group(0), m.start(), bounds)
+    raise AssertionError("a run failed to scan but every token in it is valid")  # pragma: no cover
+
+
+def parse_word(word: str, offset: int, bounds: Bounds) -> Action:
+    """One plain token, fully checked."""
+    m = _ONE_TOKEN_RE.match(word)
+    if m is None:
+        raise ScanError(
+            "PPS003",
+            f"malformed action token `{word}`",
+            offset,
+            len(word),
+            help="an action is [stage][kind][microbatch], e.g. `0F3`, `2SEND_B1`, `1UNSHARD`; `_` is idle",
+        )
+    kind = KIND_BY_NAME.get(m.group(2))
+    if kind is None:
+        raise _bad_kind(word, m.group(2), offset)
+    _check_microbatch(word, kind, bool(m.group(3)), offset)
+    stage = int(m.group(1))
+    micro = int(m.group(3)) if m.group(3) else None
+    if stage >= bounds[0]:
+        raise _bounds_error("stage", stage, bounds[0], word, offset)
+    if micro is not None and micro >= bounds[1]:
+        raise _bounds_error("microbatch", micro, bounds[1], word, offset)
+    return make_action(stage, kind, micro)
+
+
+def _range(text: str, word: str, offset: int, limit: int, what: str) -> range | int:
+    """`{a..b}` as a range (descending when a > b), or a plain number."""
+    if not text.startswith("{"):
+        return int(text)
+    m = _RANGE_RE.match(text)
+    if m is None:
+        raise ScanError("PPS004", f"bad range `{text}` in `{word}`", offset, len(word),
+                        help="a range is `{a..b}` with whole numbers a and b, both included")
+    a, b = int(m.group(1)), int(m.group(2))
+    for value in (a, b):
+        if value >= limit:
+            raise _bounds_error(what, value, limit, word, offset)
+    return range(a, b + 1) if a <= b else range(a, b - 1, -1)
+
+
+def expand_ranged(word: str, offset: int, bounds: Bounds) -> list[Action]:
+    """`0F{0..3}` -> 0F0 0F1 0F2 0F3; `{0..3}F0` ranges over stages; both ranges zip."""
+    m = _PART_RE.match(word)
+    if m is None:
+        raise ScanError("PPS004", f"malformed ranged token `{word}`", offset, len(word),
+                        help="put one `{a..b}` in place of the stage or the microbatch, e.g. `0F{0..3}`")
+    kind = KIND_BY_NAME.get(m.group(2))
+    if kind is None:
+        raise _bad_kind(word, m.group(2), offset)
+    _check_microbatch(word, kind, m.group(3) is not None, offset)
+    stages = _range(m.group(1), word, offset, bounds[0], "stage")
+    micros: range | int | None = None
+    if m.group(3) is not None:
+        micros = _range(m.group(3), word, offset, bounds[1], "microbatch")
+    if isinstance(stages, range) and isinstance(micros, range):
+        if len(stages) != len(micros):
+            raise ScanError("PPS005", f"the two ranges in `{word}` differ in length "
+                            f"({len(stages)} and {len(micros)})", offset, len(word))
+        return [make_action(s, kind, mb) for s, mb in zip(stages, micros)]
+    if isinstance(stages, range):
+        return [make_action(s, kind, micros) for s in stages]  # type: ignore[arg-type]
+    if isinstance(micros, range):
+        return [make_action(stages, kind, mb) for mb in micros]
+    return [make_action(stages, kind, micros)]
+
+
+def expand_word(word: str, offset: int, bounds: Bounds) -> list[Action]:
+    return expand_ranged(word, offset, bounds) if "{" in word else [parse_word(word, offset, bounds)]
+
+
+def split_words(text: str) -> list[tuple[str, int]]:
+    """Blank-separated words with their offsets."""
+    return [(m.group(0), m.start()) for m in re.finditer(r"\S+", text)]
+
+
+def zip_lengths(members: Sequence[tuple[str, int, Sequence[object]]]) -> None:
+    """Raise PPS005 unless every zipped member expands to the same number of steps."""
+    lengths = {len(items) for _, _, items in members}
+    if len(lengths) > 1:
+        listing = ", ".join(f"`{w}` has {len(items)}" for w, _, items in members)
+        _, offset, _ = members[0]
+        raise ScanError("PPS005", f"zipped members differ in length: {listing}", offset, 1,
+                        help="every member of `[...]` must expand to the same number of actions")
+

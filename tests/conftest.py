@@ -1,0 +1,19 @@
+"""Shared fixtures: paths into the repository and the shared PyTorch vectors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEDULES = ROOT / "schedules"
+# The PyTorch CSV files live beside the repository in ../shared; CI lays a copy there too.
+VECTORS = ROOT.parent / "shared" / "vectors" / "torch"
+
+
+@pytest.fixture
+def vectors() -> Path:
+    if not VECTORS.is_dir():
+        pytest.skip("../shared/vectors/torch is not present")
+    return VECTORS
