@@ -88,10 +88,6 @@ def _load() -> dict[str, GeneratorSpec]:
     return table
 
 
-REGISTRY: dict[str, GeneratorSpec] = _load()
-ALIASES: dict[str, str] = {alias: s.name for s in REGISTRY.values() for alias in s.aliases}
-
-
 def canonical_name(name: str) -> str:
     return ALIASES.get(name, name)
 
@@ -155,3 +151,8 @@ def require(condition: bool, message: str, argument: str | None = None, help: st
     """For generators: state a constraint and its numbers in one line."""
     if not condition:
         raise GeneratorError("PPS022", message, argument, help)
+
+
+# Built last: the generator modules import `require` and the classes above from this module.
+REGISTRY: dict[str, GeneratorSpec] = _load()
+ALIASES: dict[str, str] = {alias: s.name for s in REGISTRY.values() for alias in s.aliases}
