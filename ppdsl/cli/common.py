@@ -16,7 +16,8 @@ _TEXT_CACHE: dict[str, list[str]] = {}
 def _source_line(d: Diagnostic) -> str | None:
     if d.path not in _TEXT_CACHE:
         try:
-            _TEXT_CACHE[d.path] = Path(d.path).read_text(encoding="utf-8", errors="replace").splitlines()
+            # utf-8-sig: a byte-order mark is not part of line 1's columns (the parser drops it).
+            _TEXT_CACHE[d.path] = Path(d.path).read_text(encoding="utf-8-sig", errors="replace").splitlines()
         except OSError:
             _TEXT_CACHE[d.path] = []
     lines = _TEXT_CACHE[d.path]

@@ -16,11 +16,19 @@ from .parser import HEADER_OPTIONS, parse
 
 _COMMENT_RE = re.compile(r"#[^\n]*")
 _RANGE_RE = re.compile(r"\{\s*(\d+)\s*\.\.\s*(\d+)\s*\}")
+_LEADING_ZERO_RE = re.compile(r"(?<!\d)0+(?=\d)")
+
+
+def _digits(text: str) -> str:
+    """`00F03` -> `0F3`: numbers without leading zeros (the search keeps the common case fast)."""
+    return _LEADING_ZERO_RE.sub("", text) if _LEADING_ZERO_RE.search(text) else text
 
 
 def _value_text(tree: Tree[Token]) -> str:
     if tree.data == "list_value":
-        return "[" + ", ".join(str(c) for c in tree.children) + "]"
+        return "[" + ", ".join(_digits(str(c)) for c in tree.children) + "]"
+    if tree.data == "int_value":
+        return _digits(str(tree.children[0]))
     return str(tree.children[0])
 
 
@@ -35,7 +43,7 @@ def _options(node: Tree[Token], order: list[str] | None = None) -> list[str]:
 def _item_text(item: Tree[Token] | Token) -> str:
     if isinstance(item, Tree):  # zip
         return "[" + " ".join(_item_text(c) for c in item.children) + "]"
-    text = str(item)
+    text = _digits(str(item))
     if item.type == "ACTIONS":
         return " ".join(text.split())
     if item.type == "RANGED":

@@ -7,6 +7,7 @@ row) and hands flat runs of tokens to `scan`.
 from __future__ import annotations
 
 import gc
+import math
 from typing import Union
 
 from lark import Token, Tree
@@ -35,7 +36,8 @@ HEADER_OPTIONS = {
 MAX_RANKS = 65_536
 MAX_STAGES = 1_048_576
 MAX_MICROBATCHES = 1_048_576
-MAX_ACTIONS = 50_000_000
+# ~64 bytes of memory per action: 20M actions is over a gigabyte already.
+MAX_ACTIONS = 20_000_000
 
 
 class _Fail(Exception):
@@ -46,12 +48,14 @@ class _Fail(Exception):
 def _value(tree: Tree[Token]) -> Value:
     kind = tree.data
     if kind == "int_value":
-        return int(str(tree.children[0]))
+        digits = str(tree.children[0]).lstrip("0") or "0"
+        # Too long for int() (and for any limit): inf, which options() refuses as too large.
+        return int(digits) if len(digits) <= 4000 else math.inf
     if kind == "float_value":
         return float(str(tree.children[0]))
     if kind == "name_value":
         return str(tree.children[0])
-    return tuple(int(str(c)) for c in tree.children)  # list_value
+    return tuple(scan.number(str(c)) for c in tree.children)  # list_value
 
 
 class _Builder:
@@ -89,7 +93,11 @@ class _Builder:
                                     help="valid options: " + ", ".join(allowed)))
             if name in values:
                 raise _Fail(self.at(name_tok, "PPS011", f"{what} option `{name}` given twice"))
-            values[name] = _value(value_tree)
+            value = _value(value_tree)
+            if isinstance(value, (int, float)) and not abs(value) <= 1e300:
+                raise _Fail(self.at(opt, "PPS012", f"{what} option `{name}` is too large to be a number",
+                                    help="write an ordinary decimal number such as 1.5 or 2e3"))
+            values[name] = value
             spans[name] = Span(opt.meta.line, opt.meta.column, opt.meta.end_column)
         return values, spans
 
@@ -103,7 +111,7 @@ class _Builder:
                                    (span.end_column or span.column + 1) - span.column))
         if not lo <= value <= hi:
             raise _Fail(self.error("PPS015" if value > hi else "PPS012",
-                                   f"`{name}={value}` is outside {lo}..{hi}", span.line, span.column,
+                                   f"`{name}={scan.shown(value)}` is outside {lo}..{hi}", span.line, span.column,
                                    (span.end_column or span.column + 1) - span.column))
         return value
 
@@ -148,10 +156,9 @@ class _Builder:
                     raise _Fail(self.at(stmt, "PPS017", "rank rows cannot follow a `use` line",
                                         help="a file either spells out its rows or names one generator"))
                 rows.append(stmt)
-        if header is None:
-            line = self.text.count("\n") + 1 if self.text.strip() else 1
-            raise _Fail(self.error("PPS010", "no `pipeline` header: the file is empty" if not tree.children
-                                   else "no `pipeline` header", 1 if not tree.children else line, 1,
+        if header is None:  # no statement at all: any other statement before a header fails above
+            what = "the file is empty" if not self.text.strip() else "the file holds only comments"
+            raise _Fail(self.error("PPS010", f"no `pipeline` header: {what}", 1, 1,
                                    help="start the file with e.g. `pipeline ranks=4 microbatches=8`"))
         values, spans = self.options(header, HEADER_OPTIONS, "header")
         for required in ("ranks", "microbatches"):
@@ -242,9 +249,9 @@ class _Builder:
         for row in rows:
             rank_tok = row.children[0]
             assert isinstance(rank_tok, Token)
-            rank = int(rank_tok)
+            rank = scan.number(str(rank_tok))
             if rank >= ranks:
-                raise _Fail(self.at(rank_tok, "PPS013", f"rank {rank} out of range: the header says ranks={ranks}",
+                raise _Fail(self.at(rank_tok, "PPS013", f"rank {scan.shown(rank)} out of range: the header says ranks={ranks}",
                                     help=f"rows are numbered 0..{ranks - 1}"))
             if built[rank] is not None:
                 first = spans[rank]
@@ -255,9 +262,11 @@ class _Builder:
             pos: list[Segment] = []
             for item in row.children[1:]:
                 self.item(item, bounds, steps, pos)
+                # Checked per item, not per row: one row of ranges can ask for any number of steps.
+                if total + len(steps) > MAX_ACTIONS:
+                    raise _Fail(self.at(item, "PPS015", f"more than {MAX_ACTIONS:,} steps in one file",
+                                        help="split the schedule, or describe it with a generator"))
             total += len(steps)
-            if total > MAX_ACTIONS:
-                raise _Fail(self.at(row, "PPS015", f"more than {MAX_ACTIONS} steps in one file"))
             built[rank] = steps
             positions[rank] = pos
             spans[rank] = Span(row.meta.line, row.meta.column)
@@ -357,6 +366,9 @@ class _Builder:
                     member_pos.append((line, col))
             except scan.ScanError as err:
                 raise _Fail(self.error(err.code, err.message, tok.line or line, col + err.offset, err.width, err.help)) from None
+            if sum(len(items) for _, _, items in members) > MAX_ACTIONS:
+                raise _Fail(self.at(tok, "PPS015", f"a zip of more than {MAX_ACTIONS:,} steps",
+                                    help="split the schedule, or describe it with a generator"))
         try:
             scan.zip_lengths(members)
         except scan.ScanError as err:
@@ -384,6 +396,11 @@ class _Builder:
         name_tok = use.children[0]
         assert isinstance(name_tok, Token)
         args, arg_spans = self.options(use, None, "generator")
+        # Every generator writes at least a forward and a backward per rank and microbatch:
+        # refuse before building rather than run for hours.
+        if ranks * microbatches * 2 > MAX_ACTIONS:
+            raise _Fail(self.at(use, "PPS015", f"ranks={ranks} x microbatches={microbatches} makes more than "
+                                f"{MAX_ACTIONS:,} steps", help="use fewer ranks or microbatches"))
         try:
             built = registry.expand(str(name_tok), ranks, microbatches, dict(args), inference)
         except registry.GeneratorError as err:
@@ -407,6 +424,8 @@ class _Builder:
 
 def parse(text: str, path: str = "<input>") -> Program:
     """Parse `.pps` text. Raises `PpsError` with located diagnostics on any problem."""
+    # Editors on Windows may start a file with a byte-order mark; columns count from after it.
+    text = text.removeprefix("\ufeff")
     if not text.endswith("\n"):
         text += "\n"
     builder = _Builder(text, path)

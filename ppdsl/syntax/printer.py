@@ -10,7 +10,9 @@ from ..ir import Program
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+    value = float(value)
+    # Whole numbers print as such, but not 1e300 as three hundred digits.
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
 
 
 def header_line(program: Program) -> str:

@@ -19,6 +19,23 @@ _PART_RE = re.compile(r"(\d+|\{[^}]*\})([A-Za-z_]+)(\d+|\{[^}]*\})?\Z")
 _RANGE_RE = re.compile(r"\{\s*(\d+)\s*\.\.\s*(\d+)\s*\}\Z")
 
 
+# Numbers longer than this are beyond every limit; converting them could even fail
+# (Python refuses int() of more than 4300 digits), so they become HUGE instead.
+HUGE = 10**18
+
+
+def number(digits: str) -> int:
+    """A run of decimal digits as an int, or HUGE when it is longer than any limit."""
+    significant = digits.lstrip("0")
+    if not significant:
+        return 0
+    return int(significant) if len(significant) <= 18 else HUGE
+
+
+def shown(value: int) -> str:
+    return "(a number of more than 18 digits)" if value >= HUGE else str(value)
+
+
 class ScanError(Exception):
     def __init__(self, code: str, message: str, offset: int = 0, width: int = 1, help: str | None = None):
         super().__init__(message)
@@ -35,7 +52,7 @@ KIND_LIST = ", ".join(KIND_BY_NAME)
 def _bad_kind(word: str, kind: str, offset: int) -> ScanError:
     return ScanError(
         "PPS003",
-        f"unknown action kind `{kind}` in `{word}`",
+        f"unknown action kind `{kind}` in `{_short(word)}`",
         offset,
         len(word),
         help=f"an action is [stage][kind][microbatch] with kind one of {KIND_LIST}, e.g. `0F3`",
@@ -44,10 +61,10 @@ def _bad_kind(word: str, kind: str, offset: int) -> ScanError:
 
 def _check_microbatch(word: str, kind: Kind, has_mb: bool, offset: int) -> None:
     if kind.stage_only and has_mb:
-        raise ScanError("PPS003", f"`{kind.name}` takes no microbatch: `{word}`", offset, len(word),
+        raise ScanError("PPS003", f"`{kind.name}` takes no microbatch: `{_short(word)}`", offset, len(word),
                         help=f"write it as `{word[: len(word) - len(word.lstrip('0123456789'))]}{kind.name}`")
     if not kind.stage_only and not has_mb:
-        raise ScanError("PPS003", f"`{word}` has no microbatch", offset, len(word),
+        raise ScanError("PPS003", f"`{_short(word)}` has no microbatch", offset, len(word),
                         help=f"write the microbatch after the kind, e.g. `{word}0`")
 
 
@@ -59,11 +76,15 @@ Bounds = tuple[int, int]  # (stages, microbatches)
 def _bounds_error(what: str, value: int, limit: int, word: str, offset: int) -> ScanError:
     return ScanError(
         "PPS014",
-        f"{what} {value} out of range in `{word}`: the header allows 0..{limit - 1}",
+        f"{what} {shown(value)} out of range in `{_short(word)}`: the header allows 0..{limit - 1}",
         offset,
         len(word),
         help=f"raise `{'stages' if what == 'stage' else 'microbatches'}` in the header or fix the token",
     )
+
+
+def _short(word: str) -> str:
+    return word if len(word) <= 40 else word[:37] + "..."
 
 
 _KINDS_WITH_MB = {name: k for name, k in KIND_BY_NAME.items() if not k.stage_only}
@@ -83,28 +104,32 @@ def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:
     set_stage, set_kind, set_mb = ir_setters()
     append = out.append
     start = len(out)
-    for s, k, mb, underscore, bad in TOKEN_RE.findall(text):
-        if underscore:
-            append(idle)
-            continue
-        if bad:
-            return _locate_run_error(text, bounds)
-        stage = int(s)
-        a = new(action_cls)
-        if mb:
-            kind = with_mb.get(k)
-            micro: int | None = int(mb)
-            if kind is None or stage >= stages or micro >= microbatches:  # type: ignore[operator]
+    try:
+        for s, k, mb, underscore, bad in TOKEN_RE.findall(text):
+            if underscore:
+                append(idle)
+                continue
+            if bad:
                 return _locate_run_error(text, bounds)
-        else:
-            kind = stage_only.get(k)
-            micro = None
-            if kind is None or stage >= stages:
-                return _locate_run_error(text, bounds)
-        set_stage(a, stage)
-        set_kind(a, kind)
-        set_mb(a, micro)
-        append(a)
+            stage = int(s)
+            a = new(action_cls)
+            if mb:
+                kind = with_mb.get(k)
+                micro: int | None = int(mb)
+                if kind is None or stage >= stages or micro >= microbatches:  # type: ignore[operator]
+                    return _locate_run_error(text, bounds)
+            else:
+                kind = stage_only.get(k)
+                micro = None
+                if kind is None or stage >= stages:
+                    return _locate_run_error(text, bounds)
+            set_stage(a, stage)
+            set_kind(a, kind)
+            set_mb(a, micro)
+            append(a)
+    except ValueError:  # a number of thousands of digits: int() refuses it
+        del out[start:]
+        return _locate_run_error(text, bounds)
     return len(out) - start
 
 
@@ -123,7 +148,7 @@ def parse_word(word: str, offset: int, bounds: Bounds) -> Action:
     if m is None:
         raise ScanError(
             "PPS003",
-            f"malformed action token `{word}`",
+            f"malformed action token `{_short(word)}`",
             offset,
             len(word),
             help="an action is [stage][kind][microbatch], e.g. `0F3`, `2SEND_B1`, `1UNSHARD`; `_` is idle",
@@ -132,8 +157,8 @@ def parse_word(word: str, offset: int, bounds: Bounds) -> Action:
     if kind is None:
         raise _bad_kind(word, m.group(2), offset)
     _check_microbatch(word, kind, bool(m.group(3)), offset)
-    stage = int(m.group(1))
-    micro = int(m.group(3)) if m.group(3) else None
+    stage = number(m.group(1))
+    micro = number(m.group(3)) if m.group(3) else None
     if stage >= bounds[0]:
         raise _bounds_error("stage", stage, bounds[0], word, offset)
     if micro is not None and micro >= bounds[1]:
@@ -144,12 +169,12 @@ def parse_word(word: str, offset: int, bounds: Bounds) -> Action:
 def _range(text: str, word: str, offset: int, limit: int, what: str) -> range | int:
     """`{a..b}` as a range (descending when a > b), or a plain number."""
     if not text.startswith("{"):
-        return int(text)
+        return number(text)
     m = _RANGE_RE.match(text)
     if m is None:
-        raise ScanError("PPS004", f"bad range `{text}` in `{word}`", offset, len(word),
+        raise ScanError("PPS004", f"bad range `{_short(text)}` in `{_short(word)}`", offset, len(word),
                         help="a range is `{a..b}` with whole numbers a and b, both included")
-    a, b = int(m.group(1)), int(m.group(2))
+    a, b = number(m.group(1)), number(m.group(2))
     for value in (a, b):
         if value >= limit:
             raise _bounds_error(what, value, limit, word, offset)
@@ -160,7 +185,7 @@ def expand_ranged(word: str, offset: int, bounds: Bounds) -> list[Action]:
     """`0F{0..3}` -> 0F0 0F1 0F2 0F3; `{0..3}F0` ranges over stages; both ranges zip."""
     m = _PART_RE.match(word)
     if m is None:
-        raise ScanError("PPS004", f"malformed ranged token `{word}`", offset, len(word),
+        raise ScanError("PPS004", f"malformed ranged token `{_short(word)}`", offset, len(word),
                         help="put one `{a..b}` in place of the stage or the microbatch, e.g. `0F{0..3}`")
     kind = KIND_BY_NAME.get(m.group(2))
     if kind is None:
@@ -172,7 +197,7 @@ def expand_ranged(word: str, offset: int, bounds: Bounds) -> list[Action]:
         micros = _range(m.group(3), word, offset, bounds[1], "microbatch")
     if isinstance(stages, range) and isinstance(micros, range):
         if len(stages) != len(micros):
-            raise ScanError("PPS005", f"the two ranges in `{word}` differ in length "
+            raise ScanError("PPS005", f"the two ranges in `{_short(word)}` differ in length "
                             f"({len(stages)} and {len(micros)})", offset, len(word))
         return [make_action(s, kind, mb) for s, mb in zip(stages, micros)]
     if isinstance(stages, range):
