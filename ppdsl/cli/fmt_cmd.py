@@ -11,7 +11,7 @@ import argparse
 import difflib
 import sys
 
-from ..diagnostics import PpsError
+from ..diagnostics import PpsError, UsageError
 from ..load import read_text
 from ..syntax.formatter import format_text
 from .common import print_diagnostics, write_output
@@ -31,7 +31,11 @@ def run(args: argparse.Namespace) -> int:
             formatted = format_text(text, path)
         except PpsError as exc:
             print_diagnostics(exc.diagnostics)
-            status = 1
+            status = max(status, 1)
+            continue
+        except UsageError as exc:  # one unreadable path should not stop the others
+            print(f"ppdsl fmt: error: {exc}", file=sys.stderr)
+            status = 2
             continue
         if path == "-":
             sys.stdout.write(formatted)
@@ -44,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
                                                            path, path + " (formatted)"))
             else:
                 print(f"would reformat {path}", file=sys.stderr)
-            status = 1
+            status = max(status, 1)
         else:
             write_output(path, formatted)
             print(f"reformatted {path}", file=sys.stderr)

@@ -75,12 +75,12 @@ def _error(path: str, line: int, column: int, message: str, help: str | None = N
 
 def read_csv(text: str, path: str = "<input>", dialect: str | None = None) -> Program:
     """A PyTorch schedule CSV -> Program (compute-only or with communication)."""
+    # Every line is a rank, an empty one included, as PyTorch's csv.reader sees it: a rank
+    # with no work is written as an empty line and must survive the round trip.
     lines = text.splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
+    if not text.strip():
         raise _error(path, 1, 1, "empty CSV: no rank rows", help="one line per rank, comma-separated actions")
-    cells_by_row = [line.split(",") for line in lines]
+    cells_by_row = [line.split(",") if line else [] for line in lines]
     chosen = DIALECTS[dialect] if dialect else detect_dialect(c for row in cells_by_row for c in row)
     names = dict(chosen.read_names)
     if chosen is LegacyDialect:
@@ -114,6 +114,8 @@ def read_csv(text: str, path: str = "<input>", dialect: str | None = None) -> Pr
                     raise _error(path, line_no, col, f"malformed overlapped pair `{cell}`",
                                  help="write it as `(0F7;7B3)OVERLAP_F_B`")
                 pair = (action(m.group(1).strip(), line_no, col), action(m.group(2).strip(), line_no, col))
+                if not all(p.kind.is_compute for p in pair):
+                    raise _error(path, line_no, col, f"`{cell}`: only compute actions (F, I, W, B) overlap")
                 row.append(Overlap(pair))
                 flat.extend(pair)
             else:
@@ -152,6 +154,13 @@ def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Dia
     table = DIALECTS[dialect].write_names
     warnings: list[Diagnostic] = []
     path = program.source.path if program.source else "<program>"
+    # Legacy `B` reads back as backward-input only when a `W` for it follows; a lone one
+    # would come back as a full backward.
+    lone_inputs: set[tuple[int, int | None]] = set()
+    if DIALECTS[dialect] is LegacyDialect:
+        all_actions = [a for _, _, a in program.actions()]
+        weights = {(a.stage, a.microbatch) for a in all_actions if a.kind is Kind.W}
+        lone_inputs = {(a.stage, a.microbatch) for a in all_actions if a.kind is Kind.I} - weights
 
     def token(a: Action) -> str:
         return f"{a.stage}{table[a.kind]}{'' if a.microbatch is None else a.microbatch}"
@@ -163,6 +172,11 @@ def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Dia
             if type(step) is Idle:
                 cells.append("")
             elif type(step) is Action:
+                if step.kind is Kind.I and (step.stage, step.microbatch) in lone_inputs:
+                    span = program.source.step_span(rank, index) if program.source else Span(1, 1)
+                    warnings.append(Diagnostic(
+                        "PPS031", f"`{step}` has no matching W: the legacy dialect will read it back as a full backward",
+                        path, span.line, span.column, severity=Severity.WARNING, rank=rank, step=index))
                 cells.append(token(step))
             elif type(step) is Overlap:
                 cells.append("(" + ";".join(token(p) for p in step.parts) + ")OVERLAP_F_B")

@@ -386,7 +386,16 @@ class _Builder:
                 raise _Fail(self.error("PPS011", f"placement covers {len(explicit)} stages but the file has {stages}",
                                        s.line, s.column, help="add `stages=N` or list one rank per stage"))
             return explicit
-        seen, _missing = placement_mod.infer(rows, stages)
+        seen, missing = placement_mod.infer(rows, stages)
+        if missing and seen:
+            # Without `placement=`, a stage's rank is the row its actions are on; a stage with
+            # no actions anywhere has none. (A file with no actions at all is left on `loop`.)
+            s = spans.get("stages") or spans["ranks"]
+            listed = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+            raise _Fail(self.error("PPS016", f"stage{'s' if len(missing) > 1 else ''} {listed} appear{'' if len(missing) > 1 else 's'} "
+                                   f"in no row, so {'their ranks are' if len(missing) > 1 else 'its rank is'} unknown",
+                                   s.line, s.column, (s.end_column or s.column + 1) - s.column,
+                                   help="write their actions, or give `placement=loop`, `placement=v` or a list of ranks"))
         # A stage found on several rows is left on its first rank; the checker reports the rest.
         return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages))
 
