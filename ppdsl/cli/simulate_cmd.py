@@ -1,0 +1,171 @@
+"""Simulate schedules under a cost model: step time, bubble, memory, critical path.
+
+Costs come from the file's `costs` line, then each --costs in order (inline `F=1,B=2,comm=0.1`
+or a JSON profile file). Several files are compared side by side. Exit 1 when a schedule
+cannot run to the end under the communication model (the wait-for cycle is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..costs import CostError, resolve
+from ..diagnostics import Diagnostic, PpsError, UsageError
+from ..ir import Program
+from ..load import load_program
+from ..semantics import CommModel
+from ..simulate import Simulation, simulate, stuck_diagnostic
+from .common import print_diagnostics, write_output
+
+MODELS = tuple(m.value for m in CommModel)
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    """Options `simulate` and `show` share."""
+    p.add_argument("--costs", action="append", default=[], metavar="SPEC",
+                   help="F=1,B=2,I=1,W=1,comm=0.1 (also F_s3=, bytes=, bandwidth=, overlap=) or a .json profile; "
+                        "repeatable, later wins")
+    p.add_argument("--comm-model", choices=MODELS, default="rendezvous",
+                   help="how sends and receives wait (default: rendezvous)")
+    p.add_argument("--dialect", choices=("current", "legacy"), help="CSV dialect (default: detected)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help=".pps or .csv schedules (two or more: compared)")
+    add_common(p)
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    p.add_argument("--critical-path", action="store_true", help="list every step of the critical path")
+    p.add_argument("-o", "--output", metavar="OUT", help="write the report here instead of stdout")
+
+
+def load_and_simulate(path: str, args: argparse.Namespace) -> Simulation:
+    """Load one file and simulate it with the command line's costs and model."""
+    program: Program = load_program(path, dialect=args.dialect)
+    costs = resolve(program, args.costs)
+    try:
+        return simulate(program, costs, args.comm_model)
+    except CostError as exc:  # pragma: no cover - resolve() has checked stages already
+        raise UsageError(exc.message) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    sims: list[tuple[str, Simulation]] = []
+    problems: list[Diagnostic] = []
+    status = 0
+    for path in args.files:
+        try:
+            sim = load_and_simulate(path, args)
+        except PpsError as exc:
+            print_diagnostics(exc.diagnostics)
+            status = 1
+            continue
+        if not sim.completed:
+            problems.append(stuck_diagnostic(sim))
+            status = 1
+        sims.append((path, sim))
+    print_diagnostics(problems)
+    if not sims:
+        return status
+    if args.format == "json":
+        data: object = sims[0][1].as_json(sims[0][0]) if len(sims) == 1 else [s.as_json(p) for p, s in sims]
+        write_output(args.output, json.dumps(data, indent=2) + "\n")
+    elif len(sims) == 1:
+        write_output(args.output, report(*sims[0], full_path=args.critical_path))
+    else:
+        write_output(args.output, compare(sims))
+    return status
+
+
+# --- text reports ---------------------------------------------------------------------------
+
+def num(x: float) -> str:
+    """Short and exact enough: 22, 6752.8, 0.125."""
+    if x == int(x) and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.6g}"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _table(rows: list[list[str]], right: int = 1) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [c.ljust(w) if i < right else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def _costs_line(sim: Simulation) -> str:
+    d = sim.costs.describe(sim.program.stages)
+    unit = "" if sim.costs.unit == "unit" else f" ({sim.costs.unit})"
+    return "costs: " + " ".join(f"{k}={num(v)}" for k, v in d.items()) + unit
+
+
+def _path_summary(sim: Simulation, full: bool) -> list[str]:
+    path = sim.critical_path
+    if not path:
+        return ["critical path: (empty)"]
+    gaps, prev = 0.0, 0.0
+    for p in path:  # a blocked send or receive overlaps its peer's side: count time once
+        gaps += max(0.0, p.start - prev)
+        prev = max(prev, p.end)
+    head = (f"critical path: {len(path)} steps; {num(prev - gaps)} of {num(sim.makespan)} inside them, "
+            f"{num(gaps)} in hand-offs between ranks")
+    texts = [f"{p.text}@r{p.rank}" for p in path]
+    if full or len(texts) <= 12:
+        return [head, "  " + " -> ".join(texts)]
+    return [head, "  " + " -> ".join(texts[:6]) + f" -> ... ({len(texts) - 12} more) -> " + " -> ".join(texts[-6:]),
+            "  (--critical-path lists every step)"]
+
+
+def report(path: str, sim: Simulation, full_path: bool = False) -> str:
+    p = sim.program
+    lines = [f"{path}: {p.ranks} ranks, {p.stages} stages, {p.microbatches} microbatches, "
+             f"{p.action_count} actions, comm model {sim.comm_model}", _costs_line(sim)]
+    if not sim.completed:
+        lines.append("STUCK: the figures below cover only the steps that ran")
+    lines.append(f"makespan: {num(sim.makespan)}")
+    lines.append(f"bubble:   {pct(sim.bubble_ratio)} of all ranks' time is not compute")
+    rows = [["rank", "busy", "comm", "idle", "peak memory"]]
+    for r in range(p.ranks):
+        rows.append([str(r), num(sim.busy[r]), num(sim.comm[r]), num(sim.idle[r]), num(sim.peak_memory[r])])
+    lines.extend(_table(rows))
+    lines.extend(_path_summary(sim, full_path))
+    return "\n".join(lines) + "\n"
+
+
+def compare(sims: list[tuple[str, Simulation]]) -> str:
+    """Several schedules side by side, one column each."""
+    header = ["", *[path for path, _ in sims]]
+    rows: list[list[str]] = [header]
+
+    def line(name: str, values: list[str]) -> None:
+        rows.append([name, *values])
+
+    line("ranks x stages x mbs", [f"{s.program.ranks}x{s.program.stages}x{s.program.microbatches}" for _, s in sims])
+    line("completed", ["yes" if s.completed else "NO (stuck)" for _, s in sims])
+    line("makespan", [num(s.makespan) for _, s in sims])
+    best = min(s.makespan for _, s in sims if s.completed) if any(s.completed for _, s in sims) else None
+    if best:
+        line("vs fastest", [f"{s.makespan / best:.3f}x" if s.completed else "-" for _, s in sims])
+    line("bubble", [pct(s.bubble_ratio) for _, s in sims])
+    line("peak memory (max)", [num(max(s.peak_memory, default=0.0)) for _, s in sims])
+    line("peak memory (sum)", [num(sum(s.peak_memory)) for _, s in sims])
+    line("comm time (sum)", [num(sum(s.comm)) for _, s in sims])
+    line("critical path steps", [str(len(s.critical_path)) for _, s in sims])
+    ranks = max(s.program.ranks for _, s in sims)
+    for r in range(ranks):
+        line(f"rank {r} busy / peak", [f"{num(s.busy[r])} / {num(s.peak_memory[r])}" if r < s.ranks else "-"
+                                       for _, s in sims])
+    costs = {_costs_line(s) for _, s in sims}
+    foot = [next(iter(costs))] if len(costs) == 1 else [f"{path}: {_costs_line(s)}" for path, s in sims]
+    return "\n".join(_table(rows) + foot) + "\n"
+
+
+def fail(message: str) -> None:  # pragma: no cover - used by show for consistent wording
+    print(f"ppdsl: {message}", file=sys.stderr)

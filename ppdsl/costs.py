@@ -1,0 +1,365 @@
+"""The cost model: how long each action takes, for the simulator.
+
+Keys (the same on the `.pps` `costs` line, after `--costs`, and in a profile's `"costs"`):
+
+- `F`, `B`, `I`, `W`: the duration of a forward, a full backward, a backward-input and a
+  backward-weight. Missing kinds follow the usual ratio: `I` and `W` each cost what `F` costs
+  and `B` costs `I + W`; a `B` given alone splits evenly into `I` and `W`. So `F=1` alone
+  means `B=2`, and `F=1 B=3 W=1` means `I=2`.
+- `F_s3=1.5` (any kind, `_s` and a stage number): that stage only; the same rules apply per stage.
+- `comm`: the latency of one message (a send/receive pair, or one hand-off between ranks in
+  a program without explicit communication). `bytes` and `bandwidth` (bytes per time unit)
+  add `bytes / bandwidth` to every message.
+- `overlap`: for an overlapped pair `(F;B)`, the fraction of the shorter part hidden under the
+  longer one: 1 (the default) makes the pair cost the longer of the two, 0 their sum.
+
+Durations are in one unit of your choosing; a profile file can name it (`"unit": "ms"`).
+A JSON profile (`ppdsl simulate --costs profile.json`) holds measured times; see
+`docs/simulate.md` for the format. Problems are `CostError`s carrying a PPS35x code and the
+offending key, which the caller turns into a located diagnostic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from attrs import field, frozen
+
+from .diagnostics import Diagnostic, PpsError, UsageError
+from .ir import Action, Kind, Overlap, Program
+from .semantics import Timing
+
+COMPUTE_KINDS: Final = ("F", "B", "I", "W")
+GLOBAL_KEYS: Final = ("comm", "bytes", "bandwidth", "overlap")
+_STAGE_KEY = re.compile(r"^(F|B|I|W)_s(\d+)$")
+UNITS: Final[dict[str, float]] = {"unit": 1e3, "s": 1e6, "ms": 1e3, "us": 1.0}  # -> microseconds per unit
+PROFILE_VERSION: Final = 1
+
+
+class CostError(Exception):
+    """A cost key or value that cannot be used. `key` is None for a problem with the whole input."""
+
+    def __init__(self, code: str, message: str, key: str | None = None, help: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.key = key
+        self.help = help
+
+
+def _check_key(key: str) -> tuple[str, int | None]:
+    """(kind or global key, stage or None) of a valid key."""
+    if key in COMPUTE_KINDS or key in GLOBAL_KEYS:
+        return key, None
+    m = _STAGE_KEY.match(key)
+    if m:
+        return m.group(1), int(m.group(2))
+    hint = "F, B, I, W (optionally per stage as F_s3), comm, bytes, bandwidth, overlap"
+    lower = key.upper() if key.upper() in COMPUTE_KINDS else None
+    raise CostError("PPS350", f"unknown cost `{key}`", key,
+                    help=f"did you mean `{lower}`? " * (lower is not None) + f"known costs: {hint}")
+
+
+def _check_value(key: str, value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise CostError("PPS351", f"cost `{key}={value:g}` must be a finite number >= 0", key)
+    if key == "bandwidth" and value == 0:
+        raise CostError("PPS351", "`bandwidth` must be greater than 0", key)
+    if key == "overlap" and value > 1:
+        raise CostError("PPS351", f"`overlap={value:g}` is a fraction between 0 and 1", key,
+                        help="1: an overlapped pair costs the longer part; 0: the sum of both")
+
+
+@frozen
+class CostModel:
+    """Validated cost keys in the order given (later ones win), and the time unit's name."""
+
+    items: tuple[tuple[str, float], ...] = ()
+    unit: str = "unit"
+    _values: dict[str, float] = field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        values: dict[str, float] = {}
+        for key, value in self.items:
+            _check_key(key)
+            _check_value(key, value)
+            values[key] = float(value)
+        if "bytes" in values and "bandwidth" not in values:
+            raise CostError("PPS351", "`bytes` needs a `bandwidth` to turn it into time", "bytes",
+                            help="e.g. bytes=4194304 bandwidth=2.6e6 (bytes per time unit)")
+        if self.unit not in UNITS:
+            raise CostError("PPS352", f"unknown time unit `{self.unit}`", None, help="use one of " + ", ".join(UNITS))
+        object.__setattr__(self, "_values", values)
+
+    def merged(self, other: CostModel) -> CostModel:
+        """These costs overridden by `other`'s keys (and its unit when it names one)."""
+        unit = other.unit if other.unit != "unit" else self.unit
+        return CostModel(self.items + other.items, unit)
+
+    def get(self, key: str) -> float | None:
+        return self._values.get(key)
+
+    def check_stages(self, stages: int) -> None:
+        for key in self._values:
+            _, stage = _check_key(key)
+            if stage is not None and stage >= stages:
+                raise CostError("PPS350", f"cost `{key}` names stage {stage} but the program has {stages} stages",
+                                key, help=f"stages are numbered 0..{stages - 1}")
+
+    def kind_costs(self, stage: int | None = None) -> dict[str, float]:
+        """F, B, I and W for one stage (or for every stage without a per-stage key)."""
+        given = {k: v for k, v in self._values.items() if k in COMPUTE_KINDS}
+        if stage is not None:
+            for kind in COMPUTE_KINDS:
+                v = self._values.get(f"{kind}_s{stage}")
+                if v is not None:
+                    given[kind] = v
+        f = given.get("F", 1.0)
+        if "B" in given:
+            b = given["B"]
+            i = given.get("I", b - given["W"] if "W" in given else b / 2)
+            w = given.get("W", b - i)
+            if i < 0 or w < 0:
+                where = f" for stage {stage}" if stage is not None else ""
+                raise CostError("PPS351", f"`B={b:g}` is less than `I`/`W`{where} ({given.get('I', i):g}, {given.get('W', w):g})",
+                                "B", help="B is a full backward: it costs at least as much as I or W alone")
+        else:
+            i = given.get("I", f)
+            w = given.get("W", f)
+            b = i + w
+        return {"F": f, "B": b, "I": i, "W": w}
+
+    def table(self, stages: int) -> list[tuple[float, ...]]:
+        """Per stage, the duration of each compute Kind, indexed by Kind value (non-compute: 0)."""
+        self.check_stages(stages)
+        out = []
+        for s in range(stages):
+            c = self.kind_costs(s)
+            row = [0.0] * len(Kind)
+            for kind in COMPUTE_KINDS:
+                row[Kind[kind]] = c[kind]
+            out.append(tuple(row))
+        return out
+
+    @property
+    def message_time(self) -> float:
+        t = self._values.get("comm", 0.0)
+        if "bytes" in self._values:
+            t += self._values["bytes"] / self._values["bandwidth"]
+        return t
+
+    @property
+    def overlap_fraction(self) -> float:
+        return self._values.get("overlap", 1.0)
+
+    def pair_time(self, a: float, b: float) -> float:
+        """An overlapped pair whose parts cost a and b."""
+        return a + b - self.overlap_fraction * min(a, b)
+
+    def timing(self, stages: int) -> Timing:
+        """The same durations in the form semantics.execute takes."""
+        table = self.table(stages)
+        msg = self.message_time
+
+        def compute(a: Action) -> float:
+            return table[a.stage][a.kind] if a.stage < stages else 0.0
+
+        def overlap(step: Overlap) -> float:
+            x, y = (compute(p) for p in step.parts)
+            return self.pair_time(x, y)
+
+        def message(a: Action) -> float:
+            return msg
+
+        return Timing(compute=compute, overlap=overlap, message=message)
+
+    def describe(self, stages: int) -> dict[str, float]:
+        """The effective costs, as a flat dict for reports (per-stage keys only where they differ)."""
+        base = self.kind_costs()
+        out: dict[str, float] = dict(base)
+        for s in range(stages):
+            c = self.kind_costs(s)
+            for kind in COMPUTE_KINDS:
+                if c[kind] != base[kind]:
+                    out[f"{kind}_s{s}"] = c[kind]
+        out["comm"] = self.message_time
+        out["overlap"] = self.overlap_fraction
+        return out
+
+
+DEFAULT: Final = CostModel()
+
+
+def parse_inline(text: str) -> CostModel:
+    """`F=1,B=2,W=1,comm=0.1` (commas or blanks between items). Raises CostError."""
+    items: list[tuple[str, float]] = []
+    for part in re.split(r"[,\s]+", text.strip()):
+        if not part:
+            continue
+        key, eq, value = part.partition("=")
+        if not eq or not key:
+            raise CostError("PPS351", f"`{part}` is not KEY=VALUE", key or None, help="e.g. --costs F=1,B=2,comm=0.1")
+        _check_key(key)
+        try:
+            number = float(value)
+        except ValueError:
+            raise CostError("PPS351", f"cost `{key}` must be a number, not `{value}`", key) from None
+        items.append((key, number))
+    if not items:
+        raise CostError("PPS351", "no costs given", None, help="e.g. --costs F=1,B=2,comm=0.1")
+    return CostModel(tuple(items))
+
+
+def parse_profile(text: str) -> CostModel:
+    """A JSON profile (see docs/simulate.md). Raises CostError; json syntax errors name no key."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CostError("PPS352", f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise CostError("PPS352", "a cost profile is a JSON object", help='e.g. {"ppdsl_profile": 1, "costs": {"F": 1}}')
+    version = data.get("ppdsl_profile")
+    if version != PROFILE_VERSION:
+        raise CostError("PPS352", f"`ppdsl_profile` must be {PROFILE_VERSION}, not {json.dumps(version)}", "ppdsl_profile",
+                        help="the first key of a profile names its format version")
+    unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "source", "notes"})
+    if unknown:
+        raise CostError("PPS352", f"unknown profile key `{unknown[0]}`", unknown[0],
+                        help="a profile holds ppdsl_profile, unit, costs, actions (and free-form source, notes)")
+    unit = data.get("unit", "unit")
+    if not isinstance(unit, str) or unit not in UNITS:
+        raise CostError("PPS352", f"unknown time unit {json.dumps(unit)}", "unit", help="use one of " + ", ".join(UNITS))
+    items = _aggregate(data.get("actions", []))
+    costs = data.get("costs", {})
+    if not isinstance(costs, dict):
+        raise CostError("PPS352", "`costs` must be an object of KEY: number", "costs")
+    for key, value in costs.items():
+        _check_key(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise CostError("PPS351", f"cost `{key}` must be a number, not {json.dumps(value)}", key)
+        items.append((key, float(value)))
+    return CostModel(tuple(items), unit)
+
+
+def _aggregate(actions: object) -> list[tuple[str, float]]:
+    """Measured actions -> per-stage median durations (`F_s0`...) and a median `comm`."""
+    if not isinstance(actions, list):
+        raise CostError("PPS352", "`actions` must be a list of measured actions", "actions")
+    compute: dict[tuple[str, int], list[float]] = {}
+    comm: list[float] = []
+    for n, entry in enumerate(actions):
+        where = f"actions[{n}]"
+        if not isinstance(entry, dict):
+            raise CostError("PPS352", f"{where} must be an object", "actions")
+        kind = entry.get("kind")
+        duration = entry.get("duration")
+        if not isinstance(kind, str) or kind not in Kind.__members__:
+            raise CostError("PPS352", f"{where}: unknown kind {json.dumps(kind)}", "kind",
+                            help="one of " + ", ".join(Kind.__members__))
+        if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not math.isfinite(duration) or duration < 0:
+            raise CostError("PPS352", f"{where}: `duration` must be a number >= 0, not {json.dumps(duration)}", "duration")
+        k = Kind[kind]
+        if k.is_comm:
+            comm.append(float(duration))
+        elif k.is_compute:
+            stage = entry.get("stage")
+            if isinstance(stage, bool) or not isinstance(stage, int) or stage < 0:
+                raise CostError("PPS352", f"{where}: `stage` must be a whole number >= 0, not {json.dumps(stage)}", "stage")
+            compute.setdefault((kind, stage), []).append(float(duration))
+    items = [(f"{kind}_s{stage}", statistics.median(v)) for (kind, stage), v in sorted(compute.items())]
+    if comm:
+        items.append(("comm", statistics.median(comm)))
+    return items
+
+
+# --- turning problems into diagnostics -------------------------------------------------------
+
+_COSTS_LINE = re.compile(r"^[ \t]*costs\b", re.MULTILINE)
+
+
+def _costs_location(program: Program, key: str | None) -> tuple[str, int, int, int | None]:
+    """(path, line, column, end column) of `key=` on the program's `costs` line."""
+    source = program.source
+    if source is None:
+        return "<input>", 1, 1, None
+    m = _COSTS_LINE.search(source.text)
+    if m is None:
+        return source.path, source.header.line, source.header.column, None
+    line = source.text.count("\n", 0, m.start()) + 1
+    text = source.line_text(line)
+    if key is not None:
+        k = re.search(rf"(?<![\w.]){re.escape(key)}\s*=\s*\S+", text)
+        if k:
+            return source.path, line, k.start() + 1, k.end() + 1
+    col = len(text) - len(text.lstrip()) + 1
+    return source.path, line, col, None
+
+
+def from_program(program: Program) -> CostModel:
+    """The program's own `costs` line, validated; problems raise PpsError located on that line."""
+    try:
+        model = CostModel(program.costs)
+        model.table(program.stages)
+        return model
+    except CostError as exc:
+        path, line, col, end = _costs_location(program, exc.key)
+        raise PpsError([Diagnostic(exc.code, exc.message, path, line, col, end, help=exc.help)]) from None
+
+
+def _json_location(text: str, key: str | None) -> tuple[int, int]:
+    if key is not None:
+        m = re.search(rf'"{re.escape(key)}"\s*:', text)
+        if m:
+            line = text.count("\n", 0, m.start()) + 1
+            return line, m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+    return 1, 1
+
+
+def load_costs(spec: str, stages: int) -> CostModel:
+    """A `--costs` argument: inline `K=V,...` or the path of a JSON profile.
+
+    A bad inline value is a usage error (exit 2); a bad profile file is a problem in an input
+    file (PpsError located in it, exit 1).
+    """
+    from .load import read_text
+
+    looks_like_file = spec.endswith(".json") or ("=" not in spec)
+    if not looks_like_file:
+        try:
+            model = parse_inline(spec)
+            model.table(stages)
+            return model
+        except CostError as exc:
+            raise UsageError(f"--costs: {exc.message}" + (f" ({exc.help})" if exc.help else "")) from None
+    text = read_text(spec)
+    try:
+        model = parse_profile(text)
+        model.table(stages)
+        return model
+    except CostError as exc:
+        line, col = _json_location(text, exc.key)
+        raise PpsError([Diagnostic(exc.code, exc.message, spec, line, col, help=exc.help)]) from None
+
+
+def resolve(program: Program, specs: Iterable[str] = ()) -> CostModel:
+    """The program's `costs` line overridden, in order, by each `--costs` argument."""
+    model = from_program(program)
+    for spec in specs:
+        model = model.merged(load_costs(spec, program.stages))
+    return model
+
+
+def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterable[Mapping[str, object]] = ()) -> str:
+    """A profile file's text: what the runtime writes from measured times."""
+    data: dict[str, object] = {"ppdsl_profile": PROFILE_VERSION, "unit": unit}
+    if costs:
+        data["costs"] = dict(costs)
+    acts = list(actions)
+    if acts:
+        data["actions"] = acts
+    return json.dumps(data, indent=2) + "\n"

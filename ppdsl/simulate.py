@@ -1,0 +1,151 @@
+"""The simulator: a schedule's timeline, step time, bubble and memory under a cost model.
+
+    >>> sim = simulate(load_program("my.pps"), CostModel((("F", 1.0), ("B", 2.0))))
+    >>> sim.makespan, sim.bubble_ratio, sim.peak_memory
+
+The timeline is `semantics.execute`'s (one definition of what a schedule means, for the checker,
+the simulator and the runtime): a stuck program still yields the part that ran and where each
+rank waits (`completed`, `waits`).
+
+Measures: `busy[r]` is the time rank r spends computing (F, B, I, W, overlapped pairs);
+`comm[r]` the time it spends inside sends and receives (blocked ones included); the bubble
+ratio is the share of all ranks' time not spent computing, `1 - sum(busy) / (ranks * makespan)`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from .costs import DEFAULT, CostModel
+from .diagnostics import Diagnostic
+from .ir import Action, Batch, Kind, Overlap, Program
+from .memory import MemoryProfile, profile
+from .sim.critical import PathStep, critical_path
+from .semantics import CommModel, Execution, Wait, execute, wait_cycle
+
+
+class Simulation:
+    """The result of `simulate`. Per-rank values are tuples indexed by rank."""
+
+    def __init__(self, program: Program, costs: CostModel, comm_model: CommModel, execution: Execution,
+                 memory_weights: Sequence[float] | None = None):
+        self.program = program
+        self.costs = costs
+        self.comm_model = comm_model
+        self.execution = execution
+        self.completed: bool = execution.completed
+        self.waits: tuple[Wait, ...] = execution.waits
+        self.makespan: float = execution.makespan
+        self.starts = execution.starts
+        self.ends = execution.ends
+        self._weights = memory_weights
+        busy: list[float] = []
+        comm: list[float] = []
+        for row, st, en in zip(program.rows, execution.starts, execution.ends):
+            b = c = 0.0
+            for step, s, e in zip(row, st, en):
+                if s is None or e is None:
+                    continue
+                if isinstance(step, Action):
+                    k = step.kind
+                    if k <= Kind.B:
+                        b += e - s
+                    elif k <= Kind.RECV_B:
+                        c += e - s
+                elif type(step) is Overlap:
+                    b += e - s
+                elif type(step) is Batch:
+                    c += e - s
+            busy.append(b)
+            comm.append(c)
+        self.busy: tuple[float, ...] = tuple(busy)
+        self.comm: tuple[float, ...] = tuple(comm)
+        total = self.makespan * len(busy)
+        self.bubble_ratio: float = 1.0 - sum(busy) / total if total > 0 else 0.0
+
+    @property
+    def ranks(self) -> int:
+        return self.program.ranks
+
+    @property
+    def idle(self) -> tuple[float, ...]:
+        """Per rank, the time neither computing nor communicating."""
+        return tuple(max(0.0, self.makespan - b - c) for b, c in zip(self.busy, self.comm))
+
+    @functools.cached_property
+    def memory(self) -> MemoryProfile:
+        return profile(self.program, self._weights)
+
+    @property
+    def peak_memory(self) -> tuple[float, ...]:
+        """Peak live activations per rank (the checker's memory model, `memory.py`)."""
+        return self.memory.peak
+
+    @functools.cached_property
+    def critical_path(self) -> tuple[PathStep, ...]:
+        """A chain of steps, first to last, whose durations and waits add up to the makespan."""
+        return critical_path(self.program, self.starts, self.ends, self.costs.message_time,
+                             self.comm_model is not CommModel.BUFFERED)
+
+    def as_json(self, path: str | None = None) -> dict[str, object]:
+        out: dict[str, object] = {}
+        if path is not None:
+            out["file"] = path
+        out.update({
+            "completed": self.completed,
+            "makespan": self.makespan,
+            "bubble_ratio": self.bubble_ratio,
+            "ranks": self.ranks,
+            "stages": self.program.stages,
+            "microbatches": self.program.microbatches,
+            "comm_model": str(self.comm_model),
+            "busy": list(self.busy),
+            "comm": list(self.comm),
+            "idle": list(self.idle),
+            "peak_memory": list(self.peak_memory),
+            "costs": self.costs.describe(self.program.stages),
+            "unit": self.costs.unit,
+            "critical_path": [{"rank": p.rank, "step": p.step, "action": p.text, "start": p.start, "end": p.end}
+                              for p in self.critical_path],
+        })
+        if not self.completed:
+            out["waits"] = [{"rank": w.rank, "step": w.step, "action": str(w.action), "needs": w.needs,
+                             "on_rank": w.on_rank, "reason": w.reason} for w in self.waits]
+        return out
+
+
+def simulate(program: Program, costs: CostModel | None = None, comm_model: CommModel | str = "rendezvous",
+             memory_weights: Sequence[float] | None = None) -> Simulation:
+    """Run `program` under `costs` (default: F=1, B=2, I=W=1, free messages) and a communication model.
+
+    Raises `costs.CostError` when a per-stage cost names a stage the program does not have.
+    """
+    model = CommModel(comm_model)
+    cm = costs if costs is not None else (CostModel(program.costs) if program.costs else DEFAULT)
+    execution = execute(program, model, cm.timing(program.stages))
+    return Simulation(program, cm, model, execution, memory_weights)
+
+
+def stuck_diagnostic(sim: Simulation) -> Diagnostic:
+    """Where a run that cannot finish stops: the wait-for cycle if there is one, else every wait."""
+    program = sim.program
+    cycle = wait_cycle(sim.waits)
+    waits = cycle or list(sim.waits)
+    first = waits[0]
+    path, line, column, end = "<input>", 1, 1, None
+    if program.source is not None:
+        span = program.source.step_span(first.rank, first.step)
+        path, line, column, end = program.source.path, span.line, span.column, span.end_column
+
+    def says(w: Wait) -> str:
+        who = f"rank {w.on_rank}" if w.on_rank is not None else "no rank"
+        what = {"peer": "its peer", "data": "data", "missing": "data nothing produces"}.get(w.reason, w.reason)
+        return f"rank {w.rank} waits at step {w.step} ({w.action}) for {what} `{w.needs}` from {who}"
+
+    head = "a cycle of waits: " + " -> ".join(f"rank {w.rank}" for w in cycle) + f" -> rank {cycle[0].rank}" \
+        if cycle else f"{len(waits)} rank(s) wait forever"
+    return Diagnostic("PPS353", f"the schedule cannot finish under `{sim.comm_model}`: {head}", path, line, column, end,
+                      rank=first.rank, step=first.step,
+                      notes=[says(w) for w in waits],  # type: ignore[misc]  # attrs types converter=tuple badly
+                      help="`ppdsl lint` explains the order to fix; other models: --comm-model grouped|buffered")
