@@ -169,7 +169,10 @@ def parse_word(word: str, offset: int, bounds: Bounds) -> Action:
 def _range(text: str, word: str, offset: int, limit: int, what: str) -> range | int:
     """`{a..b}` as a range (descending when a > b), or a plain number."""
     if not text.startswith("{"):
-        return number(text)
+        value = number(text)
+        if value >= limit:
+            raise _bounds_error(what, value, limit, word, offset)
+        return value
     m = _RANGE_RE.match(text)
     if m is None:
         raise ScanError("PPS004", f"bad range `{_short(text)}` in `{_short(word)}`", offset, len(word),

@@ -218,3 +218,10 @@ def test_every_language_code_has_a_failing_example_here() -> None:
     covered = {c for c, *_ in CASES} | {"PPS000", "PPS030", "PPS031"}
     family = {c for c in CODES if c.startswith("PPS0")}
     assert family - covered == set(), "add an example for each new PPS0xx code"
+
+
+@pytest.mark.parametrize("token", ["{0..1}F06", "5F{0..1}", "(0F{0..1};7B0)", "[{0..1}F9 0B{0..1}]"])
+def test_plain_number_beside_a_range_is_bounds_checked(token: str) -> None:
+    # Found by hypothesis: `{0..1}F06` once parsed to 0F6 1F6 with microbatches=6.
+    d = first_error("pipeline ranks=3 microbatches=6 stages=4 placement=loop\nrank 2: " + token + "\n")
+    assert d.code == "PPS014"
