@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from collections import Counter
 
+from ppdsl.diagnostics import Severity
 from ppdsl.generators import registry
 from ppdsl.ir import Kind, Program
 from ppdsl.memory import profile
@@ -37,7 +38,7 @@ def problems(program: Program) -> list[str]:
     check = _checker()
     if check is not None:
         out += [f"{d.code}: {d.message}" for d in check(program, comm_model="rendezvous")
-                if str(getattr(d, "severity", "error")).lower().endswith("error")]
+                if d.severity is Severity.ERROR]
     else:
         run = execute(program, "rendezvous")
         if not run.completed:
