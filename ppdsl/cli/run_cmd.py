@@ -1,0 +1,129 @@
+"""Train with a schedule file across ranks, with PaddlePaddle.
+
+With no other argument, starts one local CPU process per rank (gloo over loopback), builds a
+small built-in MLP cut into the schedule's stages, trains a few steps on synthetic data and
+prints each step's loss. Your own model: --model/--data/--loss (see docs/runtime.md).
+Under `python -m paddle.distributed.launch` it uses the launcher's processes instead.
+
+The file is linted first under the backend's communication model (rendezvous for gloo,
+grouped for NCCL) and refused, with the wait-for cycle, when it would hang there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..diagnostics import UsageError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", nargs="+",
+                   help="a .pps or .csv schedule; several run one after another in the same processes")
+    p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
+    p.add_argument("--model", metavar="MODULE:NAME", help="build_stage(stage_index, num_stages) -> paddle.nn.Layer")
+    p.add_argument("--data", metavar="MODULE:NAME", help="batches() -> iterable of (inputs, targets)")
+    p.add_argument("--loss", metavar="MODULE:NAME", help="loss(output, target) -> scalar tensor")
+    p.add_argument("--optimizer", default="sgd", metavar="NAME",
+                   help="sgd, momentum, adam, adamw, or MODULE:NAME taking the parameters (default sgd)")
+    p.add_argument("--lr", type=float, default=0.01, help="learning rate (default 0.01)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and built-in data")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="longest any rank waits for another (default 60; gloo itself stops at 30)")
+    p.add_argument("--verify", action="store_true",
+                   help="also run the unpipelined model and compare losses and gradients")
+    p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance of --verify (default 1e-6)")
+    p.add_argument("--profile", metavar="OUT.json", help="write measured per-action times (ppdsl simulate --costs)")
+    p.add_argument("--sum-grads", action="store_true",
+                   help="sum microbatch gradients instead of averaging them (Paddle's own behaviour)")
+    p.add_argument("--logs", metavar="DIR", help="keep each rank's log in DIR")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if not args.timeout > 0:
+        raise UsageError("--timeout must be positive")
+    for name in ("model", "data", "loss"):
+        spec = getattr(args, name)
+        if spec is not None and ":" not in spec:
+            raise UsageError(f"--{name} {spec}: expected MODULE:NAME (e.g. mypkg.model:build_stage)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..runtime.worker import in_distributed_env
+
+    _check_args(args)
+    if in_distributed_env():  # a rank started by us or by paddle.distributed.launch
+        from ..runtime.worker import run_from_args
+
+        return run_from_args(args)
+    return _launch(args)
+
+
+def _launch(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from ..load import load_program
+    from ..runtime.launcher import launch
+    from ..runtime.plan import compile_rank
+    from ..runtime.preflight import Refused, prepare
+    from ..semantics import CommModel
+
+    programs = []
+    for file in args.file:
+        program = load_program(file)
+        try:
+            program = prepare(program, CommModel.RENDEZVOUS)  # local processes talk over gloo
+        except Refused as exc:
+            print(f"ppdsl run: {file}: refused: {exc}", file=sys.stderr)
+            return 1
+        for rank in range(program.ranks):
+            compile_rank(program, rank)
+        if programs and program.ranks != programs[0].ranks:
+            raise UsageError(f"{file} has {program.ranks} ranks but {args.file[0]} has {programs[0].ranks}: "
+                             "files run together must have the same number of ranks")
+        programs.append(program)
+    if importlib.util.find_spec("paddle") is None:
+        raise UsageError("PaddlePaddle is not installed: pip install 'ppdsl[paddle]' (CPU), "
+                         "or paddlepaddle-gpu from Paddle's own index")
+    out = sys.stdout
+    first = programs[0]
+    if not args.quiet:
+        what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
+        print(f"ppdsl run: {what}: {first.ranks} ranks, {first.stages} stages, {first.microbatches} microbatches, "
+              f"{args.steps} steps (gloo, local processes)", file=out, flush=True)
+    outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
+                     keep_logs=args.logs, names=args.file)
+    if outcome.failure is not None:
+        print(f"ppdsl run: failed: {outcome.failure}", file=sys.stderr)
+        return 1
+    for index, file in enumerate(args.file):
+        f = outcome.file(index)
+        losses = [f.losses[s] for s in sorted(f.losses)]
+        summary = f"ppdsl run: {file}: {len(losses)} steps"
+        if losses:
+            summary += f", loss {losses[0]:.6f} -> {losses[-1]:.6f}"
+        if f.step_time:
+            summary += f", {f.step_time * 1e3:.2f} ms/step"
+        if f.verify is not None:
+            summary += ", verify ok" if f.verify.get("ok") else ", verify FAILED"
+        print(summary, file=out)
+    if args.profile and outcome.profile is not None:
+        print(f"ppdsl run: wrote {args.profile} ({outcome.profile.get('actions')} measured actions)", file=out)
+    return outcome.code
+
+
+def _rebuild_argv(args: argparse.Namespace) -> list[str]:
+    """The arguments again, for each rank's own `ppdsl run`."""
+    argv = [*args.file, "--steps", str(args.steps), "--optimizer", args.optimizer, "--lr", repr(args.lr),
+            "--seed", str(args.seed), "--timeout", repr(args.timeout), "--rtol", repr(args.rtol)]
+    for name in ("model", "data", "loss", "profile"):
+        value = getattr(args, name)
+        if value is not None:
+            argv += [f"--{name}", value]
+    for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads")):
+        if getattr(args, name):
+            argv.append(flag)
+    return argv

@@ -1,0 +1,34 @@
+"""The PaddlePaddle runtime: the only part of ppdsl that imports paddle, and only lazily.
+
+    from ppdsl.runtime import PipelineSchedule
+    sched = PipelineSchedule(load_program("1f1b.pps"), {rank: my_stage}, loss_fn)
+    sched.step(inputs, target=targets, losses=losses)
+
+See docs/runtime.md. `ppdsl run` is a thin layer over this API (`worker.py`), with a local
+process launcher (`launcher.py`) that needs no paddle itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .schedule import PipelineSchedule, SetupError, StepError
+
+__all__ = ["PipelineSchedule", "SetupError", "StepError", "init_from_env"]
+
+
+def init_from_env() -> int:
+    """`paddle.distributed.init_parallel_env()` and this process's rank (env from a launcher)."""
+    import paddle.distributed as dist
+
+    dist.init_parallel_env()
+    return int(dist.get_rank())
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("PipelineSchedule", "SetupError", "StepError"):
+        from . import schedule
+
+        return getattr(schedule, name)
+    raise AttributeError(name)

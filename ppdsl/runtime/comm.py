@@ -1,0 +1,141 @@
+"""Point-to-point transport: one 2-rank group per communicating pair, timeouts, shape headers.
+
+Why pair groups: on gloo, every operation in a group advances one shared message counter, so
+a send between two members of a larger group desynchronises (see the notes on Paddle on
+CPU). Every rank creates the same groups in the same order, members or not.
+
+Why a backend's comm model: gloo runs a fused batch member by member, each blocking
+(`rendezvous`); NCCL posts a batch's members together (`grouped`). The runtime lints under
+the model of the backend it really has before the first step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..semantics import CommModel
+from .watchdog import Watchdog
+
+if TYPE_CHECKING:  # pragma: no cover
+    import paddle
+
+# dtype <-> small integer in shape headers.
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
+MAX_DIMS = 8
+HEADER = 2 + MAX_DIMS  # [ndim, dtype, d0 .. d7]
+
+
+def comm_model_of(backend: str) -> CommModel:
+    """gloo runs batches member by member; NCCL-like backends post them together."""
+    return CommModel.RENDEZVOUS if backend.lower() == "gloo" else CommModel.GROUPED
+
+
+class PeerError(RuntimeError):
+    """A send or receive failed (gloo timeout, broken connection)."""
+
+
+class Transport:
+    """Blocking send/recv to a global rank over that pair's own group."""
+
+    def __init__(self, rank: int, pairs: Sequence[tuple[int, int]], watchdog: Watchdog | None,
+                 backend: str | None = None):
+        import paddle.distributed as dist
+
+        self.rank = rank
+        self.dist = dist
+        self.backend = (backend or dist.get_backend()).lower()
+        self.model = comm_model_of(self.backend)
+        self.watchdog = watchdog
+        # peer global rank -> (group, process group, peer's rank inside the group)
+        self.links: dict[int, tuple[Any, Any, int]] = {}
+        for a, b in pairs:
+            if watchdog is not None:
+                watchdog.arm(f"creating the group of ranks {a} and {b}")
+            group = dist.new_group([a, b])
+            if rank in (a, b):
+                peer = b if rank == a else a
+                self.links[peer] = (group, group.process_group, group.get_group_rank(peer))
+        if watchdog is not None:
+            watchdog.disarm()
+
+    def _link(self, peer: int) -> tuple[Any, Any, int]:
+        link = self.links.get(peer)
+        if link is None:  # pragma: no cover - plans only name peers from the program's pairs
+            raise PeerError(f"no group with rank {peer}")
+        return link
+
+    def send(self, tensor: paddle.Tensor, peer: int, label: str) -> None:
+        _, pg, idx = self._link(peer)
+        wd = self.watchdog
+        if wd is not None:
+            wd.arm(label, f"sending to rank {peer}")
+        try:
+            pg.send(tensor, idx, True).wait()
+        except RuntimeError as exc:
+            raise _peer_error(exc, "sending to", peer) from None
+        if wd is not None:
+            wd.since = 0.0
+
+    def recv(self, tensor: paddle.Tensor, peer: int, label: str) -> None:
+        _, pg, idx = self._link(peer)
+        wd = self.watchdog
+        if wd is not None:
+            wd.arm(label, f"waiting for rank {peer}")
+        try:
+            pg.recv(tensor, idx, True).wait()
+        except RuntimeError as exc:
+            raise _peer_error(exc, "receiving from", peer) from None
+        if wd is not None:
+            wd.since = 0.0
+
+    def batch(self, ops: Sequence[tuple[bool, paddle.Tensor, int]], label: str) -> None:
+        """(is_send, tensor, peer) posted together: NCCL's group call."""
+        dist = self.dist
+        p2p = [dist.P2POp(dist.isend if is_send else dist.irecv, t, peer, self._link(peer)[0])
+               for is_send, t, peer in ops]
+        wd = self.watchdog
+        if wd is not None:
+            wd.arm(label, "in a batched send/receive with ranks " + ", ".join(sorted({str(p) for _, _, p in ops})))
+        try:
+            for task in dist.batch_isend_irecv(p2p):
+                task.wait()
+        except RuntimeError as exc:
+            raise _peer_error(exc, "exchanging with", ops[0][2]) from None
+        if wd is not None:
+            wd.disarm()
+
+    # --- shape headers: sent once per cross-rank activation, on the first step ------------
+    @staticmethod
+    def header_of(tensor: paddle.Tensor) -> paddle.Tensor:
+        import paddle
+
+        shape = list(tensor.shape)
+        dtype = str(tensor.dtype).removeprefix("paddle.")
+        if len(shape) > MAX_DIMS or dtype not in DTYPES:
+            raise ValueError(f"cannot send a tensor of shape {shape} and dtype {dtype} between ranks")
+        return paddle.to_tensor([len(shape), DTYPES.index(dtype)] + shape + [0] * (MAX_DIMS - len(shape)),
+                                dtype="int64")
+
+    @staticmethod
+    def empty_header() -> paddle.Tensor:
+        import paddle
+
+        return paddle.zeros([HEADER], dtype="int64")
+
+    @staticmethod
+    def from_header(header: paddle.Tensor) -> tuple[list[int], str]:
+        values = [int(v) for v in header.numpy().tolist()]
+        ndim, dtype = values[0], values[1]
+        if not 0 <= ndim <= MAX_DIMS or not 0 <= dtype < len(DTYPES):
+            raise PeerError(f"garbled shape header {values}: the ranks disagree about what is sent")
+        return values[2:2 + ndim], DTYPES[dtype]
+
+
+def _peer_error(exc: RuntimeError, doing: str, peer: int) -> PeerError:
+    text = str(exc)
+    if "TIMEOUT" in text or "Timed out" in text:
+        return PeerError(f"the transport gave up {doing} rank {peer} (gloo's own 30 s limit): "
+                         "the peer is stuck, dead, or waiting for something else")
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return PeerError(f"{doing} rank {peer} failed: {first[:300]}")

@@ -1,0 +1,306 @@
+"""Start one local process per rank (gloo over loopback) and watch them. No paddle here.
+
+Each rank is `python -m ppdsl run ...` with Paddle's plain environment variables, a pipe for
+its reports (JSON lines) and a tiny status file holding the step and action it is at. When a
+rank reports an error or exits non-zero, the others are stopped at once and the first failure
+is printed with its rank, step and action; a rank that died without a word (killed, crashed)
+is named from its status file. Paddle's own log lines go to one file per rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from attrs import define, field
+
+from ..ir import Program
+from .plan import compile_rank, needs_lowering
+
+STARTUP_SECONDS = 60.0  # importing paddle and joining the group, on a busy machine
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@define
+class FileOutcome:
+    """One schedule file's run: per-step losses, the verify verdict, rank 0's step times."""
+
+    losses: dict[int, float] = field(factory=dict)
+    verify: dict[str, Any] | None = None
+    step_time: float | None = None
+    step_times: list[float] = field(factory=list)
+    actions: dict[int, int] = field(factory=dict)
+
+
+@define
+class Outcome:
+    """What the launcher saw: each file's results, and the first failure."""
+
+    code: int = 0
+    files: dict[int, FileOutcome] = field(factory=dict)
+    failure: str | None = None
+    profile: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = field(factory=list)
+
+    def file(self, index: int) -> FileOutcome:
+        return self.files.setdefault(index, FileOutcome())
+
+
+class Progress:
+    """A one-line bar on a terminal, one line per step otherwise."""
+
+    def __init__(self, steps: int, stream: TextIO, quiet: bool, names: list[str]):
+        self.steps, self.stream, self.quiet, self.names = steps, stream, quiet, names
+        self.tty = stream.isatty()
+
+    def _prefix(self, file: int) -> str:
+        return f"{self.names[file]}: " if len(self.names) > 1 and file < len(self.names) else ""
+
+    def verdict(self, file: int, v: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        if v.get("ok"):
+            text = (f"verify ok: losses and {v.get('tensors')} gradients over {v.get('steps')} steps match the "
+                    f"unpipelined model (worst relative difference {float(v.get('worst', 0.0)):.1e})")
+        else:
+            text = f"verify FAILED: {v.get('message')}"
+        self.stream.write(f"{self._prefix(file)}{text}\n")
+        self.stream.flush()
+
+    def step(self, file: int, step: int, loss: float) -> None:
+        if self.quiet:
+            return
+        prefix = self._prefix(file)
+        if self.tty:
+            width = 24
+            done = int(width * (step + 1) / max(1, self.steps))
+            bar = "#" * done + "." * (width - done)
+            end = "\n" if step + 1 >= self.steps else ""
+            self.stream.write(f"\r{prefix}[{bar}] step {step + 1}/{self.steps}  loss {loss:.6f}{end}")
+        else:
+            self.stream.write(f"{prefix}step {step + 1}/{self.steps}  loss {loss:.6f}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        pass
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, timeout: float, quiet: bool = False,
+           stream: TextIO | None = None, keep_logs: str | None = None, names: Sequence[str] = ()) -> Outcome:
+    """Run `ppdsl run argv...` as local processes (one per rank) and collect what they report.
+
+    `programs` are the prepared programs of the files in argv, in order; all have the same
+    number of ranks."""
+    out = stream or sys.stdout
+    n = programs[0].ranks
+    tmp = Path(tempfile.mkdtemp(prefix="ppdsl-run-"))
+    ports = free_ports(n)
+    endpoints = ",".join(f"127.0.0.1:{p}" for p in ports)
+    procs: list[subprocess.Popen[bytes]] = []
+    readers: dict[int, int] = {}
+    logs: list[Path] = []
+    outcome = Outcome()
+    progress = Progress(steps, out, quiet, list(names))
+    sel = selectors.DefaultSelector()
+    try:
+        for rank in range(n):
+            status = tmp / f"status.{rank}"
+            status.write_bytes(b"\xff" * 12)
+            log = tmp / f"rank{rank}.log"
+            logs.append(log)
+            r, w = os.pipe()
+            env = dict(os.environ)
+            env.update({
+                "PADDLE_TRAINERS_NUM": str(n), "PADDLE_TRAINER_ENDPOINTS": endpoints,
+                "PADDLE_TRAINER_ID": str(rank), "PADDLE_CURRENT_ENDPOINT": f"127.0.0.1:{ports[rank]}",
+                "PADDLE_DISTRI_BACKEND": "gloo", "PPDSL_REPORT_FD": str(w), "PPDSL_STATUS_FILE": str(status),
+                "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")])),
+            })
+            env.setdefault("GLOG_minloglevel", "2")  # Paddle's INFO lines
+            env.setdefault("OMP_NUM_THREADS", "1")   # N ranks share this machine's cores
+            with open(log, "wb") as logf:
+                proc = subprocess.Popen([sys.executable, "-m", "ppdsl", "run", *argv], env=env,
+                                        stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                        pass_fds=(w,))
+            os.close(w)
+            os.set_blocking(r, False)
+            procs.append(proc)
+            readers[r] = rank
+            sel.register(r, selectors.EVENT_READ, rank)
+        _watch(procs, sel, readers, outcome, progress, programs, tmp, timeout)
+    except KeyboardInterrupt:
+        outcome.failure = outcome.failure or "interrupted"
+        outcome.code = 130
+        raise
+    finally:
+        _stop(procs)
+        for fd in list(readers):
+            try:
+                sel.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            os.close(fd)
+        sel.close()
+        progress.close()
+        if outcome.failure is not None and not quiet:
+            _print_tails(logs, out)
+        if keep_logs:
+            Path(keep_logs).mkdir(parents=True, exist_ok=True)
+            for log in logs:
+                shutil.copy(log, Path(keep_logs) / log.name)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return outcome
+
+
+def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, readers: dict[int, int],
+           outcome: Outcome, progress: Progress, programs: Sequence[Program], tmp: Path, timeout: float) -> None:
+    n = len(procs)
+    buffers = {fd: b"" for fd in readers}
+    ready: set[int] = set()
+    started = time.monotonic()
+    exited: dict[int, int] = {}
+    while len(exited) < n:
+        for key, _ in sel.select(timeout=0.1):
+            fd = int(key.fd)  # type: ignore[arg-type]
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                sel.unregister(fd)
+                continue
+            buffers[fd] += chunk
+            *lines, buffers[fd] = buffers[fd].split(b"\n")
+            for line in lines:
+                if line.strip():
+                    _event(json.loads(line), outcome, progress, ready)
+        for rank, proc in enumerate(procs):
+            if rank in exited:
+                continue
+            code = proc.poll()
+            if code is None:
+                continue
+            exited[rank] = code
+            if code != 0 and outcome.failure is None:
+                outcome.failure = _death(rank, code, programs, tmp)
+        if outcome.failure is not None:
+            outcome.code = 1
+            return
+        if len(ready) < n and time.monotonic() - started > STARTUP_SECONDS + timeout:
+            missing = sorted(set(range(n)) - ready)
+            outcome.failure = (f"rank {missing[0]} did not start within {STARTUP_SECONDS + timeout:g} s "
+                               "(importing paddle and joining the group)")
+            outcome.code = 1
+            return
+    # Drain what the last ranks wrote before exiting.
+    for fd in list(buffers):
+        try:
+            rest = buffers[fd] + os.read(fd, 1 << 20)
+        except (BlockingIOError, OSError):
+            rest = buffers[fd]
+        for line in rest.split(b"\n"):
+            if line.strip():
+                _event(json.loads(line), outcome, progress, ready)
+    verdicts = [f.verify for f in outcome.files.values() if f.verify is not None]
+    if any(not v.get("ok") for v in verdicts):
+        outcome.code = 1
+    if outcome.failure is not None:
+        outcome.code = 1
+
+
+def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[int]) -> None:
+    outcome.events.append(e)
+    kind = e.get("event")
+    rank = int(e.get("rank", -1))
+    f = outcome.file(int(e.get("file", 0)))
+    if kind == "ready":
+        ready.add(rank)
+    elif kind == "loss":
+        f.losses[int(e["step"])] = float(e["loss"])
+        progress.step(int(e.get("file", 0)), int(e["step"]), float(e["loss"]))
+    elif kind in ("error", "timeout", "setup_error"):
+        if outcome.failure is None:
+            outcome.failure = str(e.get("message"))
+            if kind == "timeout":
+                outcome.failure = f"rank {rank}: {outcome.failure}"
+    elif kind == "verify":
+        f.verify = e
+        progress.verdict(int(e.get("file", 0)), e)
+    elif kind == "done":
+        ready.add(rank)
+        f.actions[rank] = int(e.get("actions", 0))
+        if rank == 0:
+            f.step_time = float(e.get("step_time", 0.0))
+            f.step_times = list(e.get("step_times", []))
+    elif kind == "profile":
+        outcome.profile = e
+
+
+def _death(rank: int, code: int, programs: Sequence[Program], tmp: Path) -> str:
+    """A rank exited non-zero without reporting: name where it was from its status file."""
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+    try:
+        raw = (tmp / f"status.{rank}").read_bytes()
+        file, step, index = (int.from_bytes(raw[i:i + 4], "little", signed=True) for i in (0, 4, 8))
+    except (OSError, ValueError):
+        file, step, index = -1, -1, -1
+    if step < 0 or not 0 <= file < len(programs):
+        return f"rank {rank} {how} before its first step"
+    program = programs[file]
+    ops = compile_rank(program, rank).ops if not needs_lowering(program) else ()
+    label = ops[index].label if 0 <= index < len(ops) else f"action #{index}"
+    return f"rank {rank} {how} at step {step}, action {label}"
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 3.0
+    for p in live:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _print_tails(logs: list[Path], out: TextIO) -> None:
+    """The last lines of a rank's log when it holds a Python traceback (PPDSL_DEBUG=1)."""
+    if not os.environ.get("PPDSL_DEBUG"):
+        return
+    for rank, log in enumerate(logs):
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        if lines:
+            print(f"--- rank {rank} log (last 20 lines) ---", file=sys.stderr)
+            print("\n".join(lines[-20:]), file=sys.stderr)

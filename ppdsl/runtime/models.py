@@ -1,0 +1,116 @@
+"""The model contract, the built-in MLP and its synthetic data, and loading a user's model.
+
+A user's module provides three callables (named on the command line as `module:name` or
+`path/to/file.py:name`):
+
+- `build_stage(stage_index, num_stages) -> paddle.nn.Layer`: one pipeline stage. Its
+  `forward` takes one tensor and returns one tensor. Called with the same seed on every rank
+  (and again for `--verify`), so the same stage gets the same initial weights everywhere.
+- `batches() -> Iterable[(inputs, targets)]`: whole batches, one per step; the runtime splits
+  each along dimension 0 into the schedule's microbatches. Every rank calls it; the first
+  stage uses the inputs, the last stage the targets.
+- `loss(output, target) -> scalar Tensor`: the loss of one microbatch.
+
+A module may also set `NUM_STAGES = n` to say how many stages it can be cut into.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..diagnostics import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import paddle
+
+BUILTIN = "ppdsl.runtime.models"
+
+
+def load_callable(spec: str, what: str) -> Callable[..., Any]:
+    """`pkg.module:name` or `path/file.py:name` -> the object; UsageError when it is not there."""
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"--{what} {spec}: expected MODULE:NAME (e.g. mypkg.model:build_stage)")
+    module = _import(module_name, what)
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise UsageError(f"--{what} {spec}: module `{module_name}` has no `{attr}`")
+    if not callable(obj):
+        raise UsageError(f"--{what} {spec}: `{attr}` is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def module_of(spec: str) -> Any:
+    return _import(spec.rpartition(":")[0], "model")
+
+
+def _import(module_name: str, what: str) -> Any:
+    try:
+        if module_name.endswith(".py") or "/" in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                raise UsageError(f"--{what}: no such file {module_name}")
+            name = "_ppdsl_user_" + path.stem
+            if name in sys.modules:
+                return sys.modules[name]
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            return module
+        if "" not in sys.path and "." not in sys.path:
+            sys.path.insert(0, "")  # the user's own package in the working directory
+        return importlib.import_module(module_name)
+    except UsageError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"--{what}: cannot import `{module_name}`: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while importing
+        raise UsageError(f"--{what}: importing `{module_name}` failed: {type(exc).__name__}: {exc}") from None
+
+
+# --- the built-in model: a small MLP cut into as many stages as the schedule has ----------
+
+WIDTH = 32
+LAYERS_PER_STAGE = 2
+BATCH_PER_MICROBATCH = 4
+
+
+def build_stage(stage_index: int, num_stages: int) -> paddle.nn.Layer:
+    """`LAYERS_PER_STAGE` Linear+Tanh blocks; the last stage ends in a Linear to one output."""
+    import paddle
+
+    layers: list[paddle.nn.Layer] = []
+    for _ in range(LAYERS_PER_STAGE):
+        layers += [paddle.nn.Linear(WIDTH, WIDTH), paddle.nn.Tanh()]
+    if stage_index == num_stages - 1:
+        layers.append(paddle.nn.Linear(WIDTH, 1))
+    return paddle.nn.Sequential(*layers)
+
+
+def synthetic_batches(microbatches: int, seed: int = 0, batch: int | None = None) -> Iterator[tuple[Any, Any]]:
+    """A regression task the MLP can learn: y = sin(x . w) for a fixed random w.
+
+    Drawn with numpy's own generator so every rank gets the same numbers without touching
+    paddle's global random state."""
+    import numpy as np
+    import paddle
+
+    n = batch or BATCH_PER_MICROBATCH * microbatches
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((WIDTH, 1)).astype("float32")
+    while True:
+        x = rng.standard_normal((n, WIDTH)).astype("float32")
+        yield paddle.to_tensor(x), paddle.to_tensor(np.sin(x @ w))
+
+
+def loss(output: paddle.Tensor, target: paddle.Tensor) -> paddle.Tensor:
+    import paddle
+
+    return paddle.nn.functional.mse_loss(output, target)

@@ -1,0 +1,156 @@
+"""A rank's share of a program, compiled once into the flat list the interpreter runs.
+
+No paddle here: a plan is pure data, so it can be built and tested (and the launcher can
+validate a file) without importing the framework.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from attrs import frozen
+
+from ..diagnostics import UsageError
+from ..ir import Action, Batch, Idle, Kind, Overlap, Program
+from ..syntax.printer import print_program
+
+# Interpreter op codes. Compute kinds keep Kind's values; the rest are the runtime's own.
+F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)
+SEND_F, RECV_F, SEND_B, RECV_B = int(Kind.SEND_F), int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
+NOOP = 100  # UNSHARD / RESHARD / REDUCE_GRAD without data parallelism
+OVERLAP = 101
+BATCH = 102
+
+
+@frozen
+class Op:
+    """One thing a rank does. `peer` is the global rank a send/receive talks to (else -1)."""
+
+    code: int
+    stage: int
+    microbatch: int
+    peer: int
+    label: str
+    parts: tuple[Op, ...] = ()
+
+
+@frozen
+class Plan:
+    rank: int
+    ranks: int
+    stages: int
+    microbatches: int
+    local_stages: tuple[int, ...]
+    ops: tuple[Op, ...]
+    # Every pair of ranks that talks anywhere in the program, sorted: all ranks create one
+    # 2-rank group per pair in this order (gloo breaks P2P inside larger groups).
+    pairs: tuple[tuple[int, int], ...]
+    digest: str
+    training: bool
+
+    @property
+    def first_stage(self) -> bool:
+        return 0 in self.local_stages
+
+    @property
+    def last_stage(self) -> bool:
+        return self.stages - 1 in self.local_stages
+
+
+def peer_of(action: Action, placement: tuple[int, ...]) -> int:
+    """The rank on the other end of a send or receive."""
+    s, k = action.stage, action.kind
+    if k is Kind.SEND_F or k is Kind.RECV_B:
+        return placement[s + 1]
+    return placement[s - 1]
+
+
+def program_digest(program: Program) -> str:
+    """What all ranks must agree on: the explicit program text (rows, header, placement)."""
+    return hashlib.sha256(print_program(program).encode()).hexdigest()
+
+
+def communicating_pairs(program: Program) -> tuple[tuple[int, int], ...]:
+    pairs: set[tuple[int, int]] = set()
+    for rank, _, a in program.actions():
+        if a.kind.is_comm:
+            peer = peer_of(a, program.placement)
+            pairs.add((min(rank, peer), max(rank, peer)))
+    return tuple(sorted(pairs))
+
+
+def _check_action(a: Action, rank: int, program: Program) -> None:
+    """Local sanity a run needs beyond what the parser checks; the linter covers the rest."""
+    S, P = program.stages, program.placement
+    if a.kind.stage_only:
+        return
+    if P[a.stage] != rank:
+        raise UsageError(f"rank {rank} runs `{a}` but stage {a.stage} is placed on rank {P[a.stage]}")
+    if a.kind.is_comm:
+        if (a.kind in (Kind.SEND_F, Kind.RECV_B) and a.stage == S - 1) or \
+           (a.kind in (Kind.RECV_F, Kind.SEND_B) and a.stage == 0):
+            raise UsageError(f"`{a}` on rank {rank} has no stage to talk to")
+        if peer_of(a, P) == rank:
+            raise UsageError(f"`{a}` on rank {rank} sends between two stages of the same rank; "
+                             "stages on one rank hand data over locally, without send/recv")
+
+
+def needs_lowering(program: Program) -> bool:
+    """True when stages on different ranks exchange data but the program has no send/recv."""
+    if program.has_comms:
+        return False
+    P = program.placement
+    return any(P[s] != P[s + 1] for s in range(program.stages - 1))
+
+
+def _op(a: Action, rank: int, program: Program) -> Op:
+    _check_action(a, rank, program)
+    if a.kind.stage_only:
+        return Op(NOOP, a.stage, -1, -1, str(a))
+    assert a.microbatch is not None
+    peer = peer_of(a, program.placement) if a.kind.is_comm else -1
+    return Op(int(a.kind), a.stage, a.microbatch, peer, str(a))
+
+
+def compile_rank(program: Program, rank: int) -> Plan:
+    """The ops of one rank. Raises UsageError when the program cannot run as it stands."""
+    if not 0 <= rank < program.ranks:
+        raise UsageError(f"rank {rank} is outside this program's {program.ranks} ranks")
+    if needs_lowering(program):
+        raise UsageError("this program has no send/recv between its ranks: lower it first "
+                         "(`ppdsl expand --comms`)")
+    ops: list[Op] = []
+    for step in program.rows[rank]:
+        t = type(step)
+        if t is Idle:
+            continue
+        if t is Action:
+            assert isinstance(step, Action)
+            ops.append(_op(step, rank, program))
+        elif t is Overlap:
+            assert isinstance(step, Overlap)
+            # A forward never needs a backward, so forwards first always respects the data
+            # dependencies between the two halves of a pair.
+            parts = sorted((_op(p, rank, program) for p in step.parts), key=lambda o: o.code != F)
+            ops.append(Op(OVERLAP, -1, -1, -1, str(step), tuple(parts)))
+        else:
+            assert isinstance(step, Batch)
+            parts = tuple(_op(p, rank, program) for p in step.parts)
+            if not parts or any(not Kind(p.code).is_comm for p in parts if p.code != NOOP):
+                raise UsageError(f"batch `{step}` on rank {rank} must hold only sends and receives")
+            ops.append(Op(BATCH, -1, -1, -1, str(step), parts))
+    return Plan(
+        rank=rank,
+        ranks=program.ranks,
+        stages=program.stages,
+        microbatches=program.microbatches,
+        local_stages=program.stages_of(rank),
+        ops=tuple(ops),
+        pairs=communicating_pairs(program),
+        digest=program_digest(program),
+        training=program.mode == "train",
+    )
+
+
+def count_actions(plan: Plan) -> int:
+    return sum(len(op.parts) or 1 for op in plan.ops)

@@ -1,0 +1,65 @@
+"""Before the first step: lint under the backend's comm model, lower, and refuse what would hang.
+
+gloo runs every send and receive as a rendezvous, and a batch member by member; NCCL posts a
+batch's members together. A file that deadlocks under the model of the backend in use is
+refused here, with the wait-for cycle, instead of hanging at run time. No paddle here.
+"""
+
+from __future__ import annotations
+
+from ..diagnostics import Diagnostic, PpsError
+from ..ir import Program
+from ..semantics import CommModel, execute, wait_cycle
+from .plan import needs_lowering
+
+
+class Refused(Exception):
+    """The program would not run correctly under this backend; `str()` says why."""
+
+
+def lint(program: Program, model: CommModel) -> list[Diagnostic]:
+    """The checker's errors for this program under `model` (empty when it is sound)."""
+    try:
+        from ..check import check
+    except ImportError:  # no checker in this build: the deadlock test below still runs
+        return []
+    return [d for d in check(program, comm_model=str(model)) if d.is_error]
+
+
+def deadlock(program: Program, model: CommModel) -> str | None:
+    """How the program gets stuck under `model`, or None when every rank finishes."""
+    run = execute(program, model)
+    if run.completed:
+        return None
+    cycle = wait_cycle(run.waits)
+    waits = cycle or list(run.waits)
+    parts = [f"rank {w.rank} at `{w.action}` (step {w.step}) waits for {w.needs}"
+             + (f" from rank {w.on_rank}" if w.on_rank is not None else " which nothing produces")
+             for w in waits]
+    kind = "a wait-for cycle" if cycle else "stuck"
+    return f"under the `{model}` model it would hang ({kind}): " + "; ".join(parts)
+
+
+def prepare(program: Program, model: CommModel) -> Program:
+    """The program ready to run: linted under `model` and lowered to explicit send/recv.
+
+    Raises PpsError with the checker's diagnostics, or Refused when the lowered program would
+    deadlock under `model`.
+    """
+    errors = lint(program, model)
+    if errors:
+        raise PpsError(errors)
+    if needs_lowering(program):
+        try:
+            from ..lower import lower
+        except ModuleNotFoundError as exc:  # pragma: no cover - lowering ships with ppdsl
+            raise Refused("this program has no send/recv and lowering is not available") from exc
+        program = lower(program, fuse=False, comm_model=str(model))
+        errors = lint(program, model)
+        if errors:  # pragma: no cover - lowering produces sound programs from sound ones
+            raise PpsError(errors)
+    if program.ranks > 1:
+        why = deadlock(program, model)
+        if why is not None:
+            raise Refused(why)
+    return program

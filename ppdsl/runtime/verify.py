@@ -1,0 +1,123 @@
+"""`--verify`: the same model, data and weights run unpipelined in one process (rank 0).
+
+After each pipelined step every rank hands its gradients (and the last stage its losses) to
+rank 0, which runs all stages one microbatch after another, accumulating gradients the same
+way, and compares: the losses and every parameter's gradient must agree within `rtol`
+(max |a - b| over max |b|, per tensor). Its own optimizer then steps like the pipeline's, so
+later steps compare from the same weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .watchdog import Reporter
+
+
+def relative_difference(a: Any, b: Any) -> float:
+    import numpy as np
+
+    a = np.asarray(a, dtype="float64")
+    b = np.asarray(b, dtype="float64")
+    if a.shape != b.shape:
+        return float("inf")
+    scale = float(np.max(np.abs(b))) if b.size else 0.0
+    diff = float(np.max(np.abs(a - b))) if b.size else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+class Verifier:
+    def __init__(self, cfg: Any, setup: Any, rank: int, world: int):
+        from . import models
+        from .worker import build_stages, make_optimizer
+
+        self.cfg = cfg
+        self.setup = setup
+        self.rank = rank
+        self.failure: str | None = None
+        self.worst = 0.0
+        self.compared = 0
+        self.steps = 0
+        self.ref: dict[int, Any] = {}
+        self.optimizer: Any = None
+        if rank == 0:
+            build = models.build_stage if cfg.model is None else models.load_callable(cfg.model, "model")
+            stages = tuple(range(setup.program.stages))
+            self.ref = build_stages(build, stages, setup.program.stages, cfg.seed, cfg.model or "built-in")
+            params = [p for s in stages for p in self.ref[s].parameters()]
+            self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, params) if params else None
+
+    def _mine(self, losses: list[Any]) -> tuple[dict[str, Any], list[float]]:
+        grads = {}
+        for s, layer in sorted(self.setup.layers.items()):
+            for name, p in layer.named_parameters():
+                grads[f"stage{s}.{name}"] = None if p.grad is None else p.grad.numpy()
+        return grads, [float(v) for v in losses]
+
+    def check_step(self, step: int, inputs: Any, target: Any, losses: list[Any]) -> None:
+        import paddle
+        import paddle.distributed as dist
+
+        gathered: list[Any] = []
+        dist.all_gather_object(gathered, self._mine(losses))
+        if self.rank != 0 or self.failure is not None:
+            return
+        pipelined: dict[str, Any] = {}
+        pipe_losses: list[float] = []
+        for grads, ls in gathered:
+            pipelined.update(grads)
+            pipe_losses.extend(ls)
+        # The unpipelined model: every stage in order, microbatch by microbatch.
+        M = self.setup.program.microbatches
+        scale = 1.0 / M if self.cfg.scale_grads else 1.0
+        xs = paddle.split(inputs, M, axis=0) if M > 1 else [inputs]
+        ts = paddle.split(target, M, axis=0) if M > 1 else [target]
+        ref_losses = []
+        for x, t in zip(xs, ts):
+            for s in range(self.setup.program.stages):
+                x = self.ref[s](x)
+            loss = self.setup.loss_fn(x, t)
+            ref_losses.append(float(loss))
+            (loss * scale if scale != 1.0 else loss).backward()
+        self.steps += 1
+        if len(pipe_losses) != len(ref_losses):
+            self.failure = f"step {step}: the pipeline produced {len(pipe_losses)} losses, expected {len(ref_losses)}"
+            return
+        for m, (a, b) in enumerate(zip(pipe_losses, ref_losses)):
+            d = relative_difference(a, b)
+            self.worst = max(self.worst, d)
+            if d > self.cfg.rtol:
+                self.failure = f"step {step}: loss of microbatch {m} is {a!r}, unpipelined {b!r} (relative {d:.2e})"
+                return
+        for s in range(self.setup.program.stages):
+            for name, p in self.ref[s].named_parameters():
+                key = f"stage{s}.{name}"
+                got = pipelined.get(key, "missing")
+                want = None if p.grad is None else p.grad.numpy()
+                if isinstance(got, str) or (got is None) != (want is None):
+                    self.failure = f"step {step}: gradient of {key}: pipeline has {'none' if got is None else got}, " \
+                                   f"unpipelined has {'none' if want is None else 'one'}"
+                    return
+                if want is None:
+                    continue
+                d = relative_difference(got, want)
+                self.compared += 1
+                self.worst = max(self.worst, d)
+                if d > self.cfg.rtol:
+                    self.failure = (f"step {step}: gradient of {key} differs from the unpipelined model "
+                                    f"(max relative difference {d:.2e} > {self.cfg.rtol:g})")
+                    return
+
+    def optimizer_step(self) -> None:
+        if self.optimizer is not None:
+            self.optimizer.step()
+            self.optimizer.clear_grad(set_to_zero=False)
+
+    def finish(self, reporter: Reporter, file: int = 0) -> None:
+        if self.rank != 0:
+            return
+        reporter.send("verify", file=file, ok=self.failure is None, message=self.failure or "", worst=self.worst,
+                      steps=self.steps, tensors=self.compared)
+        if not reporter.attached:
+            print(f"verify: {'FAILED: ' + self.failure if self.failure else 'ok'} "
+                  f"(worst relative difference {self.worst:.2e})", flush=True)

@@ -1,0 +1,280 @@
+"""One rank of `ppdsl run`: set up, agree with the other ranks, train, report.
+
+Started by the local launcher (which passes a report pipe in PPDSL_REPORT_FD) or by
+`python -m paddle.distributed.launch` on a cluster (then it reports on stdout/stderr).
+Everything that can be checked alone (program, model factory, data, stage count) is checked
+before any communication; the ranks then share their set-up verdict in one collective so
+they all fail together with the same message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from attrs import frozen
+
+from ..diagnostics import PpsError, UsageError
+from ..load import load_program
+from ..semantics import CommModel
+from . import models
+from .comm import comm_model_of
+from .plan import Plan, compile_rank, count_actions
+from .preflight import Refused, prepare
+from .watchdog import Reporter, Watchdog
+
+
+@frozen
+class RunConfig:
+    """Everything a rank needs; built from `ppdsl run`'s arguments."""
+
+    files: tuple[str, ...]
+    steps: int = 5
+    model: str | None = None
+    data: str | None = None
+    loss: str | None = None
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    seed: int = 0
+    timeout: float = 60.0
+    verify: bool = False
+    rtol: float = 1e-6
+    profile: str | None = None
+    scale_grads: bool = True
+    warmup: int = 1
+
+
+def rank_from_env() -> tuple[int, int]:
+    return int(os.environ["PADDLE_TRAINER_ID"]), int(os.environ["PADDLE_TRAINERS_NUM"])
+
+
+def in_distributed_env() -> bool:
+    return "PADDLE_TRAINER_ID" in os.environ and "PADDLE_TRAINERS_NUM" in os.environ
+
+
+class Setup:
+    """What a rank builds before talking to anyone; `error` holds the first problem."""
+
+    def __init__(self, cfg: RunConfig, file: str, rank: int, world: int, model: CommModel):
+        self.error: str | None = None
+        self.plan: Plan | None = None
+        self.layers: dict[int, Any] = {}
+        self.program: Any = None
+        self.loss_fn: Any = None
+        self.batches: Iterator[tuple[Any, Any]] | None = None
+        try:
+            self._build(cfg, file, rank, world, model)
+        except (UsageError, Refused, SetupFailure) as exc:
+            self.error = str(exc)
+        except PpsError as exc:
+            self.error = "the program does not pass lint: " + "; ".join(
+                f"{d.path}:{d.line}:{d.column}: [{d.code}] {d.message}" for d in exc.diagnostics)
+
+    def _build(self, cfg: RunConfig, file: str, rank: int, world: int, model: CommModel) -> None:
+        program = load_program(file)
+        if program.ranks != world:
+            raise SetupFailure(f"{file} is written for {program.ranks} ranks but {world} processes were started")
+        self.program = prepare(program, model)
+        self.plan = compile_rank(self.program, rank)
+        build, module = (models.build_stage, None) if cfg.model is None else \
+            (models.load_callable(cfg.model, "model"), models.module_of(cfg.model))
+        declared = getattr(module, "NUM_STAGES", None) if module is not None else None
+        if declared is not None and declared != self.program.stages:
+            raise SetupFailure(f"--model {cfg.model}: the model has NUM_STAGES={declared} but the schedule "
+                               f"has {self.program.stages} stages")
+        self.layers = build_stages(build, self.plan.local_stages, self.program.stages, cfg.seed, cfg.model or "built-in")
+        self.loss_fn = models.loss if cfg.loss is None else models.load_callable(cfg.loss, "loss")
+        if cfg.data is None:
+            self.batches = models.synthetic_batches(self.program.microbatches, cfg.seed)
+        else:
+            source = models.load_callable(cfg.data, "data")
+            try:
+                self.batches = iter(source())
+            except Exception as exc:  # noqa: BLE001
+                raise SetupFailure(f"--data {cfg.data}: {type(exc).__name__}: {exc}") from None
+
+
+class SetupFailure(Exception):
+    pass
+
+
+def build_stages(build: Any, stages: tuple[int, ...], num_stages: int, seed: int, name: str) -> dict[int, Any]:
+    """Each stage from the same seed on every rank, so weights agree with `--verify`'s copy."""
+    import paddle
+
+    layers = {}
+    for s in stages:
+        paddle.seed(seed * 1_000_003 + s)
+        try:
+            layer = build(s, num_stages)
+        except Exception as exc:  # noqa: BLE001 - the user's factory failed
+            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) raised {type(exc).__name__}: {exc}") from None
+        if not isinstance(layer, paddle.nn.Layer):
+            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) returned {type(layer).__name__}, "
+                               "not a paddle.nn.Layer")
+        layers[s] = layer
+    return layers
+
+
+def make_optimizer(spec: str, lr: float, parameters: list[Any]) -> Any:
+    import paddle
+
+    table = {"sgd": paddle.optimizer.SGD, "adam": paddle.optimizer.Adam, "adamw": paddle.optimizer.AdamW,
+             "momentum": paddle.optimizer.Momentum}
+    if spec in table:
+        return table[spec](learning_rate=lr, parameters=parameters)
+    factory = models.load_callable(spec, "optimizer")
+    return factory(parameters)
+
+
+class Status:
+    """(file, step, op index) in a small shared file, so the launcher can name the action of a
+    rank that died without a word (killed, segfault)."""
+
+    def __init__(self) -> None:
+        self.mm: Any = None
+        self.file = 0
+        path = os.environ.get("PPDSL_STATUS_FILE")
+        if path:
+            import mmap
+
+            with open(path, "r+b") as f:
+                self.mm = mmap.mmap(f.fileno(), 12)
+
+    def set(self, step: int, index: int) -> None:
+        if self.mm is not None:
+            struct.pack_into("iii", self.mm, 0, self.file, step, index)
+
+
+def main(cfg: RunConfig) -> int:
+    logging.basicConfig(level=logging.WARNING)
+    rank, world = rank_from_env()
+    reporter = Reporter(rank)
+    watchdog = Watchdog(cfg.timeout, reporter)
+    try:
+        return _main(cfg, rank, world, reporter, watchdog)
+    except Exception as exc:  # noqa: BLE001 - every failure is reported, never a bare traceback
+        from .schedule import StepError
+
+        if isinstance(exc, StepError):
+            reporter.send("error", step=exc.step, action=exc.action, message=str(exc))
+        else:
+            where = f" at step {watchdog.step}" if watchdog.step >= 0 else ""
+            reporter.send("error", step=watchdog.step, action=watchdog.label,
+                          message=f"rank {rank}{where}: {type(exc).__name__}: {exc}")
+        if os.environ.get("PPDSL_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        return 1
+
+
+def backend_from_env() -> str:
+    import paddle
+
+    name = os.environ.get("PADDLE_DISTRI_BACKEND")
+    if name:
+        return name.lower()
+    return "nccl" if paddle.device.is_compiled_with_cuda() else "gloo"
+
+
+def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: Watchdog) -> int:
+    t_start = time.perf_counter()
+    import paddle.distributed as dist
+
+    backend = backend_from_env()
+    watchdog.arm("starting the process group", "all ranks")
+    dist.init_parallel_env()
+    watchdog.disarm()
+    reporter.send("ready", seconds=time.perf_counter() - t_start)
+    status = Status()
+    code = 0
+    for index, file in enumerate(cfg.files):
+        status.file = index
+        code = max(code, train(cfg, file, index, rank, world, backend, reporter, watchdog, status))
+        if code and not cfg.verify:
+            break
+    return code
+
+
+def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend: str, reporter: Reporter,
+          watchdog: Watchdog, status: Status) -> int:
+    """Train `cfg.steps` steps with one schedule file: 0 when all went well, 1 when not."""
+    import paddle.distributed as dist
+
+    watchdog.step = -1
+    setup = Setup(cfg, file, rank, world, comm_model_of(backend))
+    # One collective carries every rank's set-up verdict: all fail together, before any P2P.
+    verdicts: list[Any] = []
+    watchdog.arm("sharing set-up results", "all ranks")
+    dist.all_gather_object(verdicts, setup.error)
+    watchdog.disarm()
+    failed = [(r, e) for r, e in enumerate(verdicts) if e]
+    if failed:
+        r, e = failed[0]
+        reporter.send("setup_error", file=index, step=-1, action="set-up", message=f"rank {r}: {e}")
+        return 1
+    assert setup.plan is not None and setup.batches is not None
+    from .schedule import PipelineSchedule
+
+    sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, rank=rank, watchdog=watchdog,
+                             backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile))
+    params = [p for s in sorted(setup.layers) for p in setup.layers[s].parameters()]
+    optimizer = make_optimizer(cfg.optimizer, cfg.lr, params) if params else None
+    verifier = None
+    if cfg.verify:
+        from .verify import Verifier
+
+        verifier = Verifier(cfg, setup, rank, world)
+    if status.mm is not None:
+        sched.mark = status.set
+    step_times: list[float] = []
+    for step in range(cfg.steps):
+        try:
+            inputs, target = next(setup.batches)
+        except StopIteration:
+            break
+        status.set(step, 0)
+        losses: list[Any] = []
+        t0 = time.perf_counter()
+        sched.step(inputs, target=target, losses=losses)
+        step_times.append(time.perf_counter() - t0)
+        if setup.plan.last_stage and losses:
+            values = [float(v) for v in losses]
+            reporter.send("loss", file=index, step=step, loss=sum(values) / len(values), losses=values)
+            if not reporter.attached:
+                print(f"step {step}: loss {sum(values) / len(values):.6f}", flush=True)
+        if verifier is not None:
+            watchdog.step = step
+            watchdog.arm("comparing with the unpipelined model", "rank 0")
+            verifier.check_step(step, inputs, target, losses)
+            watchdog.disarm()
+        if optimizer is not None:
+            optimizer.step()
+            optimizer.clear_grad(set_to_zero=False)
+        if verifier is not None:
+            verifier.optimizer_step()
+    if verifier is not None:
+        verifier.finish(reporter, index)
+    steady = step_times[cfg.warmup:] or step_times
+    reporter.send("done", file=index, step_times=step_times, step_time=sum(steady) / max(1, len(steady)),
+                  actions=count_actions(setup.plan))
+    if cfg.profile:
+        from .profile import gather_profile
+
+        gather_profile(sched, cfg, rank, reporter)
+    return 1 if verifier is not None and verifier.failure is not None else 0
+
+
+def run_from_args(args: Any) -> int:
+    cfg = RunConfig(files=tuple(args.file), steps=args.steps, model=args.model, data=args.data, loss=args.loss,
+                    optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
+                    verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads)
+    code = main(cfg)
+    sys.stdout.flush()
+    return code
