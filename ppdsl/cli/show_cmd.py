@@ -1,0 +1,86 @@
+"""Draw a schedule's simulated timeline: in the terminal, or as Chrome trace, SVG or HTML.
+
+Without --trace/--svg/--html the timeline is printed: one lane per rank, colours by kind
+(with the `show` extra, i.e. rich; plain text otherwise or with NO_COLOR), cut into pages
+when wider than the terminal. A schedule with errors is still drawn: the steps that ran at
+their times, the rest after them, and the offending steps marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..diagnostics import Diagnostic, UsageError
+from ..render import terminal
+from ..render.svg import render_html, render_svg
+from ..render.timeline import build
+from ..render.trace import render_trace
+from ..simulate import Simulation, stuck_diagnostic
+from .common import print_diagnostics, write_output
+from .simulate_cmd import add_common, load_and_simulate
+
+MAX_PICTURE_STEPS = 200_000  # an SVG beyond this is megabytes no viewer draws well
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a .pps or .csv schedule")
+    add_common(p)
+    p.add_argument("--trace", metavar="OUT.json", help="write Chrome trace JSON (open in ui.perfetto.dev)")
+    p.add_argument("--svg", metavar="OUT.svg", help="write an SVG picture")
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page with hover details")
+    p.add_argument("--width", type=int, metavar="N",
+                   help="terminal: characters per line (default: the terminal's); svg/html: pixels (default 1200)")
+    p.add_argument("--title", help="title of the picture (default: the file name)")
+    colour = p.add_mutually_exclusive_group()
+    colour.add_argument("--color", "--colour", dest="colour", action="store_true", default=None,
+                        help="terminal: colours even when not writing to a terminal")
+    colour.add_argument("--no-color", "--no-colour", dest="colour", action="store_false",
+                        help="terminal: plain text (as NO_COLOR=1)")
+
+
+def diagnostics_for(sim: Simulation) -> list[Diagnostic]:
+    """The checker's errors for the simulated program, or the simulator's own when it gets stuck."""
+    from ..check import check
+
+    found = [d for d in check(sim.program, sim.comm_model) if d.is_error]
+    if not found and not sim.completed:
+        found = [stuck_diagnostic(sim)]
+    return found
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.width is not None and args.width < 20:
+        raise UsageError("--width must be at least 20")
+    sim = load_and_simulate(args.file, args)
+    problems = diagnostics_for(sim)
+    print_diagnostics(problems)
+    timeline = build(sim, problems)
+    title = args.title or Path(args.file).name
+    outputs = [(args.trace, "trace"), (args.svg, "svg"), (args.html, "html")]
+    wanted = [(path, kind) for path, kind in outputs if path]
+    if wanted and kind_too_big(sim, wanted):
+        raise UsageError(f"{sim.program.action_count} actions are too many for a picture "
+                         f"(limit {MAX_PICTURE_STEPS}); use --trace, which Perfetto handles at any size")
+    for path, kind in wanted:
+        if kind == "trace":
+            text = render_trace(sim, timeline, title)
+        elif kind == "svg":
+            text = render_svg(sim, timeline, title, args.width or 1200)
+        else:
+            text = render_html(sim, timeline, title, args.width or 1200)
+        write_output(path, text)
+        if path != "-":
+            print(f"wrote {path}", file=sys.stderr)
+    if not wanted:
+        colour = args.colour
+        if colour is None:
+            colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        sys.stdout.write(terminal.render(sim, timeline, title, args.width, colour))
+    return 1 if problems else 0
+
+
+def kind_too_big(sim: Simulation, wanted: list[tuple[str, str]]) -> bool:
+    return any(kind != "trace" for _, kind in wanted) and sim.program.action_count > MAX_PICTURE_STEPS

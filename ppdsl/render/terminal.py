@@ -1,0 +1,160 @@
+"""The timeline in a terminal: one lane per rank, one cell per time quantum, coloured by kind.
+
+The quantum is the shortest compute step, so with unit costs every action is one cell; longer
+actions span several cells and idle time is blank. Every cell carries the action's label, so
+the picture reads without colour (`NO_COLOR`, pipes, or without `rich` installed). A timeline
+wider than the terminal is cut into pages, one under the other, each with its time ruler.
+Steps a stuck run never reached are shown after the last completed one in lower case; `!`
+marks where a rank waits forever or what a diagnostic points at.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from typing import Any
+
+from ..simulate import Simulation
+from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
+
+
+def _rich() -> Any:
+    try:
+        import rich.console
+        import rich.text
+    except ImportError:
+        return None
+    return rich
+
+
+def terminal_width(default: int = 100) -> int:
+    return shutil.get_terminal_size((default, 24)).columns
+
+
+def _label(s: Slot, full: bool) -> str:
+    text = s.text if full else s.short
+    if s.status == "unreached":
+        text = text.lower()
+    if s.status in ("stuck", "error"):
+        text = "!" + text
+    return text
+
+
+def layout(sim: Simulation, timeline: Timeline, width: int) -> tuple[list[list[tuple[str, Slot | None]]], float, int]:
+    """Per rank, a list of cells (text, slot or None for idle); the quantum; the cell width."""
+    durations = [s.duration for s in timeline.slots if s.duration > 0 and s.category not in ("SEND", "RECV")]
+    if not durations:
+        durations = [s.duration for s in timeline.slots if s.duration > 0] or [1.0]
+    quantum = min(durations)
+    full = max_chunks(sim) > 1
+    labels = [len(_label(s, full)) for s in timeline.slots if s.duration >= quantum * 0.999]
+    cell = min(max(labels, default=2) + 1, 12)
+    columns = max(1, math.ceil(timeline.end / quantum - 1e-9))
+    lanes: list[list[tuple[str, Slot | None]]] = [[] for _ in range(timeline.ranks)]
+    for s in timeline.slots:  # in step order per rank
+        if s.duration <= 0:
+            continue  # a free send/receive takes no room; the legend says so
+        lane = lanes[s.rank]
+        c0 = int(s.start / quantum + 1e-9)
+        if c0 < len(lane):
+            if s.duration < quantum * 0.999:
+                continue  # a step shorter than a cell never pushes the ones after it
+            c0 = len(lane)  # rounding put two steps in one cell: keep both, in order
+        c1 = max(c0 + 1, int(round(s.end / quantum)))
+        lane.extend([(" " * cell, None)] * (c0 - len(lane)))
+        text = _label(s, full)
+        span = (c1 - c0) * cell
+        body = text[: span - 1].ljust(span - 1) + " "
+        lane.extend((body[k * cell:(k + 1) * cell], s) for k in range(c1 - c0))
+    columns = max([columns, *(len(lane) for lane in lanes)])
+    for lane in lanes:
+        lane.extend([(" " * cell, None)] * (columns - len(lane)))
+    return lanes, quantum, cell
+
+
+def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = None, colour: bool | None = None) -> str:
+    """The picture as text (with ANSI colours when `colour` and rich allow)."""
+    width = width or terminal_width()
+    lanes, quantum, cell = layout(sim, timeline, width)
+    gutter = len(f"rank {timeline.ranks - 1} ") + 1
+    per_page = max(1, (width - gutter) // cell)
+    columns = len(lanes[0]) if lanes else 0
+    rich = _rich()
+    use_colour = rich is not None and (colour if colour is not None else not os.environ.get("NO_COLOR"))
+    chunks = max_chunks(sim)
+    p = sim.program
+    head = (f"{title}: makespan {_num(sim.makespan)}, bubble {100 * sim.bubble_ratio:.1f}%, {p.ranks} ranks x "
+            f"{p.microbatches} microbatches, {sim.comm_model}" + ("" if sim.completed else "  STUCK: cannot finish"))
+    out_lines: list[Any] = [head]
+    for page in range(0, columns, per_page):
+        stop = min(columns, page + per_page)
+        ruler = [" "] * ((stop - page) * cell)
+        tick = max(1, math.ceil(8 / cell))
+        for c in range(page, stop, tick):
+            mark = _num(c * quantum)
+            pos = (c - page) * cell
+            if pos + len(mark) <= len(ruler):
+                ruler[pos:pos + len(mark)] = list(mark)
+        out_lines.append(" " * gutter + "".join(ruler).rstrip())
+        for r, lane in enumerate(lanes):
+            name = f"rank {r}".ljust(gutter - 1) + "|"
+            if use_colour:
+                text = rich.text.Text(name)
+                for chunk, slot in lane[page:stop]:
+                    text.append(chunk, style=_style(slot, chunks) if slot is not None else "")
+                out_lines.append(text)
+            else:
+                out_lines.append(name + "".join(chunk for chunk, _ in lane[page:stop]).rstrip())
+        if stop < columns:
+            out_lines.append("")
+    legend = "  ".join(f"{_short_legend(c)}={CATEGORIES[c]}" for c in kinds_in(timeline))
+    notes = [f"legend: {legend}; 1 cell = {_num(quantum)} time units"]
+    if any(s.duration <= 0 for s in timeline.slots):
+        notes.append("sends/receives cost nothing under these costs and are not drawn (--costs comm=...)")
+    if chunks > 1:
+        notes.append("labels are stage+kind+microbatch (ranks hold several stages)")
+    if timeline.problems:
+        notes.append("lower case: never reached; !: stuck or flagged")
+        notes.extend("  " + line for line in timeline.problems)
+    out_lines.extend(notes)
+    if use_colour:
+        console = rich.console.Console(width=10**6, force_terminal=True, color_system="auto", no_color=False,
+                                       highlight=False, soft_wrap=True, record=False, file=_Sink())
+        with console.capture() as cap:
+            for line in out_lines:
+                console.print(line)
+        return str(cap.get())
+    return "\n".join(str(line) for line in out_lines) + "\n"
+
+
+class _Sink:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def _style(slot: Slot, chunks: int) -> str:
+    if slot.status == "unreached":
+        return "dim"
+    colour = colour_of(slot, chunks)
+    fg = "black" if _light(colour) else "white"
+    style = f"{fg} on {colour}"
+    if slot.status in ("stuck", "error"):
+        style = f"bold white on #d62728"
+    return style
+
+
+def _light(hex_colour: str) -> bool:
+    r, g, b = (int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    return 0.299 * r + 0.587 * g + 0.114 * b > 0.55
+
+
+def _short_legend(category: str) -> str:
+    return {"SEND": "S", "RECV": "R", "OVERLAP": "F+B", "BATCH": "<n>", "OTHER": "U/RS/RG"}.get(category, category)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if x == int(x) else f"{x:.4g}"

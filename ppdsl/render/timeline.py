@@ -1,0 +1,180 @@
+"""What every picture draws: one slot per step, placed in time, with a category and a status.
+
+Steps a stuck run never reached are laid out after the rank's last completed step, one after
+another at their nominal cost, so a picture of a broken schedule still shows the whole
+schedule: `status` says which slots are real ("ok"), where a rank waits forever ("stuck"),
+which never ran ("unreached"), and which a diagnostic points at ("error").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from attrs import frozen
+
+from ..diagnostics import Diagnostic
+from ..ir import Action, Idle, Overlap, Step, actions_of
+from ..simulate import Simulation
+
+# Category of a slot: its colour and its legend entry.
+CATEGORIES: dict[str, str] = {
+    "F": "forward",
+    "B": "backward",
+    "I": "backward (input)",
+    "W": "backward (weight)",
+    "OVERLAP": "overlapped F+B",
+    "SEND": "send",
+    "RECV": "receive",
+    "BATCH": "fused send/recv batch",
+    "OTHER": "unshard / reshard / reduce",
+}
+
+COLOURS: dict[str, str] = {
+    "F": "#4c78a8",
+    "B": "#54a24b",
+    "I": "#f58518",
+    "W": "#b279a2",
+    "OVERLAP": "#72b7b2",
+    "SEND": "#8c8c8c",
+    "RECV": "#bab0ac",
+    "BATCH": "#9d755d",
+    "OTHER": "#eeca3b",
+}
+
+
+def category(step: Step) -> str:
+    if isinstance(step, Action):
+        k = step.kind
+        if k.is_compute:
+            return k.name
+        if k.is_send:
+            return "SEND"
+        if k.is_recv:
+            return "RECV"
+        return "OTHER"
+    if isinstance(step, Overlap):
+        return "OVERLAP"
+    return "BATCH"
+
+
+def lighten(hex_colour: str, amount: float) -> str:
+    """Mix a colour with white: 0 keeps it, 1 is white."""
+    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
+    return "#" + "".join(f"{c:02x}" for c in mix)
+
+
+@frozen
+class Slot:
+    rank: int
+    step: int
+    start: float
+    end: float
+    text: str  # the step as written: 0F3, (0F7;7B3), <0SEND_F3 0RECV_B0>
+    category: str
+    stage: int
+    microbatch: int | None
+    chunk: int  # which of its rank's stages (0 for the first): shades interleaved schedules
+    status: str  # ok | stuck | unreached | error
+    note: str = ""
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    @property
+    def short(self) -> str:
+        """`F3`, `SF3`, `RB0`, `F7+B3`, `<2>`: a label for narrow cells."""
+        step_kind = self.category
+        if step_kind == "OVERLAP" or step_kind == "BATCH":
+            return "+".join(_short_of(p) for p in _parts(self.text)) if step_kind == "OVERLAP" else f"<{self.text.count(' ') + 1}>"
+        return _short_of(self.text)
+
+
+def _parts(text: str) -> list[str]:
+    return text.strip("()<>").replace("OVERLAP_F_B", "").split(";")
+
+
+def _short_of(token: str) -> str:
+    i = 0
+    while i < len(token) and token[i].isdigit():
+        i += 1
+    rest = token[i:]
+    for long, short in (("SEND_", "S"), ("RECV_", "R"), ("UNSHARD", "U"), ("RESHARD", "RS"), ("REDUCE_GRAD", "RG")):
+        rest = rest.replace(long, short)
+    return rest
+
+
+@frozen
+class Timeline:
+    ranks: int
+    slots: tuple[Slot, ...]
+    end: float  # the right edge: makespan, or beyond it when unreached steps are laid out
+    makespan: float
+    problems: tuple[str, ...]  # one line per stuck rank or diagnostic, for captions
+
+
+def build(sim: Simulation, diagnostics: Iterable[Diagnostic] = ()) -> Timeline:
+    program = sim.program
+    table = sim.costs.table(program.stages)
+    marked: dict[tuple[int, int], str] = {}
+    problems: list[str] = []
+    for d in diagnostics:
+        if d.rank is not None and d.step is not None:
+            marked.setdefault((d.rank, d.step), f"{d.code}: {d.message}")
+        problems.append(f"{d.code}: {d.message}" + (f" (rank {d.rank}, step {d.step})" if d.rank is not None else ""))
+    stuck = {(w.rank, w.step): w for w in sim.waits}
+    for w in sim.waits:
+        who = f"rank {w.on_rank}" if w.on_rank is not None else "no rank"
+        problems.append(f"rank {w.rank} stuck at step {w.step} ({w.action}): waits for `{w.needs}` from {who}")
+    nominal_floor = min((c for row in table for c in row if c > 0), default=1.0)
+
+    def nominal(step: Step) -> float:
+        costs = [table[a.stage][a.kind] for a in actions_of(step) if a.stage < program.stages]
+        return max([*costs, nominal_floor]) if costs else nominal_floor
+
+    slots: list[Slot] = []
+    right = sim.makespan
+    for rank, row in enumerate(program.rows):
+        stages = program.stages_of(rank)
+        t = 0.0
+        for index, step in enumerate(row):
+            if type(step) is Idle:
+                continue
+            s, e = sim.starts[rank][index], sim.ends[rank][index]
+            status = "ok"
+            note = ""
+            if s is None or e is None:
+                status = "unreached"
+                s, e = t, t + nominal(step)
+                if (rank, index) in stuck:
+                    status = "stuck"
+                    w = stuck[(rank, index)]
+                    note = f"waits for {w.needs}" + (f" from rank {w.on_rank}" if w.on_rank is not None else "")
+            if (rank, index) in marked:
+                status = "error" if status == "ok" else status
+                note = (note + "; " if note else "") + marked[(rank, index)]
+            t = max(t, e)
+            first = actions_of(step)[0]
+            chunk = stages.index(first.stage) if first.stage in stages else 0
+            slots.append(Slot(rank, index, s, e, str(step), category(step), first.stage, first.microbatch, chunk,
+                              status, note))
+        right = max(right, t)
+    return Timeline(program.ranks, tuple(slots), right, sim.makespan, tuple(problems))
+
+
+def kinds_in(timeline: Timeline) -> list[str]:
+    """Categories present, in legend order."""
+    present = {s.category for s in timeline.slots}
+    return [c for c in CATEGORIES if c in present]
+
+
+def colour_of(slot: Slot, chunks: int) -> str:
+    base = COLOURS[slot.category]
+    if chunks > 1 and slot.chunk:
+        return lighten(base, 0.45 * slot.chunk / (chunks - 1))
+    return base
+
+
+def max_chunks(sim: Simulation) -> int:
+    return max((len(sim.program.stages_of(r)) for r in range(sim.program.ranks)), default=1)
