@@ -13,14 +13,14 @@ import os
 import sys
 from pathlib import Path
 
-from ..diagnostics import Diagnostic, UsageError
+from ..diagnostics import UsageError
 from ..render import terminal
 from ..render.svg import render_html, render_svg
 from ..render.timeline import build
 from ..render.trace import render_trace
-from ..simulate import Simulation, stuck_diagnostic
+from ..simulate import Simulation
 from .common import print_diagnostics, write_output
-from .simulate_cmd import add_common, load_and_simulate
+from .simulate_cmd import add_common, diagnostics_for, load_and_simulate
 
 MAX_PICTURE_STEPS = 200_000  # an SVG beyond this is megabytes no viewer draws well
 
@@ -39,16 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="terminal: colours even when not writing to a terminal")
     colour.add_argument("--no-color", "--no-colour", dest="colour", action="store_false",
                         help="terminal: plain text (as NO_COLOR=1)")
-
-
-def diagnostics_for(sim: Simulation) -> list[Diagnostic]:
-    """The checker's errors for the simulated program, or the simulator's own when it gets stuck."""
-    from ..check import check
-
-    found = [d for d in check(sim.program, sim.comm_model) if d.is_error]
-    if not found and not sim.completed:
-        found = [stuck_diagnostic(sim)]
-    return found
 
 
 def run(args: argparse.Namespace) -> int:

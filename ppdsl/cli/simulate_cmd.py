@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..costs import CostError, resolve
 from ..diagnostics import Diagnostic, PpsError, UsageError
@@ -50,6 +49,17 @@ def load_and_simulate(path: str, args: argparse.Namespace) -> Simulation:
         raise UsageError(exc.message) from None
 
 
+def diagnostics_for(sim: Simulation) -> list[Diagnostic]:
+    """The checker's errors for the simulated program, or the simulator's own when it gets stuck
+    and the checker has nothing to say. Warnings are `ppdsl lint`'s business."""
+    from ..check import check
+
+    found = [d for d in check(sim.program, sim.comm_model) if d.is_error]
+    if not found and not sim.completed:
+        found = [stuck_diagnostic(sim)]
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
     sims: list[tuple[str, Simulation]] = []
     problems: list[Diagnostic] = []
@@ -61,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
             print_diagnostics(exc.diagnostics)
             status = 1
             continue
-        if not sim.completed:
-            problems.append(stuck_diagnostic(sim))
+        found = diagnostics_for(sim)
+        if found:
+            problems.extend(found)
             status = 1
         sims.append((path, sim))
     print_diagnostics(problems)
@@ -72,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         data: object = sims[0][1].as_json(sims[0][0]) if len(sims) == 1 else [s.as_json(p) for p, s in sims]
         write_output(args.output, json.dumps(data, indent=2) + "\n")
     elif len(sims) == 1:
-        write_output(args.output, report(*sims[0], full_path=args.critical_path))
+        note = "the schedule has errors (above): the figures describe it as written" if status else ""
+        write_output(args.output, report(*sims[0], full_path=args.critical_path, status_note=note))
     else:
         write_output(args.output, compare(sims))
     return status
@@ -123,12 +135,14 @@ def _path_summary(sim: Simulation, full: bool) -> list[str]:
             "  (--critical-path lists every step)"]
 
 
-def report(path: str, sim: Simulation, full_path: bool = False) -> str:
+def report(path: str, sim: Simulation, full_path: bool = False, status_note: str = "") -> str:
     p = sim.program
     lines = [f"{path}: {p.ranks} ranks, {p.stages} stages, {p.microbatches} microbatches, "
              f"{p.action_count} actions, comm model {sim.comm_model}", _costs_line(sim)]
     if not sim.completed:
         lines.append("STUCK: the figures below cover only the steps that ran")
+    elif status_note:
+        lines.append(status_note)
     lines.append(f"makespan: {num(sim.makespan)}")
     lines.append(f"bubble:   {pct(sim.bubble_ratio)} of all ranks' time is not compute")
     rows = [["rank", "busy", "comm", "idle", "peak memory"]]
@@ -165,7 +179,3 @@ def compare(sims: list[tuple[str, Simulation]]) -> str:
     costs = {_costs_line(s) for _, s in sims}
     foot = [next(iter(costs))] if len(costs) == 1 else [f"{path}: {_costs_line(s)}" for path, s in sims]
     return "\n".join(_table(rows) + foot) + "\n"
-
-
-def fail(message: str) -> None:  # pragma: no cover - used by show for consistent wording
-    print(f"ppdsl: {message}", file=sys.stderr)
