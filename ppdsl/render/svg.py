@@ -156,7 +156,7 @@ def _slot(s: Slot, left: float, top: float, lane: int, gap: int, scale: float, c
         parts.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{lane}" fill="{fill}" stroke="{stroke}" '
                      f'stroke-width="{sw}"{dash}/>')
     if lane >= 14:
-        label = s.text if len(s.text) * CHAR_W + 4 <= w else s.short if len(s.short) * CHAR_W + 4 <= w else ""
+        label = s.text if len(s.text) * CHAR_W + 7 <= w else s.short if len(s.short) * CHAR_W + 7 <= w else ""
         if label:
             parts.append(f'<text x="{x + w / 2:.2f}" y="{y + lane / 2 + 4:.1f}" text-anchor="middle" fill="{text_fill}" '
                          f'pointer-events="none">{_esc(label)}</text>')
