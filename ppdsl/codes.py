@@ -38,4 +38,9 @@ CODES: Final[dict[str, str]] = {
     # --- conversion
     "PPS030": "malformed PyTorch CSV",
     "PPS031": "construct the target format cannot express",
+    # --- cost model (simulator)
+    "PPS350": "unknown cost key, or a per-stage cost for a stage the program lacks",
+    "PPS351": "bad cost value",
+    "PPS352": "malformed cost profile file",
+    "PPS353": "the simulation cannot reach the end: a rank waits forever under the chosen communication model",
 }
