@@ -38,6 +38,34 @@ CODES: Final[dict[str, str]] = {
     # --- conversion
     "PPS030": "malformed PyTorch CSV",
     "PPS031": "construct the target format cannot express",
+    # --- checker: structure and dependencies (ppdsl/check/)
+    "PPS101": "a stage runs on more than one rank, or not on the rank its placement names",
+    "PPS102": "program shape inconsistent: rows, placement, stage or microbatch out of range",
+    "PPS103": "a forward or backward is missing",
+    "PPS104": "an action appears more than once",
+    "PPS105": "a backward is both full (B) and split (I/W), or split without its other half",
+    "PPS106": "backward work in a forward-only (mode=inference) program",
+    "PPS107": "a backward runs before its forward, or W before its I, on the same rank",
+    "PPS108": "the actions wait on each other in a cycle (compute-only program)",
+    # --- checker: communication and deadlock
+    "PPS201": "a send has no matching receive",
+    "PPS202": "a receive has no matching send",
+    "PPS203": "a send or receive appears more than once",
+    "PPS204": "a send or receive between two stages on the same rank",
+    "PPS205": "a send runs before the compute that produces its data",
+    "PPS206": "a compute runs before the receive that feeds it, or nothing carries its input",
+    "PPS207": "a send or receive to a stage that does not exist",
+    "PPS208": "a batch holds something other than sends and receives",
+    "PPS210": "deadlock: ranks wait for each other in a cycle under the communication model",
+    "PPS211": "a rank waits forever for an operation no rank reaches",
+    "PPS220": "lowering needs a compute-only program",
+    # --- checker: memory
+    "PPS301": "peak live activations exceed the memory limit",
+    "PPS302": "memory weights do not match the number of stages",
+    # --- checker: warnings
+    "PPS401": "microbatches of a stage run out of order",
+    "PPS402": "a rank has no work",
+    "PPS403": "idle steps at the end of a row",
     # --- cost model (simulator)
     "PPS350": "unknown cost key, or a per-stage cost for a stage the program lacks",
     "PPS351": "bad cost value",

@@ -1,12 +1,17 @@
 """Print the fully explicit program: generators, ranges and zips expanded.
 
 Reads .pps and PyTorch .csv. The output is itself a valid .pps file.
+
+With --comms, a compute-only program gets its sends and receives, in an order that cannot
+deadlock even when every send blocks (gloo); --fuse then batches adjacent ones as
+`<0SEND_F3 0RECV_B0>` where --comm-model (default rendezvous) stays deadlock-free.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from ..diagnostics import UsageError
 from ..load import load_program
 from ..syntax.printer import print_program
 from .common import write_output
@@ -16,10 +21,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a .pps or .csv schedule")
     p.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     p.add_argument("--dialect", choices=("current", "legacy"), help="CSV dialect (default: detected)")
+    p.add_argument("--comms", action="store_true", help="insert sends and receives (compute-only input)")
+    p.add_argument("--fuse", action="store_true", help="with --comms: batch adjacent sends and receives of a rank")
+    p.add_argument("--comm-model", choices=("rendezvous", "grouped", "buffered"), default="rendezvous",
+                   help="with --fuse: the model the batches must stay deadlock-free under")
 
 
 def run(args: argparse.Namespace) -> int:
     program = load_program(args.file, dialect=args.dialect)
+    if args.fuse and not args.comms:
+        raise UsageError("--fuse needs --comms")
+    if args.comms:
+        from ..lower import lower
+
+        lowered = lower(program, fuse=args.fuse, comm_model=args.comm_model)
+        write_output(args.output, print_program(lowered, f"{args.file} with sends and receives "
+                                                f"(deadlock-free under {args.comm_model})"))
+        return 0
     note = None
     if program.generated is not None:
         call = ", ".join(f"{k}={v}" for k, v in program.generated.arguments)

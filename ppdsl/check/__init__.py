@@ -1,0 +1,69 @@
+"""The checker: prove a schedule sound, or say exactly where and why it is not.
+
+`check(program, comm_model, max_memory, memory_weights)` runs every rule family in the
+registry below, in order, and returns sorted, deduplicated diagnostics (errors and warnings).
+A family runs only when the families it REQUIRES found no error, so one fault is reported
+once, where it is, rather than again as each later consequence (a missing send would
+otherwise also be a deadlock).
+
+Each family is one module with a docstring that documents its codes, `FAMILY`, `CODES`,
+`REQUIRES` and `check(ctx) -> Iterator[Diagnostic]`; the registry is explicit, as in yamllint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+
+from ..diagnostics import Diagnostic, sorted_unique
+from ..ir import Program
+from ..semantics import CommModel
+from . import completeness, comms, deadlock, memory, order, structure, warnings
+from .context import Context, no_gc
+
+RULES: tuple[ModuleType, ...] = (structure, completeness, order, comms, deadlock, memory, warnings)
+
+RULE_OF_CODE: dict[str, ModuleType] = {code: rule for rule in RULES for code in rule.CODES}
+
+
+def explain(code: str) -> str | None:
+    """The documentation of a checker code (its rule module's docstring), or None."""
+    rule = RULE_OF_CODE.get(code.upper())
+    return rule.__doc__ if rule is not None else None
+
+
+def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_memory: float | None = None,
+            memory_weights: Sequence[float] | None = None, families: Sequence[str] | None = None,
+            stop_if_comms: bool = False) -> tuple[list[Diagnostic], Context]:
+    """check() and the context it built (with the execution, when the program got that far).
+
+    `families` limits the rule families run; `stop_if_comms` returns at once, with no
+    diagnostics, for a program with communication (lowering refuses those anyway)."""
+    with no_gc():
+        ctx = Context(program, CommModel(comm_model), max_memory, memory_weights)
+        if stop_if_comms and ctx.has_comms:
+            return [], ctx
+        return _analyse(ctx, families), ctx
+
+
+def _analyse(ctx: Context, families: Sequence[str] | None) -> list[Diagnostic]:
+    found: list[Diagnostic] = []
+    for rule in RULES:
+        if families is not None and rule.FAMILY not in families:
+            continue
+        if ctx.failed.intersection(rule.REQUIRES):
+            continue
+        produced = list(rule.check(ctx))
+        found.extend(produced)
+        if any(d.is_error for d in produced):
+            ctx.failed.add(rule.FAMILY)
+    return sorted_unique(found)
+
+
+def check(program: Program, comm_model: str | CommModel = "rendezvous", max_memory: float | None = None,
+          memory_weights: Sequence[float] | None = None) -> list[Diagnostic]:
+    """Every problem in `program`, sorted by position, without duplicates."""
+    return analyse(program, comm_model, max_memory, memory_weights)[0]
+
+
+__all__ = ["RULES", "analyse", "check", "explain"]

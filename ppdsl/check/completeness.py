@@ -1,0 +1,104 @@
+"""PPS103, PPS104, PPS105: is every piece of work there exactly once?
+
+PPS103 - a forward or backward is missing. Every (stage, microbatch) has one `F`, and in a
+    training program either one `B` or one `I` and one `W`. FAIL (1 stage, 2 microbatches):
+    `rank 0: 0F0 0F1 0B0`. Fix: add `0B1`, or declare `mode=inference` for a forward-only
+    program.
+
+PPS104 - an action appears twice (anywhere in the program). FAIL: `rank 0: 0F0 0F0 0B0`.
+    Fix: delete one. (Sends and receives twice are PPS203.)
+
+PPS203 - (reported here) a send or receive appears twice.
+
+PPS105 - a backward is both full and split (`B` and `I`), or split without its other half
+    (`I` without `W` or `W` without `I`). FAIL: `rank 0: 0F0 0I0`. Fix: add `0W0`, or write
+    `0B0` instead of the split pair.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from ..diagnostics import Diagnostic
+from ..semantics import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F, W
+from .context import SHIFT, Context, mb_ranges
+
+FAMILY = "completeness"
+CODES = ("PPS103", "PPS104", "PPS105", "PPS203")
+REQUIRES: tuple[str, ...] = ("structure",)  # families that must have found no error
+
+_COMM = {SEND_F, RECV_F, SEND_B, RECV_B}
+
+
+def check(ctx: Context) -> Iterator[Diagnostic]:
+    yield from _duplicates(ctx)
+    pos = ctx.pos
+    S, M = ctx.S, ctx.M
+    SM = S * M
+    train = ctx.program.mode == "train"
+    has = pos.__contains__
+    f = list(map(has, range(F, SM << 4, 16)))
+    if not all(f):
+        yield from _missing(ctx, [sm for sm, x in enumerate(f) if not x], "F", "forward")
+    if not train:
+        return
+    b = list(map(has, range(B, SM << 4, 16)))
+    i = list(map(has, range(I, SM << 4, 16)))
+    w = list(map(has, range(W, SM << 4, 16)))
+    if (all(b) and not any(i) and not any(w)) or (not any(b) and all(i) and all(w)):
+        return  # every backward full, or every backward split
+    # Backward state per (stage, mb): 4*B + 2*I + W; 4 (full) and 3 (split) are sound.
+    state = [x * 4 + y * 2 + z for x, y, z in zip(b, i, w)]
+    none = [sm for sm, x in enumerate(state) if x == 0]
+    yield from _missing(ctx, none, "B", "backward", "training needs a backward for every forward;"
+                        " declare `mode=inference` in the header for a forward-only program")
+    for sm, x in enumerate(state):
+        if x in (0, 3, 4):
+            continue
+        stage, mb = divmod(sm, M)
+        if x & 4:
+            code = sm << 4 | (I if x & 2 else W)
+            msg = f"`{stage}B{mb}` is a full backward, but {ctx.text(code)} splits the same backward"
+            help_ = f"keep either `{stage}B{mb}` or the pair `{stage}I{mb}` `{stage}W{mb}`"
+        elif x == 2:
+            code = sm << 4 | I
+            msg = f"`{stage}I{mb}` has no matching `{stage}W{mb}`"
+            help_ = f"add `{stage}W{mb}` after it, or write `{stage}B{mb}` for a full backward"
+        else:
+            code = sm << 4 | W
+            msg = f"`{stage}W{mb}` has no matching `{stage}I{mb}`"
+            help_ = f"add `{stage}I{mb}` before it"
+        rank, step = ctx.locate(pos[code])
+        yield ctx.diag("PPS105", msg, rank, step, help=help_)
+
+
+def _missing(ctx: Context, sms: list[int], kind: str, what: str, help: str | None = None) -> Iterator[Diagnostic]:
+    M = ctx.M
+    by_stage: dict[int, list[int]] = {}
+    for sm in sms:
+        by_stage.setdefault(sm // M, []).append(sm % M)
+    for stage, mbs in sorted(by_stage.items()):
+        rank = ctx.program.placement[stage]
+        noun = "microbatch" if len(mbs) == 1 else "microbatches"
+        token = f"{stage}{kind}{mbs[0]}" if len(mbs) == 1 else f"{stage}{kind}{{...}}"
+        yield ctx.diag("PPS103", f"stage {stage} (rank {rank}) has no {what} for {noun} {mb_ranges(mbs)} (`{token}`)",
+                       rank, None, help=help or f"add the missing `{stage}{kind}` actions to rank {rank}'s row")
+
+
+def _duplicates(ctx: Context) -> Iterator[Diagnostic]:
+    total = sum(len(c) for c in ctx.enc.codes) - len(ctx.enc.invalid)
+    if len(ctx.pos) == total:
+        return
+    counts = Counter(c for codes in ctx.enc.codes for c in codes if c >= 0 and (c & 15) < 8)
+    repeated = {c for c, n in counts.items() if n > 1}
+    if not repeated:
+        return
+    first = ctx.pos
+    for rank, codes in enumerate(ctx.enc.codes):
+        for i, c in enumerate(codes):
+            if c in repeated and first[c] != (rank << SHIFT | i):
+                r0, s0 = ctx.locate(first[c])
+                code = "PPS203" if (c & 15) in _COMM else "PPS104"
+                yield ctx.diag(code, f"{ctx.text(c)} appears again; it first runs on rank {r0} at step {s0}",
+                               rank, ctx.enc.step_of(rank, i), help="each action runs exactly once: delete one")

@@ -1,0 +1,147 @@
+"""What every rule sees: the program, its integer encoding, where each action stands, and a
+way to turn (rank, step) into a located diagnostic.
+
+Built once per `check()` call. The position table maps an action code (see
+`semantics.encode`) to its global index `rank << SHIFT | i` (i: index of the action in the
+rank's list of actions), so rules can ask "is `2RECV_F3` there, and before `2F3`?" with one
+dict lookup.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from itertools import repeat
+
+from ..diagnostics import Diagnostic, Severity
+from ..ir import Program, Span
+from ..semantics import CommModel, Encoded, Execution, encode
+
+SHIFT = 32
+LOW = (1 << SHIFT) - 1
+_WORD = re.compile(r"\S+")
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: checking and lowering make hundreds of thousands of
+    small acyclic objects, and each generation-2 pass would rescan all of them (measured: it
+    made lowering 64 ranks x 1024 microbatches several times slower)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def mb_ranges(mbs: Sequence[int]) -> str:
+    """[0,1,2,5] -> `{0..2}`, `5` style text for compact messages."""
+    out: list[str] = []
+    items = sorted(mbs)
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
+            j += 1
+        out.append(str(items[i]) if i == j else f"{{{items[i]}..{items[j]}}}")
+        i = j + 1
+    return ", ".join(out)
+
+
+class Context:
+    def __init__(self, program: Program, model: CommModel, max_memory: float | None,
+                 memory_weights: Sequence[float] | None):
+        self.program = program
+        self.model = model
+        self.max_memory = max_memory
+        self.memory_weights = memory_weights
+        self.S, self.M = program.stages, program.microbatches
+        self.enc: Encoded = encode(program)
+        self.path = program.source.path if program.source is not None else "<input>"
+        # Filled by the rules, read by later ones.
+        self.failed: set[str] = set()  # rule families that reported an error
+        self.execution: Execution | None = None
+        self._pos: dict[int, int] | None = None
+        self._kinds: set[int] | None = None
+        self._span_cache: dict[int, tuple[list[int], list[list[tuple[int, int]] | None]]] = {}
+
+    # -- tables ----------------------------------------------------------------------------
+    @property
+    def pos(self) -> dict[int, int]:
+        """code -> global index of its first occurrence."""
+        if self._pos is None:
+            pos: dict[int, int] = {}
+            for rank in range(len(self.enc.codes) - 1, -1, -1):
+                codes = self.enc.codes[rank]
+                base = rank << SHIFT
+                # Later occurrences first, so the first occurrence wins in update().
+                pos.update(zip(reversed(codes), range(base + len(codes) - 1, base - 1, -1)))
+            pos.pop(-1, None)
+            self._pos = pos
+        return self._pos
+
+    @property
+    def kinds(self) -> set[int]:
+        """The kinds of action the program uses."""
+        if self._kinds is None:
+            self._kinds = set()
+            for codes in self.enc.codes:
+                self._kinds.update(map(int.__and__, codes, repeat(15)))
+            self._kinds.discard(15)  # the -1 of an invalid action
+        return self._kinds
+
+    @property
+    def has_comms(self) -> bool:
+        return not self.kinds.isdisjoint((4, 5, 6, 7))
+
+    def locate(self, g: int) -> tuple[int, int]:
+        """(rank, step) of a global index."""
+        rank, i = g >> SHIFT, g & LOW
+        return rank, self.enc.step_of(rank, i)
+
+    def text(self, code: int) -> str:
+        return f"`{self.enc.describe(code)}`"
+
+    # -- locations -------------------------------------------------------------------------
+    def span(self, rank: int | None, step: int | None) -> Span:
+        source = self.program.source
+        if source is None:
+            return Span(1, 1)
+        if rank is None:
+            return source.header
+        if step is None or not (0 <= rank < len(source.steps)) or not source.steps[rank]:
+            return source.rows[rank] if 0 <= rank < len(source.rows) and source.rows[rank] is not None else source.header  # type: ignore[return-value]
+        cached = self._span_cache.get(rank)
+        segments = source.steps[rank]
+        assert segments is not None
+        if cached is None:
+            cached = ([s.first for s in segments], [None] * len(segments))
+            self._span_cache[rank] = cached
+        firsts, words = cached
+        import bisect
+
+        k = bisect.bisect_right(firsts, step) - 1
+        if k < 0:
+            return source.step_span(rank, step)
+        seg = segments[k]
+        if seg.run is None:
+            return Span(seg.line, seg.column)
+        if words[k] is None:
+            words[k] = [(m.start(), m.end()) for m in _WORD.finditer(seg.run)]
+        w = words[k]
+        assert w is not None
+        j = step - seg.first
+        if 0 <= j < len(w):
+            return Span(seg.line, seg.column + w[j][0], seg.column + w[j][1])
+        return Span(seg.line, seg.column)
+
+    def diag(self, code: str, message: str, rank: int | None = None, step: int | None = None,
+             help: str | None = None, notes: Sequence[str] = (), warning: bool = False) -> Diagnostic:
+        span = self.span(rank, step)
+        return Diagnostic(code, message, self.path, span.line, span.column, span.end_column,
+                          Severity.WARNING if warning else Severity.ERROR, rank, step, help,
+                          tuple(notes))  # type: ignore[arg-type]

@@ -1,0 +1,78 @@
+"""PPS301, PPS302: do the live activations of each rank fit?
+
+Uses the activation model of `ppdsl.memory` (shared with the simulator): an `F` makes one
+activation of its stage live (times the stage's weight), the `B` that consumes it frees it,
+or the `W` when the backward is split; an overlapped pair counts both.
+
+PPS301 - peak live activations on a rank exceed the limit (`memory=N` in the header, or
+    `ppdsl lint --max-memory N`, which wins). The report names the rank and the step where
+    the peak is first reached. Fix: fewer warm-up forwards on that rank (e.g. 1F1B instead
+    of GPipe), or a higher limit.
+
+PPS302 - memory weights given for another number of stages than the program has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from itertools import accumulate, repeat
+
+from .. import memory
+from ..diagnostics import Diagnostic
+from ..semantics import B, F, W
+from .context import Context
+
+FAMILY = "memory"
+CODES = ("PPS301", "PPS302")
+REQUIRES: tuple[str, ...] = ("structure", "completeness")  # families that must have found no error
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def check(ctx: Context) -> Iterator[Diagnostic]:
+    limit = ctx.max_memory if ctx.max_memory is not None else ctx.program.memory_limit
+    weights = ctx.memory_weights
+    if weights is not None and len(weights) != ctx.S:
+        yield ctx.diag("PPS302", f"{len(weights)} memory weights for {ctx.S} stages", help="give one weight per stage")
+        return
+    if limit is None:
+        return
+    peaks = _fast_peaks(ctx, weights)
+    if peaks is None:
+        prof = memory.profile(ctx.program, weights)
+        peaks = list(zip(prof.peak, prof.peak_step))
+    source = "--max-memory" if ctx.max_memory is not None else "the header's `memory`"
+    for rank, (peak, step) in enumerate(peaks):
+        if peak > limit and step is not None:
+            yield ctx.diag("PPS301", f"rank {rank} holds {_number(peak)} live activations at step {step}, "
+                           f"over the limit of {_number(limit)} ({source})", rank, step,
+                           help="start fewer forwards before the first backward on this rank, or raise the limit")
+
+
+def _fast_peaks(ctx: Context, weights: Sequence[float] | None) -> list[tuple[float, int | None]] | None:
+    """`memory.profile`'s peaks from the integer codes, as prefix sums: the same model (a test
+    compares them) at a fraction of the cost. Valid once completeness holds (a `B` is never
+    split, a `W` always is). Rows with overlapped pairs take `memory.profile` itself."""
+    enc = ctx.enc
+    if any(not is_batch for groups in enc.groups for is_batch, _ in groups.values()):
+        return None
+    sign = [0] * 16
+    sign[F], sign[B], sign[W] = 1, -1, -1
+    out: list[tuple[float, int | None]] = []
+    if weights is not None:
+        M = ctx.M
+        per_sm = [float(w) for w in weights for _ in range(M)]
+    for rank, codes in enumerate(enc.codes):
+        if weights is None:
+            deltas: list[float] | list[int] = list(map(sign.__getitem__, map(int.__and__, codes, repeat(15))))
+        else:
+            deltas = [per_sm[c >> 4] * sign[c & 15] for c in codes]
+        live = list(accumulate(deltas))
+        peak = max(live, default=0)
+        if peak <= 0:
+            out.append((0.0, None))
+            continue
+        out.append((float(peak), enc.step_of(rank, live.index(peak))))
+    return out

@@ -1,0 +1,61 @@
+"""PPS401-PPS403: warnings. They never fail `ppdsl lint` (exit 0).
+
+PPS401 - the microbatches of a stage run out of order (e.g. `0F1` before `0F0`), neither
+    increasing nor wholly reversed. Legal, but usually a typo.
+PPS402 - a rank has no work at all: its row is empty or idle.
+PPS403 - idle steps `_` at the end of a row: they do nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from operator import lt
+from typing import cast
+
+from ..diagnostics import Diagnostic
+from ..ir import Idle
+from ..semantics import B, F, I, W
+from .context import Context
+
+FAMILY = "warnings"
+CODES = ("PPS401", "PPS402", "PPS403")
+REQUIRES: tuple[str, ...] = ("structure",)  # families that must have found no error
+
+_NAMES = {F: "forwards", B: "backwards", I: "input gradients (I)", W: "weight gradients (W)"}
+
+
+def check(ctx: Context) -> Iterator[Diagnostic]:
+    pos = ctx.pos
+    get = pos.get
+    S, M = ctx.S, ctx.M
+    kinds = [k for k in (F, B, I, W) if k in ctx.kinds]
+    for stage in range(S):
+        base = stage * M
+        for k in kinds:
+            at = list(map(get, range((base << 4) | k, ((base + M) << 4) | k, 16)))
+            if None not in at and all(map(lt, cast("list[int]", at), cast("list[int]", at[1:]))):
+                continue  # the common case, decided without a Python-level loop
+            present = [(x, m) for m, x in enumerate(at) if x is not None]
+            if len(present) < 2:
+                continue
+            ordered = [x for x, _ in present]
+            if all(a < b for a, b in zip(ordered, ordered[1:])) or all(a > b for a, b in zip(ordered, ordered[1:])):
+                continue  # in order, or deliberately reversed (LIFO backwards, as looped BFS)
+            j = next(j for j in range(1, len(present)) if present[j][0] < present[j - 1][0])
+            late, early = present[j - 1], present[j]  # `late` is the smaller microbatch, run later
+            rank, step = ctx.locate(late[0])
+            yield ctx.diag("PPS401", f"stage {stage} runs its {_NAMES[k]} out of order: "
+                           f"{ctx.text((base + late[1]) << 4 | k)} comes after {ctx.text((base + early[1]) << 4 | k)}",
+                           rank, step, warning=True, help="run microbatches in increasing order unless you mean it")
+    for rank, row in enumerate(ctx.program.rows):
+        if not ctx.enc.codes[rank] if rank < len(ctx.enc.codes) else True:
+            yield ctx.diag("PPS402", f"rank {rank} has no work", rank, None, warning=True,
+                           help="give it a stage, or use fewer ranks")
+            continue
+        trailing = 0
+        while trailing < len(row) and type(row[len(row) - 1 - trailing]) is Idle:
+            trailing += 1
+        if trailing:
+            step = len(row) - trailing
+            yield ctx.diag("PPS403", f"rank {rank} ends with {trailing} idle step{'s' if trailing > 1 else ''}", rank, step,
+                           warning=True, help="delete the trailing `_`: they do nothing")

@@ -1,0 +1,85 @@
+"""Check schedules: structure, dependencies, communication, deadlock, memory.
+
+Reads .pps and PyTorch .csv files. Prints every problem located as file:line:col with the
+rank, the step and the actions involved. Exit 0 when no file has an error (warnings are
+allowed), 1 when one has, 2 on a usage or I/O error.
+
+  ppdsl lint schedules/*.pps
+  ppdsl lint --comm-model grouped paddle_1f1b.pps     # is it safe on NCCL?
+  ppdsl lint --max-memory 4 --format json my.pps
+  ppdsl lint --explain PPS210
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..check import check, explain
+from ..diagnostics import Diagnostic, PpsError, UsageError, to_json
+from ..load import load_program
+from ..semantics import MODELS
+from .common import print_diagnostics
+
+DEFAULT_MAX_ERRORS = 50
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", metavar="FILE", nargs="*", help=".pps or .csv schedules")
+    p.add_argument("--comm-model", choices=MODELS, default="rendezvous",
+                   help="rendezvous: gloo, blocking sends (default); grouped: NCCL, batches posted "
+                        "together; buffered: sends never block")
+    p.add_argument("--max-memory", type=float, metavar="N",
+                   help="limit on live activations per rank (overrides the header's `memory`)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--max-errors", type=int, metavar="N",
+                   help=f"show at most N diagnostics per file, then a count of the rest "
+                        f"(default {DEFAULT_MAX_ERRORS} for text, all for json; 0: all)")
+    p.add_argument("--explain", metavar="CODE", help="print what a checker code means and how to fix it")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.explain:
+        doc = explain(args.explain)
+        if doc is None:
+            raise UsageError(f"no checker code `{args.explain}` (checker codes are PPS1xx-PPS4xx)")
+        print(doc.strip())
+        return 0
+    if not args.files:
+        raise UsageError("no files given")
+    if args.max_memory is not None and args.max_memory <= 0:
+        raise UsageError("--max-memory must be positive")
+    limit = args.max_errors if args.max_errors is not None else (DEFAULT_MAX_ERRORS if args.format == "text" else 0)
+    shown: list[Diagnostic] = []
+    errors = warnings = 0
+    status = 0
+    for path in args.files:
+        try:
+            found = check(load_program(path), args.comm_model, args.max_memory)
+        except PpsError as exc:
+            found = list(exc.diagnostics)
+        except UsageError as exc:
+            print(f"ppdsl lint: error: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        n_err = sum(d.is_error for d in found)
+        errors += n_err
+        warnings += len(found) - n_err
+        rest = 0
+        if limit and len(found) > limit:
+            rest = len(found) - limit
+            found = found[:limit]
+        if args.format == "text":
+            print_diagnostics(found, sys.stdout)
+            if rest:
+                print(f"{path}: ... and {rest} more diagnostic{'s' * (rest != 1)} (see --max-errors)")
+        else:
+            shown.extend(found)
+    if args.format == "json":
+        print(to_json(shown))
+    elif errors or warnings:
+        print(f"{errors} error{'s' * (errors != 1)} and {warnings} warning{'s' * (warnings != 1)} "
+              f"in {len(args.files)} file{'s' * (len(args.files) != 1)}", file=sys.stderr)
+    if status:
+        return status
+    return 1 if errors else 0
