@@ -139,3 +139,10 @@ def test_schedules_render(path: Path, tmp_path: Path) -> None:
         png = tmp_path / "t.png"
         subprocess.run(["rsvg-convert", "-o", str(png), str(svg)], check=True, timeout=60)
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_terminal_without_rich_is_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(terminal, "_rich", lambda: None)
+    sim = one_f_one_b()
+    text = terminal.render(sim, build(sim), "t", width=120, colour=True)
+    assert not ANSI.search(text) and "F0 F1 F2 F3" in text

@@ -121,3 +121,14 @@ def test_agrees_with_semantics_on_generated_schedules() -> None:
         assert (sim.starts, sim.ends, sim.makespan) == (ex.starts, ex.ends, ex.makespan), name
         assert 0 <= sim.bubble_ratio < 1
         assert sim.critical_path[-1].end == sim.makespan and sim.critical_path[0].start == 0
+
+
+def test_stuck_diagnostic_points_at_the_cycle() -> None:
+    from ppdsl.simulate import stuck_diagnostic
+
+    text = ("pipeline ranks=2 microbatches=2\n"
+            "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+            "rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n")
+    d = stuck_diagnostic(simulate(parse(text, "d.pps")))
+    assert (d.code, d.path, d.line, d.column, d.end_column) == ("PPS353", "d.pps", 2, 26, 34)
+    assert "rank 0 -> rank 1 -> rank 0" in d.message and len(d.notes) == 2
