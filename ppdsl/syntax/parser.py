@@ -395,7 +395,7 @@ class _Builder:
             raise _Fail(self.error("PPS016", f"stage{'s' if len(missing) > 1 else ''} {listed} appear{'' if len(missing) > 1 else 's'} "
                                    f"in no row, so {'their ranks are' if len(missing) > 1 else 'its rank is'} unknown",
                                    s.line, s.column, (s.end_column or s.column + 1) - s.column,
-                                   help="write their actions, or give `placement=loop`, `placement=v` or a list of ranks"))
+                                   help="give every stage an action in some row, or say `placement=loop`, `placement=v` or list the ranks"))
         # A stage found on several rows is left on its first rank; the checker reports the rest.
         return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages))
 

@@ -1,0 +1,108 @@
+"""How fast `.pps` text becomes a Program: actions per second, and growth with size.
+
+    python benchmarks/bench_parse.py            # the full 64 x 1024 x 2 schedule and its scaling
+    python benchmarks/bench_parse.py --quick    # a quarter-size run, a few seconds
+
+The schedule is interleaved 1F1B with 64 ranks, 1024 microbatches and 2 virtual stages per
+rank (128 stages): 262,144 compute actions written out explicitly, and the same schedule with
+its sends and receives (~780k actions). Each is parsed at 1/4, 1/2 and full size (microbatches
+scaled) so the ratios show whether time grows linearly. The target is >= 500k actions/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ppdsl.ir import Program  # noqa: E402
+from ppdsl.syntax.parser import parse  # noqa: E402
+from ppdsl.syntax.printer import print_program  # noqa: E402
+
+RANKS, MICROBATCHES, VIRTUAL = 64, 1024, 2
+TARGET = 500_000
+
+
+def compute_program(microbatches: int) -> Program:
+    """Interleaved 1F1B from the generator when it exists, else a hand-built equivalent."""
+    try:
+        from ppdsl.generators import registry
+
+        if "interleaved_1f1b" in registry.REGISTRY:
+            return parse(f"pipeline ranks={RANKS} microbatches={microbatches}\nuse interleaved_1f1b(virtual={VIRTUAL})\n")
+    except ImportError:  # pragma: no cover - older checkouts
+        pass
+    return parse(_fallback_text(microbatches))
+
+
+def _fallback_text(microbatches: int) -> str:
+    """Every rank: all forwards of both chunks, then all backwards (same action count)."""
+    lines = [f"pipeline ranks={RANKS} microbatches={microbatches} stages={RANKS * VIRTUAL} placement=loop"]
+    for r in range(RANKS):
+        stages = [r + RANKS * v for v in range(VIRTUAL)]
+        fwd = " ".join(f"{s}F{m}" for m in range(microbatches) for s in stages)
+        bwd = " ".join(f"{s}B{m}" for m in range(microbatches) for s in reversed(stages))
+        lines.append(f"rank {r}: {fwd} {bwd}")
+    return "\n".join(lines) + "\n"
+
+
+def with_comms(program: Program) -> Program | None:
+    try:
+        from ppdsl.lower import lower
+    except ImportError:
+        return None
+    return lower(program)
+
+
+def best_time(text: str, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        parse(text)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="quarter-size only, one repeat")
+    ap.add_argument("--repeats", type=int, default=3, help="best of N parses per size (default 3)")
+    args = ap.parse_args()
+    fractions = (4,) if args.quick else (4, 2, 1)
+    repeats = 1 if args.quick else args.repeats
+    parse("pipeline ranks=1 microbatches=1\nrank 0: 0F0\n")  # grammar built once, outside the timing
+
+    print(f"interleaved 1F1B, {RANKS} ranks x {MICROBATCHES} microbatches x {VIRTUAL} virtual stages; best of {repeats}")
+    print(f"{'form':<9}{'size':>6}{'actions':>10}{'MiB text':>10}{'seconds':>9}{'actions/s':>11}{'time ratio':>12}")
+    worst = float("inf")
+    for form in ("compute", "comms"):
+        previous: float | None = None
+        for divisor in fractions:
+            program = compute_program(MICROBATCHES // divisor)
+            if form == "comms":
+                lowered = with_comms(program)
+                if lowered is None:
+                    print("comms    (ppdsl.lower is not available in this checkout)")
+                    break
+                program = lowered
+            text = print_program(program)
+            seconds = best_time(text, repeats)
+            rate = program.action_count / seconds
+            worst = min(worst, rate)
+            ratio = f"x{seconds / previous:.2f}" if previous else "-"
+            print(f"{form:<9}{'1/' + str(divisor) if divisor > 1 else '1':>6}{program.action_count:>10,}"
+                  f"{len(text) / 2**20:>10.1f}{seconds:>9.3f}{rate:>11,.0f}{ratio:>12}")
+            previous = seconds
+    print(f"slowest rate {worst:,.0f} actions/s; target {TARGET:,} ({'met' if worst >= TARGET else 'NOT met'})")
+    print("linear growth shows as a time ratio near x2.00 for each doubling of size")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

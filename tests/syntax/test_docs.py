@@ -1,0 +1,49 @@
+"""docs/language.md: its examples parse, and it explains every diagnostic code with a fix."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import ROOT
+from ppdsl.codes import CODES
+from ppdsl.syntax.formatter import format_text
+from ppdsl.syntax.parser import parse
+
+PAGE = ROOT / "docs" / "language.md"
+
+
+def page() -> str:
+    return PAGE.read_text(encoding="utf-8")
+
+
+def examples() -> list[str]:
+    return re.findall(r"^```pps\n(.*?)^```", page(), flags=re.S | re.M)
+
+
+def test_page_has_examples() -> None:
+    assert len(examples()) >= 8
+
+
+@pytest.mark.parametrize("index", range(len(re.findall(r"^```pps\n", PAGE.read_text(encoding="utf-8"), flags=re.M))))
+def test_example_parses_and_is_formatted(index: int) -> None:
+    text = examples()[index]
+    program = parse(text, f"language.md example {index}")
+    assert parse(format_text(text)) == program
+
+
+def test_every_language_code_has_its_own_section_with_a_fix() -> None:
+    sections = re.split(r"^#### ", page(), flags=re.M)[1:]
+    by_code = {s[:6]: s for s in sections if s.startswith("PPS")}
+    for code in (c for c in CODES if c.startswith("PPS0")):
+        assert code in by_code, f"docs/language.md has no `#### {code}: ...` section"
+        assert "**Fix:**" in by_code[code], f"the {code} section gives no **Fix:**"
+
+
+def test_every_code_in_codes_py_is_documented_in_language_md() -> None:
+    # Whoever adds a code to ppdsl/codes.py documents it here: a section (or a line pointing
+    # at the page that explains it) in docs/language.md.
+    text = page()
+    missing = [code for code in CODES if not re.search(rf"\b{code}\b", text)]
+    assert not missing, f"docs/language.md does not mention: {', '.join(missing)}"
