@@ -34,8 +34,8 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from .diagnostics import Diagnostic, PpsError
-from .ir import Action, Batch, Idle, Kind, Program, Step, actions_of, make_action
-from .semantics import CommModel, execute
+from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters
+from .semantics import RECV_B, RECV_F, SEND_B, SEND_F, CommModel, Encoded, execute, remember
 
 
 def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "rendezvous") -> Program:
@@ -60,23 +60,35 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
         raise PpsError(errors)
     ex = ctx.execution
     assert ex is not None and ex.completed
-    rows = _lowered_rows(program, ex.starts, ex.ends)
+    rows, codes = _lowered_rows(program, ctx.enc, ex.starts, ex.ends)
     if fuse:
         rows = _fuse(program, rows, model)
-    return program.evolve(rows=rows, source=None, generated=None)
+        codes = None
+    result = program.evolve(rows=rows, source=None, generated=None)
+    if codes is not None:
+        remember(result, Encoded(result, codes))
+    return result
 
 
-def _lowered_rows(program: Program, starts: tuple[tuple[float | None, ...], ...],
-                  ends: tuple[tuple[float | None, ...], ...]) -> tuple[tuple[Step, ...], ...]:
-    S = program.stages
+def _lowered_rows(program: Program, enc: Encoded, starts: tuple[tuple[float | None, ...], ...],
+                  ends: tuple[tuple[float | None, ...], ...]
+                  ) -> tuple[tuple[tuple[Step, ...], ...], list[list[int]] | None]:
+    """The lowered rows and, when every input row is plain actions, their integer codes."""
+    S, M = program.stages, program.microbatches
     placement = program.placement
     R = len(program.rows)
-    last = S - 1
-    F, B, I = Kind.F, Kind.B, Kind.I
-    SEND_F, RECV_F, SEND_B, RECV_B = Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B
+    new, set_stage, set_kind, set_mb = object.__new__, *ir_setters()
+    K_SEND_F, K_RECV_F, K_SEND_B, K_RECV_B = Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B
+    plain = all(st is None for st in enc.steps)
+    # Per (stage * M + mb): does its forward (backward) output cross to another rank?
+    f_cross: list[bool] = []
+    b_cross: list[bool] = []
+    for s in range(S):
+        f_cross += [s < S - 1 and placement[s + 1] != placement[s]] * M
+        b_cross += [s > 0 and placement[s - 1] != placement[s]] * M
     # Exchanges by the (integer, under unit time) time their producer ends, in producer
-    # (rank, step, part) order within one time.
-    buckets: dict[int, list[tuple[Action, int, Action, int]]] = {}
+    # (rank, step, part) order within one time: (send, its rank, receive, its rank).
+    buckets: dict[int, list[tuple[Action, int, Action, int, int]]] = {}
     # Per rank: the steps that are not idle, and their start times (non-decreasing).
     kept: list[list[Step]] = []
     kept_starts: list[list[float]] = []
@@ -89,57 +101,75 @@ def _lowered_rows(program: Program, starts: tuple[tuple[float | None, ...], ...]
         else:
             kept.append(list(row))
             kept_starts.append(list(row_starts))  # type: ignore[arg-type]
-        for j, st in enumerate(row):
-            parts = (st,) if type(st) is Action else actions_of(st)
-            for a in parts:
-                k = a.kind
-                s = a.stage
-                if k is F:
-                    if s == last or placement[s + 1] == r:
-                        continue
-                    m = a.microbatch
-                    ex = (make_action(s, SEND_F, m), r, make_action(s + 1, RECV_F, m), placement[s + 1])
-                elif k is B or k is I:
-                    if s == 0 or placement[s - 1] == r:
-                        continue
-                    m = a.microbatch
-                    ex = (make_action(s, SEND_B, m), r, make_action(s - 1, RECV_B, m), placement[s - 1])
-                else:
-                    continue
-                end = row_ends[j]
-                assert end is not None
-                t = int(end)
-                bucket = buckets.get(t)
-                if bucket is None:
-                    buckets[t] = [ex]
-                else:
-                    bucket.append(ex)
+        codes, steps = enc.codes[r], enc.steps[r]
+        producing = [i for i, c in enumerate(codes)
+                     if ((c & 15) == 0 and f_cross[c >> 4]) or ((c & 15) in (1, 3) and b_cross[c >> 4])]
+        for i in producing:
+            c = codes[i]
+            stage, m = divmod(c >> 4, M)
+            send = new(Action)
+            recv = new(Action)
+            set_mb(send, m)
+            set_mb(recv, m)
+            set_stage(send, stage)
+            sm = c >> 4
+            if c & 15 == 0:  # F: forward output to the next stage
+                set_kind(send, K_SEND_F)
+                set_stage(recv, stage + 1)
+                set_kind(recv, K_RECV_F)
+                q = placement[stage + 1]
+                send_code = sm << 4 | SEND_F
+            else:  # B or I: input gradient to the previous stage
+                set_kind(send, K_SEND_B)
+                set_stage(recv, stage - 1)
+                set_kind(recv, K_RECV_B)
+                q = placement[stage - 1]
+                send_code = sm << 4 | SEND_B
+            end = row_ends[i if steps is None else steps[i]]
+            assert end is not None
+            t = int(end)
+            bucket = buckets.get(t)
+            if bucket is None:
+                buckets[t] = [(send, r, recv, q, send_code)]
+            else:
+                bucket.append((send, r, recv, q, send_code))
     # Each rank's exchanges in G order, then one merge per rank with its computes.
     ex_times: list[list[int]] = [[] for _ in range(R)]
     ex_items: list[list[Step]] = [[] for _ in range(R)]
+    ex_codes: list[list[int]] = [[] for _ in range(R)]
+    peer = (M << 4) + 1  # SEND_F(s,m) -> RECV_F(s+1,m); SEND_B(s,m) -> RECV_B(s-1,m) is -(M << 4) + 1
     for t in sorted(buckets):
-        for send, p, recv, q in buckets[t]:
+        for send, p, recv, q, code in buckets[t]:
             ex_times[p].append(t)
             ex_items[p].append(send)
+            ex_codes[p].append(code)
             ex_times[q].append(t)
             ex_items[q].append(recv)
+            ex_codes[q].append(code + peer if code & 15 == SEND_F else code - (M << 4) + 1)
     out: list[tuple[Step, ...]] = []
+    out_codes: list[list[int]] = []
     for r in range(R):
-        computes, starts_r = kept[r], kept_starts[r]
+        computes, starts_r, codes = kept[r], kept_starts[r], enc.codes[r]
         n = len(computes)
         merged: list[Step] = []
-        add = merged.append
+        merged_codes: list[int] = []
+        add, add_code = merged.append, merged_codes.append
         j = 0
-        for t, item in zip(ex_times[r], ex_items[r]):
+        for t, item, code in zip(ex_times[r], ex_items[r], ex_codes[r]):
             if j < n and starts_r[j] < t:
                 # Computes that start before this exchange (a run, found by bisection).
                 stop = bisect_left(starts_r, t, j)
                 merged.extend(computes[j:stop])
+                if plain:
+                    merged_codes.extend(codes[j:stop])
                 j = stop
             add(item)
+            add_code(code)
         merged.extend(computes[j:])
+        merged_codes.extend(codes[j:])
         out.append(tuple(merged))
-    return tuple(out)
+        out_codes.append(merged_codes)
+    return tuple(out), (out_codes if plain else None)
 
 
 def _fuse(program: Program, rows: tuple[tuple[Step, ...], ...], model: CommModel) -> tuple[tuple[Step, ...], ...]:

@@ -32,6 +32,7 @@ thing it waits for happens, so the run is linear in the number of actions.
 from __future__ import annotations
 
 import enum
+import weakref
 from collections import deque
 from collections.abc import Callable
 from operator import attrgetter
@@ -137,7 +138,7 @@ class Encoded:
 
     __slots__ = ("stages", "microbatches", "codes", "steps", "groups", "invalid", "rows", "_actions")
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, codes: list[list[int]] | None = None):
         S, M = program.stages, program.microbatches
         self.stages, self.microbatches = S, M
         self.rows = program.rows
@@ -146,6 +147,11 @@ class Encoded:
         self.groups: list[dict[int, tuple[bool, int]]] = []
         self.invalid: list[tuple[int, int, Action]] = []
         self._actions: list[list[Action]] | None = None
+        if codes is not None:  # made by someone who built the rows from codes (lowering)
+            self.codes = codes
+            self.steps = [None] * len(codes)
+            self.groups = [{} for _ in codes]
+            return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
         for rank, row in enumerate(program.rows):
             if row and set(map(type, row)) == {Action}:
@@ -203,8 +209,26 @@ class Encoded:
         return f"{stage}{kind.name}" if kind.stage_only else f"{stage}{kind.name}{mb}"
 
 
+# The last few encodings made, by program identity: check() then lower() then check() of the
+# lowered program (the CLI's and the benchmark's path) encode each program once. A weak
+# reference guards against a recycled id().
+_REMEMBERED: dict[int, tuple[weakref.ref[Program], Encoded]] = {}
+
+
+def remember(program: Program, enc: Encoded) -> None:
+    """Record the encoding of `program` (lowering builds it alongside the rows)."""
+    while len(_REMEMBERED) >= 4:
+        _REMEMBERED.pop(next(iter(_REMEMBERED)))
+    _REMEMBERED[id(program)] = (weakref.ref(program), enc)
+
+
 def encode(program: Program) -> Encoded:
-    return Encoded(program)
+    hit = _REMEMBERED.get(id(program))
+    if hit is not None and hit[0]() is program:
+        return hit[1]
+    enc = Encoded(program)
+    remember(program, enc)
+    return enc
 
 
 def peer_code(code: int, microbatches: int) -> int:
@@ -246,7 +270,7 @@ def execute(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, tim
     with out-of-range actions are not runnable: check them first.
     """
     model = CommModel(model)
-    enc = encoded if encoded is not None else Encoded(program)
+    enc = encoded if encoded is not None else encode(program)
     if enc.invalid:
         raise ValueError("the program has out-of-range actions; check() reports them")
     return _Engine(program, enc, model, timing).run()

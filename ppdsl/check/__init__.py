@@ -12,6 +12,7 @@ Each family is one module with a docstring that documents its codes, `FAMILY`, `
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -22,6 +23,9 @@ from . import completeness, comms, deadlock, memory, order, structure, warnings
 from .context import Context, no_gc
 
 RULES: tuple[ModuleType, ...] = (structure, completeness, order, comms, deadlock, memory, warnings)
+
+_LAST: dict[tuple[int, CommModel], tuple[weakref.ref[Program], Context, list[Diagnostic], frozenset[str],
+                                         tuple[float | None, tuple[float, ...] | None]]] = {}
 
 RULE_OF_CODE: dict[str, ModuleType] = {code: rule for rule in RULES for code in rule.CODES}
 
@@ -39,17 +43,29 @@ def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_me
 
     `families` limits the rule families run; `stop_if_comms` returns at once, with no
     diagnostics, for a program with communication (lowering refuses those anyway)."""
+    model = CommModel(comm_model)
+    wanted = frozenset(r.FAMILY for r in RULES) if families is None else frozenset(families)
+    memory_key = (max_memory, None if memory_weights is None else tuple(memory_weights))
+    hit = _LAST.get((id(program), model))
+    if hit is not None and hit[0]() is program and wanted <= hit[3] and ("memory" not in wanted or hit[4] == memory_key):
+        # The same immutable program analysed a moment ago (lint, then lower): reuse it.
+        _, ctx, found, _, _ = hit
+        codes = {c for r in RULES if r.FAMILY in wanted for c in r.CODES}
+        return [d for d in found if d.code in codes], ctx
     with no_gc():
-        ctx = Context(program, CommModel(comm_model), max_memory, memory_weights)
+        ctx = Context(program, model, max_memory, memory_weights)
         if stop_if_comms and ctx.has_comms:
             return [], ctx
-        return _analyse(ctx, families), ctx
+        found = _analyse(ctx, wanted)
+    _LAST.clear()  # one entry: it holds the execution, which is large
+    _LAST[(id(program), model)] = (weakref.ref(program), ctx, found, wanted, memory_key)
+    return found, ctx
 
 
-def _analyse(ctx: Context, families: Sequence[str] | None) -> list[Diagnostic]:
+def _analyse(ctx: Context, families: frozenset[str]) -> list[Diagnostic]:
     found: list[Diagnostic] = []
     for rule in RULES:
-        if families is not None and rule.FAMILY not in families:
+        if rule.FAMILY not in families:
             continue
         if ctx.failed.intersection(rule.REQUIRES):
             continue

@@ -20,6 +20,7 @@ PPS208 - a batch `<...>` that is empty or holds a compute action (programs built
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import repeat
 
 from ..diagnostics import Diagnostic
 from ..ir import Batch
@@ -48,6 +49,8 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         yield ctx.diag("PPS102", f"`{action}` is out of range: {what}s are 0..{(p.stages if what == 'stage' else p.microbatches) - 1}",
                        rank, step)
     for rank, row in enumerate(p.rows):
+        if not ctx.enc.groups[rank] and ctx.enc.steps[rank] is None:
+            continue  # only plain actions in this row (an empty batch leaves `steps` set)
         for step, st in enumerate(row):
             if type(st) is Batch and (not st.parts or not all(a.kind.is_comm for a in st.parts)):
                 yield ctx.diag("PPS208", f"the batch `{st}` holds something other than sends and receives"
@@ -63,7 +66,7 @@ def _placement(ctx: Context) -> Iterator[Diagnostic]:
     M = ctx.M
     explicit = p.source is not None and "placement" in p.source.options
     for rank, codes in enumerate(ctx.enc.codes):
-        stages = {sm // M for sm in {c >> 4 for c in codes if c >= 0}}
+        stages = {sm // M for sm in set(map(int.__rshift__, codes, repeat(4))) if sm >= 0}
         wrong = sorted(s for s in stages if p.placement[s] != rank)
         for s in wrong:
             i = next(i for i, c in enumerate(codes) if c >= 0 and (c >> 4) // M == s)
