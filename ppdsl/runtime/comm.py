@@ -53,6 +53,10 @@ class Transport:
             if watchdog is not None:
                 watchdog.arm(f"creating the group of ranks {a} and {b}")
             group = dist.new_group([a, b])
+            # gloo: two groups being created at once (say {0,3} and {1,2}) break each other's
+            # connection set-up; a barrier after each keeps the creations one at a time.
+            if self.backend == "gloo":
+                dist.barrier()
             if rank in (a, b):
                 peer = b if rank == a else a
                 self.links[peer] = (group, group.process_group, group.get_group_rank(peer))

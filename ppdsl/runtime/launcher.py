@@ -64,6 +64,7 @@ class Outcome:
     failure: str | None = None
     profile: dict[str, Any] | None = None
     events: list[dict[str, Any]] = field(factory=list)
+    exits: dict[int, int] = field(factory=dict)  # rank -> the exit status it announced
 
     def file(self, index: int) -> FileOutcome:
         return self.files.setdefault(index, FileOutcome())
@@ -186,21 +187,29 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
     ready: set[int] = set()
     started = time.monotonic()
     exited: dict[int, int] = {}
-    while len(exited) < n:
-        for key, _ in sel.select(timeout=0.1):
-            fd = int(key.fd)  # type: ignore[arg-type]
+    fd_of = {rank: fd for fd, rank in readers.items()}
+    open_fds = set(readers)
+
+    def pump(fd: int) -> None:
+        while True:
             try:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
-                continue
+                return
             if not chunk:
-                sel.unregister(fd)
-                continue
+                if fd in open_fds:
+                    open_fds.discard(fd)
+                    sel.unregister(fd)
+                return
             buffers[fd] += chunk
             *lines, buffers[fd] = buffers[fd].split(b"\n")
             for line in lines:
                 if line.strip():
                     _event(json.loads(line), outcome, progress, ready)
+
+    while len(exited) < n:
+        for key, _ in sel.select(timeout=0.1):
+            pump(int(key.fd))  # type: ignore[arg-type]
         for rank, proc in enumerate(procs):
             if rank in exited:
                 continue
@@ -208,7 +217,9 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
             if code is None:
                 continue
             exited[rank] = code
-            if code != 0 and outcome.failure is None:
+            if fd_of[rank] in open_fds:
+                pump(fd_of[rank])  # what it said before exiting comes first
+            if code != 0 and outcome.failure is None and rank not in outcome.exits:
                 outcome.failure = _death(rank, code, programs, tmp)
         if outcome.failure is not None:
             outcome.code = 1
@@ -219,15 +230,8 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
                                "(importing paddle and joining the group)")
             outcome.code = 1
             return
-    # Drain what the last ranks wrote before exiting.
-    for fd in list(buffers):
-        try:
-            rest = buffers[fd] + os.read(fd, 1 << 20)
-        except (BlockingIOError, OSError):
-            rest = buffers[fd]
-        for line in rest.split(b"\n"):
-            if line.strip():
-                _event(json.loads(line), outcome, progress, ready)
+    for fd in list(open_fds):
+        pump(fd)
     verdicts = [f.verify for f in outcome.files.values() if f.verify is not None]
     if any(not v.get("ok") for v in verdicts):
         outcome.code = 1
@@ -261,6 +265,8 @@ def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[i
             f.step_times = list(e.get("step_times", []))
     elif kind == "profile":
         outcome.profile = e
+    elif kind == "exit":
+        outcome.exits[rank] = int(e.get("code", 0))
 
 
 def _death(rank: int, code: int, programs: Sequence[Program], tmp: Path) -> str:

@@ -80,18 +80,26 @@ def _import(module_name: str, what: str) -> Any:
 WIDTH = 32
 LAYERS_PER_STAGE = 2
 BATCH_PER_MICROBATCH = 4
+DTYPE = "float64"
 
 
 def build_stage(stage_index: int, num_stages: int) -> paddle.nn.Layer:
     """`LAYERS_PER_STAGE` Linear+Tanh blocks; the last stage ends in a Linear to one output."""
     import paddle
 
-    layers: list[paddle.nn.Layer] = []
-    for _ in range(LAYERS_PER_STAGE):
-        layers += [paddle.nn.Linear(WIDTH, WIDTH), paddle.nn.Tanh()]
-    if stage_index == num_stages - 1:
-        layers.append(paddle.nn.Linear(WIDTH, 1))
-    return paddle.nn.Sequential(*layers)
+    # float64: then `--verify` compares pipeline logic, not float32 rounding (a schedule that
+    # accumulates microbatch gradients in another order differs from the reference by ~1e-6).
+    saved = paddle.get_default_dtype()
+    paddle.set_default_dtype(DTYPE)
+    try:
+        layers: list[paddle.nn.Layer] = []
+        for _ in range(LAYERS_PER_STAGE):
+            layers += [paddle.nn.Linear(WIDTH, WIDTH), paddle.nn.Tanh()]
+        if stage_index == num_stages - 1:
+            layers.append(paddle.nn.Linear(WIDTH, 1))
+        return paddle.nn.Sequential(*layers)
+    finally:
+        paddle.set_default_dtype(saved)
 
 
 def synthetic_batches(microbatches: int, seed: int = 0, batch: int | None = None) -> Iterator[tuple[Any, Any]]:
@@ -104,9 +112,9 @@ def synthetic_batches(microbatches: int, seed: int = 0, batch: int | None = None
 
     n = batch or BATCH_PER_MICROBATCH * microbatches
     rng = np.random.default_rng(seed)
-    w = rng.standard_normal((WIDTH, 1)).astype("float32")
+    w = rng.standard_normal((WIDTH, 1)).astype(DTYPE)
     while True:
-        x = rng.standard_normal((n, WIDTH)).astype("float32")
+        x = rng.standard_normal((n, WIDTH)).astype(DTYPE)
         yield paddle.to_tensor(x), paddle.to_tensor(np.sin(x @ w))
 
 

@@ -157,7 +157,9 @@ def main(cfg: RunConfig) -> int:
     reporter = Reporter(rank)
     watchdog = Watchdog(cfg.timeout, reporter)
     try:
-        return _main(cfg, rank, world, reporter, watchdog)
+        code = _main(cfg, rank, world, reporter, watchdog)
+        reporter.send("exit", code=code)
+        return code
     except Exception as exc:  # noqa: BLE001 - every failure is reported, never a bare traceback
         from .schedule import StepError
 
