@@ -59,14 +59,20 @@ def with_comms(program: Program) -> Program | None:
     return lower(program)
 
 
-def best_time(text: str, repeats: int) -> float:
-    times = []
+def best_time(text: str, repeats: int) -> tuple[float, float]:
+    """Best wall-clock and best CPU seconds of `repeats` parses.
+
+    CPU time is what this process spent; on a shared machine the wall clock also counts time
+    other processes held the core, so both are shown.
+    """
+    wall, cpu = [], []
     for _ in range(repeats):
         gc.collect()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         parse(text)
-        times.append(time.perf_counter() - start)
-    return min(times)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return min(wall), min(cpu)
 
 
 def main() -> int:
@@ -79,7 +85,8 @@ def main() -> int:
     parse("pipeline ranks=1 microbatches=1\nrank 0: 0F0\n")  # grammar built once, outside the timing
 
     print(f"interleaved 1F1B, {RANKS} ranks x {MICROBATCHES} microbatches x {VIRTUAL} virtual stages; best of {repeats}")
-    print(f"{'form':<9}{'size':>6}{'actions':>10}{'MiB text':>10}{'seconds':>9}{'actions/s':>11}{'time ratio':>12}")
+    print(f"{'form':<9}{'size':>6}{'actions':>10}{'MiB':>6}{'wall s':>8}{'cpu s':>8}"
+          f"{'actions/s wall':>16}{'actions/s cpu':>15}{'cpu ratio':>11}")
     worst = float("inf")
     for form in ("compute", "comms"):
         previous: float | None = None
@@ -92,15 +99,15 @@ def main() -> int:
                     break
                 program = lowered
             text = print_program(program)
-            seconds = best_time(text, repeats)
-            rate = program.action_count / seconds
-            worst = min(worst, rate)
-            ratio = f"x{seconds / previous:.2f}" if previous else "-"
-            print(f"{form:<9}{'1/' + str(divisor) if divisor > 1 else '1':>6}{program.action_count:>10,}"
-                  f"{len(text) / 2**20:>10.1f}{seconds:>9.3f}{rate:>11,.0f}{ratio:>12}")
-            previous = seconds
-    print(f"slowest rate {worst:,.0f} actions/s; target {TARGET:,} ({'met' if worst >= TARGET else 'NOT met'})")
-    print("linear growth shows as a time ratio near x2.00 for each doubling of size")
+            wall, cpu = best_time(text, repeats)
+            n = program.action_count
+            worst = min(worst, n / wall)
+            ratio = f"x{cpu / previous:.2f}" if previous else "-"
+            print(f"{form:<9}{'1/' + str(divisor) if divisor > 1 else '1':>6}{n:>10,}{len(text) / 2**20:>6.1f}"
+                  f"{wall:>8.3f}{cpu:>8.3f}{n / wall:>16,.0f}{n / cpu:>15,.0f}{ratio:>11}")
+            previous = cpu
+    print(f"slowest wall-clock rate {worst:,.0f} actions/s; target {TARGET:,} ({'met' if worst >= TARGET else 'NOT met'})")
+    print("linear growth shows as a cpu ratio near x2.00 for each doubling of size")
     return 0
 
 

@@ -104,6 +104,9 @@ def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:
     set_stage, set_kind, set_mb = ir_setters()
     append = out.append
     start = len(out)
+    # The same few hundred number strings recur across a run: a dict hit is cheaper than int().
+    ints: dict[str, int] = {}
+    cached = ints.get
     try:
         for s, k, mb, underscore, bad in TOKEN_RE.findall(text):
             if underscore:
@@ -111,12 +114,16 @@ def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:
                 continue
             if bad:
                 return _locate_run_error(text, bounds)
-            stage = int(s)
+            stage = cached(s)
+            if stage is None:
+                stage = ints[s] = int(s)
             a = new(action_cls)
             if mb:
                 kind = with_mb.get(k)
-                micro: int | None = int(mb)
-                if kind is None or stage >= stages or micro >= microbatches:  # type: ignore[operator]
+                micro = cached(mb)
+                if micro is None:
+                    micro = ints[mb] = int(mb)
+                if kind is None or stage >= stages or micro >= microbatches:
                     return _locate_run_error(text, bounds)
             else:
                 kind = stage_only.get(k)
