@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -54,6 +55,21 @@ def _unbalanced(word: str) -> str | None:
     return stack[-1] if stack else None
 
 
+KEYWORDS = ("pipeline", "rank", "use", "costs")
+STEP_TOKENS = {"ACTIONS", "RANGED", "OVERLAP", "BATCH", "LSQB"}
+
+
+def _misspelt_keyword(word: str) -> str | None:
+    close = difflib.get_close_matches(word.lower(), KEYWORDS, n=1, cutoff=0.6)
+    return close[0] if close and word.isalpha() else None
+
+
+def _empty_group(line_text: str, column: int) -> bool:
+    """Is the closer at `column` the first thing after its opener (`[]`, `[ ]`)?"""
+    before = line_text[: column - 1].rstrip()
+    return before.endswith(("[", "(", "<"))
+
+
 def _word_at(line_text: str, column: int) -> tuple[str, int]:
     """The blank-delimited word around a 1-based column, with its start column."""
     start = column - 1
@@ -75,15 +91,27 @@ def lark_error_to_diagnostic(exc: UnexpectedInput, text: str, path: str) -> Diag
     line_text = lines[line - 1] if line <= len(lines) else ""
     if isinstance(exc, UnexpectedCharacters):
         word, word_col = _word_at(line_text, column)
+        if exc.char in "])>" and _empty_group(line_text, column):
+            return Diagnostic("PPS002", f"an empty group `{line_text[: column - 1].rstrip()[-1]}{exc.char}`", path,
+                              line, column, column + 1, help="a zip `[...]` holds one or more actions; delete the brackets")
         bracket = _unbalanced(word)
         if bracket is not None:
             return Diagnostic("PPS006", f"unbalanced `{bracket}` in `{word}`", path, line, word_col,
                               word_col + len(word),
                               help="every `[`, `{`, `(` and `<` closes on the same line")
         char = exc.char
+        if char == "-":
+            return Diagnostic("PPS001", "unexpected `-`: numbers in a schedule are never negative", path, line, column,
+                              column + 1, help="stages, microbatches, ranks and costs count from 0")
         if char.isalpha() and line_text[: column - 1].lstrip().startswith("rank"):
+            keyword = _misspelt_keyword(word)
             return Diagnostic("PPS003", f"malformed action token `{word}`", path, line, word_col, word_col + len(word),
-                              help="an action is [stage][kind][microbatch] starting with the stage number, e.g. `0F3`")
+                              help=f"did you mean `{keyword}`? a line that does not start with a keyword continues the row above"
+                              if keyword and word_col == 1 else
+                              "an action is [stage][kind][microbatch] starting with the stage number, e.g. `0F3`")
+        if char.isalpha() and word_col == 1 and _misspelt_keyword(word):
+            return Diagnostic("PPS002", f"unknown statement `{word}`", path, line, word_col, word_col + len(word),
+                              help=f"did you mean `{_misspelt_keyword(word)}`? lines start with pipeline, rank, use or costs")
         shown = repr(char) if not char.isprintable() or char.isspace() else f"`{char}`"
         allowed = getattr(exc, "allowed", None) or set()
         return Diagnostic("PPS001", f"unexpected character {shown}", path, line, column, column + 1,
@@ -91,13 +119,25 @@ def lark_error_to_diagnostic(exc: UnexpectedInput, text: str, path: str) -> Diag
     assert isinstance(exc, UnexpectedToken)
     token = exc.token
     word, word_col = _word_at(line_text, column)
+    if str(token) in ("]", ")", ">") and _empty_group(line_text, column):
+        return Diagnostic("PPS002", f"an empty group `{line_text[: column - 1].rstrip()[-1]}{token}`", path,
+                          line, column, column + 1, help="a zip `[...]` holds one or more actions; delete the brackets")
     bracket = _unbalanced(word)
     if bracket is not None:
         return Diagnostic("PPS006", f"unbalanced `{bracket}` in `{word}`", path, line, word_col, word_col + len(word),
                           help="every `[`, `{`, `(` and `<` closes on the same line")
     if "ACTIONS" in exc.expected and token.type in ("NAME", "GENERATOR", "INT", "FLOAT"):
+        keyword = _misspelt_keyword(word)
         return Diagnostic("PPS003", f"malformed action token `{word}`", path, line, word_col, word_col + len(word),
-                          help="an action is [stage][kind][microbatch] starting with the stage number, e.g. `0F3`")
+                          help=f"did you mean `{keyword}`? a line that does not start with a keyword continues the row above"
+                          if keyword and word_col == 1 else
+                          "an action is [stage][kind][microbatch] starting with the stage number, e.g. `0F3`")
+    if token.type in STEP_TOKENS and "RANK" in exc.expected and "ACTIONS" not in exc.expected:
+        return Diagnostic("PPS002", "actions outside a row", path, line, column, column + max(len(str(token)), 1),
+                          help="a row starts with `rank N:`; only lines after a row continue it")
+    if token.type in ("NAME", "GENERATOR") and "RANK" in exc.expected and _misspelt_keyword(str(token)):
+        return Diagnostic("PPS002", f"unknown statement `{token}`", path, line, column, column + len(str(token)),
+                          help=f"did you mean `{_misspelt_keyword(str(token))}`? lines start with pipeline, rank, use or costs")
     if token.type in ("RSQB", "RPAR") and "RSQB" not in exc.expected and "RPAR" not in exc.expected:
         return Diagnostic("PPS006", f"unbalanced `{token}`", path, line, column, column + 1,
                           help="remove it or add the opening bracket")
@@ -108,6 +148,6 @@ def lark_error_to_diagnostic(exc: UnexpectedInput, text: str, path: str) -> Diag
     if token.type == "$END":
         return Diagnostic("PPS002", "unexpected end of file", path, line, column,
                           help=f"expected {_expected(exc.expected)}")
-    shown = "the end of the line" if token.type == "_NL" else f"`{token}`"
+    shown = "end of the line" if token.type == "_NL" else f"`{token}`"
     return Diagnostic("PPS002", f"unexpected {shown}", path, line, column, column + max(len(str(token).strip()), 1),
                       help=f"expected {_expected(exc.expected)}")

@@ -24,6 +24,10 @@ CASES = [
     ("PPS002", H + "rank 0: 0F0,0F1\n", 2, 12),
     ("PPS002", "pipeline ranks=2 microbatches=4 =\n", 1, 33),
     ("PPS006", H + "use gpipe(\n", 2, 5),
+    ("PPS002", H + "  0F0 0F1\n", 2, 3),
+    ("PPS002", H + "rank 0: [ ]\n", 2, 11),
+    ("PPS002", "pipline ranks=2 microbatches=4\n", 1, 1),
+    ("PPS002", H + "use 1f1b\n", 2, 9),
     ("PPS003", H + "rank 0: 0X3\n", 2, 9),
     ("PPS003", H + "rank 0: F0 0F1\n", 2, 9),
     ("PPS003", H + "rank 0: 0F0 0F3x\n", 2, 13),
@@ -225,3 +229,16 @@ def test_plain_number_beside_a_range_is_bounds_checked(token: str) -> None:
     # Found by hypothesis: `{0..1}F06` once parsed to 0F6 1F6 with microbatches=6.
     d = first_error("pipeline ranks=3 microbatches=6 stages=4 placement=loop\nrank 2: " + token + "\n")
     assert d.code == "PPS014"
+
+
+@pytest.mark.parametrize("text, message, help_part", [
+    (H + "  0F0\n", "actions outside a row", "rank N:"),
+    ("pipline ranks=2 microbatches=4\n", "unknown statement `pipline`", "did you mean `pipeline`?"),
+    (H + "rank 0: 0F0\nrnak 1: 1F0\n", "malformed action token `rnak`", "did you mean `rank`?"),
+    (H + "rank 0: []\n", "an empty group `[]`", "delete the brackets"),
+    ("pipeline ranks=-2 microbatches=4\n", "never negative", "count from 0"),
+    (H + "use 1f1b\n", "unexpected end of the line", "`(`"),
+])
+def test_common_mistakes_get_specific_messages(text: str, message: str, help_part: str) -> None:
+    d = first_error(text)
+    assert message in d.message and d.help is not None and help_part in d.help, d
