@@ -13,18 +13,23 @@ MAX_FILE_BYTES = 512 * 1024 * 1024
 
 def read_text(path: str) -> str:
     """A file's text. I/O problems raise UsageError (exit 2); binary data raises PPS000 (exit 1)."""
+    too_big = UsageError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
     if path == "-":
         import sys
 
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise too_big
     else:
         p = Path(path)
         try:
             if p.is_dir():
                 raise UsageError(f"{path}: is a directory")
-            if p.stat().st_size > MAX_FILE_BYTES:
-                raise UsageError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
-            data = p.read_bytes()
+            # Read at most one byte past the limit: /dev/zero or a pipe has no size to check first.
+            with p.open("rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+            if len(data) > MAX_FILE_BYTES:
+                raise too_big
         except FileNotFoundError:
             raise UsageError(f"{path}: no such file") from None
         except PermissionError:

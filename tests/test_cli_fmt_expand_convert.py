@@ -54,7 +54,7 @@ def test_bad_files_exit_1_without_traceback(tmp_path: Path, content: bytes, code
 
 
 def test_caret_under_the_column_after_a_bom_and_tabs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "t.pps").write_text("\ufeffpipeline ranks=2 microbatches=4 colour=red\n", encoding="utf-8")
+    (tmp_path / "t.pps").write_text("\ufeffpipeline\tranks=2 microbatches=4 colour=red\n", encoding="utf-8")
     assert main(["expand", str(tmp_path / "t.pps")]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0].endswith(":1:33: error[PPS012]: unknown header option `colour`")

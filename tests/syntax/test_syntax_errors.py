@@ -242,3 +242,15 @@ def test_plain_number_beside_a_range_is_bounds_checked(token: str) -> None:
 def test_common_mistakes_get_specific_messages(text: str, message: str, help_part: str) -> None:
     d = first_error(text)
     assert message in d.message and d.help is not None and help_part in d.help, d
+
+
+def test_endless_file_is_refused_without_reading_it_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ppdsl import load
+
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero here")
+    monkeypatch.setattr(load, "MAX_FILE_BYTES", 1 << 20)
+    start = time.perf_counter()
+    with pytest.raises(UsageError, match="larger than"):
+        load_program("/dev/zero")
+    assert time.perf_counter() - start < 5
