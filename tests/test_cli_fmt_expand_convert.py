@@ -145,3 +145,14 @@ def test_convert_warns_about_batches(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["convert", str(tmp_path / "b.pps"), str(tmp_path / "b.csv")]) == 0
     assert "warning[PPS031]" in capsys.readouterr().err
     assert (tmp_path / "b.csv").read_text() == "0F0,0SEND_F0,0RECV_B0\n"
+
+
+def test_very_long_row_shows_a_window_around_the_caret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    row = " ".join(f"0F{i % 4}" for i in range(20_000))
+    (tmp_path / "long.pps").write_text(f"pipeline ranks=1 microbatches=4\nrank 0: {row} 0Q1 {row}\n")
+    assert main(["expand", str(tmp_path / "long.pps")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].endswith(f":2:{9 + len(row) + 1}: error[PPS003]: unknown action kind `Q` in `0Q1`")
+    assert len(err[1]) < 200 and err[1].startswith("2 | ...")
+    caret = err[2].index("^")
+    assert err[1][caret : caret + 3] == "0Q1" and err[2].count("^") == 3

@@ -8,7 +8,7 @@ from ppdsl.ir import IDLE, Action, Batch, Kind, Overlap, Program
 from ppdsl.syntax.parser import parse
 from ppdsl.syntax.printer import print_program
 
-F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W
+F, B = Kind.F, Kind.B
 
 
 def row(text: str, header: str = "pipeline ranks=2 microbatches=8 stages=4 placement=loop") -> tuple[str, ...]:
