@@ -1,0 +1,115 @@
+"""Lowering: for every valid compute-only program, lower() then check() finds nothing.
+
+Random valid programs: a random topological order of the (stage, microbatch) work, cut into
+rows by a random placement; forwards and (full or split) backwards, optional overlapped
+pairs. Every such program is sound, so its lowering must be clean under all three models,
+with no send or receive between stages on one rank and each rank's computes in their order.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppdsl.check import check
+from ppdsl.ir import Action, Batch, Kind, Program, Step, actions_of
+from ppdsl.lower import lower
+from ppdsl.memory import profile
+from ppdsl.check.context import Context
+from ppdsl.check.memory import _fast_peaks
+from ppdsl.semantics import CommModel
+
+
+def random_program(seed: int, ranks: int, stages: int, microbatches: int, split: bool) -> Program:
+    rng = random.Random(seed)
+    placement = tuple(rng.randrange(ranks) for _ in range(stages))
+    # Work items and what each needs.
+    needs: dict[tuple[int, Kind, int], list[tuple[int, Kind, int]]] = {}
+    for m in range(microbatches):
+        for s in range(stages):
+            needs[(s, Kind.F, m)] = [(s - 1, Kind.F, m)] if s else []
+            grad = Kind.I if split else Kind.B
+            needs[(s, grad, m)] = [(s, Kind.F, m)] + ([(s + 1, grad, m)] if s < stages - 1 else [])
+            if split:
+                needs[(s, Kind.W, m)] = [(s, Kind.I, m)]
+    done: set[tuple[int, Kind, int]] = set()
+    ready = [w for w, n in needs.items() if not n]
+    rows: list[list[Step]] = [[] for _ in range(ranks)]
+    waiting = {w: set(n) for w, n in needs.items()}
+    users: dict[tuple[int, Kind, int], list[tuple[int, Kind, int]]] = {}
+    for w, n in needs.items():
+        for x in n:
+            users.setdefault(x, []).append(w)
+    while ready:
+        w = ready.pop(rng.randrange(len(ready)))
+        done.add(w)
+        rows[placement[w[0]]].append(Action(w[0], w[1], w[2]))
+        for u in users.get(w, ()):
+            waiting[u].discard(w)
+            if not waiting[u]:
+                ready.append(u)
+    return Program(ranks, stages, microbatches, placement, tuple(map(tuple, rows)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), ranks=st.integers(1, 4), stages=st.integers(1, 6),
+       microbatches=st.integers(1, 4), split=st.booleans(), fuse=st.booleans())
+def test_lowering_a_valid_program_checks_clean(seed: int, ranks: int, stages: int, microbatches: int, split: bool,
+                                               fuse: bool) -> None:
+    program = random_program(seed, ranks, stages, microbatches, split)
+    assert [d for d in check(program) if d.is_error] == []
+    lowered = lower(program, fuse=fuse, comm_model="grouped" if fuse else "rendezvous")
+    for model in ("rendezvous", "grouped", "buffered"):
+        assert [d for d in check(lowered, model) if d.is_error] == [], model
+    for r, (before, after) in enumerate(zip(program.rows, lowered.rows)):
+        computes = [a for s in after for a in actions_of(s) if a.kind.is_compute]
+        assert computes == [a for s in before for a in actions_of(s)]
+        for s in after:
+            for a in actions_of(s):
+                if a.kind.is_comm:
+                    other = a.stage + (1 if a.kind in (Kind.SEND_F, Kind.RECV_B) else -1)
+                    other = a.stage - 1 if a.kind is Kind.RECV_F else other
+                    assert program.placement[other] != r, f"local hand-off {a} on rank {r}"
+            if fuse and isinstance(s, Batch):
+                assert len(s.parts) >= 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), ranks=st.integers(1, 3), stages=st.integers(1, 5),
+       microbatches=st.integers(1, 4), split=st.booleans(), weighted=st.booleans())
+def test_fast_memory_peaks_equal_the_memory_model(seed: int, ranks: int, stages: int, microbatches: int,
+                                                   split: bool, weighted: bool) -> None:
+    program = random_program(seed, ranks, stages, microbatches, split)
+    weights = [1.0 + (s % 3) * 0.5 for s in range(stages)] if weighted else None
+    for p in (program, lower(program)):
+        fast = _fast_peaks(Context(p, CommModel.RENDEZVOUS, None, weights), weights)
+        ref = profile(p, weights)
+        assert fast == [(float(a), b if a > 0 else None) for a, b in zip(ref.peak, ref.peak_step)]
+
+
+def test_lowering_refuses_comm_programs_and_broken_ones() -> None:
+    import pytest
+
+    from ppdsl.diagnostics import PpsError
+    from ppdsl.syntax.parser import parse
+
+    with pytest.raises(PpsError) as exc:
+        lower(parse("pipeline ranks=2 microbatches=1\nrank 0: 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n"))
+    assert exc.value.diagnostics[0].code == "PPS220"
+    with pytest.raises(PpsError) as exc:
+        lower(parse("pipeline ranks=2 microbatches=2\nrank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1B1 1F0 1B0\n"))
+    assert exc.value.diagnostics[0].code == "PPS108"
+
+
+def test_lowering_keeps_overlaps_and_drops_idles() -> None:
+    from ppdsl.syntax.parser import parse
+
+    program = parse("pipeline ranks=2 microbatches=2 stages=4 placement=v\n"
+                    "rank 0: 0F0 _ 0F1 3F0 3B0 (3F1;0B0) 3B1 0B1\n"
+                    "rank 1: 1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1\n")
+    assert [d for d in check(program) if d.is_error] == []
+    lowered = lower(program)
+    assert check(lowered) == []
+    assert not any(type(s).__name__ == "Idle" for row in lowered.rows for s in row)
