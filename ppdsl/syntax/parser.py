@@ -405,11 +405,17 @@ class _Builder:
         name_tok = use.children[0]
         assert isinstance(name_tok, Token)
         args, arg_spans = self.options(use, None, "generator")
-        # Every generator writes at least a forward and a backward per rank and microbatch:
-        # refuse before building rather than run for hours.
-        if ranks * microbatches * 2 > MAX_ACTIONS:
-            raise _Fail(self.at(use, "PPS015", f"ranks={ranks} x microbatches={microbatches} makes more than "
-                                f"{MAX_ACTIONS:,} steps", help="use fewer ranks or microbatches"))
+        # Every generator writes at least a forward and a backward per rank and microbatch, and
+        # its whole-number arguments (virtual stages, chunks) multiply that: refuse before
+        # building rather than run for hours.
+        factors = [v for v in args.values() if isinstance(v, int) and v > 1]
+        estimate = ranks * microbatches * 2
+        for v in factors:
+            estimate *= v
+        if estimate > MAX_ACTIONS:
+            shown = " x ".join([f"ranks={ranks}", f"microbatches={microbatches}", *(str(v) for v in factors)])
+            raise _Fail(self.at(use, "PPS015", f"{shown} makes more than {MAX_ACTIONS:,} steps",
+                                help="use fewer ranks, microbatches or virtual stages"))
         try:
             built = registry.expand(str(name_tok), ranks, microbatches, dict(args), inference)
         except registry.GeneratorError as err:
