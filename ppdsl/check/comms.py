@@ -24,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from itertools import compress, repeat
-from operator import gt, lt
+from operator import add, gt, lshift, lt, or_, sub
 
 from ..diagnostics import Diagnostic
 from ..semantics import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F
@@ -79,7 +79,8 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     # Pairing, by set differences.
     for send, recv, delta in ((SEND_F, RECV_F, M), (SEND_B, RECV_B, -M)):
         sends, recvs = set(present[send]), set(present[recv])
-        for sm in sorted({x - delta for x in {x + delta for x in sends} - recvs}):
+        shifted = set(map(add, sends, repeat(delta)))
+        for sm in sorted(map(sub, shifted - recvs, repeat(delta))):
             code = sm << 4 | send
             if code in reported:
                 continue
@@ -88,7 +89,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             target = placement[(sm + delta) // M]
             yield ctx.diag("PPS201", f"{ctx.text(code)} has no matching {ctx.text(peer)} on rank {target}", rank, step,
                            help=f"add {ctx.text(peer)} to rank {target}'s row before the compute that uses it")
-        for sm in sorted(recvs - {x + delta for x in sends}):
+        for sm in sorted(recvs - shifted):
             code = sm << 4 | recv
             if code in reported:
                 continue
@@ -105,8 +106,9 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         if producer not in kinds:
             continue
         sms = present[k]
-        sent = list(map(pos.__getitem__, [sm << 4 | k for sm in sms]))
-        made = list(map(get, [sm << 4 | producer for sm in sms], repeat(-1)))
+        base = list(map(lshift, sms, repeat(4)))
+        sent = list(map(pos.__getitem__, map(or_, base, repeat(k))))
+        made = list(map(get, map(or_, base, repeat(producer)), repeat(-1)))
         for j in compress(range(len(sms)), map(gt, made, sent)):
             sm = sms[j]
             code = sm << 4 | k
@@ -118,8 +120,9 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         if consumer not in kinds:
             continue
         sms = present[k]
-        got = list(map(pos.__getitem__, [sm << 4 | k for sm in sms]))
-        used = list(map(get, [sm << 4 | consumer for sm in sms], repeat(_NEVER)))
+        base = list(map(lshift, sms, repeat(4)))
+        got = list(map(pos.__getitem__, map(or_, base, repeat(k))))
+        used = list(map(get, map(or_, base, repeat(consumer)), repeat(_NEVER)))
         for j in compress(range(len(sms)), map(lt, used, got)):
             sm = sms[j]
             code, user = sm << 4 | k, sm << 4 | consumer
@@ -129,8 +132,8 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
                            help=f"move {ctx.text(code)} before {ctx.text(user)}")
 
     # Hand-offs between ranks that nothing carries.
-    carried_f = set(present[RECV_F]).union(x + M for x in present[SEND_F])
-    carried_b = set(present[RECV_B]).union(x - M for x in present[SEND_B])
+    carried_f = set(present[RECV_F]).union(map(add, present[SEND_F], repeat(M)))
+    carried_b = set(present[RECV_B]).union(map(sub, present[SEND_B], repeat(M)))
     for stage in range(1, S):
         if placement[stage] == placement[stage - 1]:
             continue

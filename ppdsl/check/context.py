@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from itertools import repeat
+from operator import and_
 
 from ..diagnostics import Diagnostic, Severity
 from ..ir import Program, Span
@@ -90,7 +91,7 @@ class Context:
         if self._kinds is None:
             self._kinds = set()
             for codes in self.enc.codes:
-                self._kinds.update(map(int.__and__, codes, repeat(15)))
+                self._kinds.update(map(and_, codes, repeat(15)))
             self._kinds.discard(15)  # the -1 of an invalid action
         return self._kinds
 

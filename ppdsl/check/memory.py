@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, repeat
+from operator import and_
 
 from .. import memory
 from ..diagnostics import Diagnostic
@@ -66,7 +67,7 @@ def _fast_peaks(ctx: Context, weights: Sequence[float] | None) -> list[tuple[flo
         per_sm = [float(w) for w in weights for _ in range(M)]
     for rank, codes in enumerate(enc.codes):
         if weights is None:
-            deltas: list[float] | list[int] = list(map(sign.__getitem__, map(int.__and__, codes, repeat(15))))
+            deltas: list[float] | list[int] = list(map(sign.__getitem__, map(and_, codes, repeat(15))))
         else:
             deltas = [per_sm[c >> 4] * sign[c & 15] for c in codes]
         live = list(accumulate(deltas))

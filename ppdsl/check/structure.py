@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import repeat
+from operator import rshift
 
 from ..diagnostics import Diagnostic
 from ..ir import Batch
@@ -66,7 +67,7 @@ def _placement(ctx: Context) -> Iterator[Diagnostic]:
     M = ctx.M
     explicit = p.source is not None and "placement" in p.source.options
     for rank, codes in enumerate(ctx.enc.codes):
-        stages = {sm // M for sm in set(map(int.__rshift__, codes, repeat(4))) if sm >= 0}
+        stages = {sm // M for sm in set(map(rshift, codes, repeat(4))) if sm >= 0}
         wrong = sorted(s for s in stages if p.placement[s] != rank)
         for s in wrong:
             i = next(i for i, c in enumerate(codes) if c >= 0 and (c >> 4) // M == s)
