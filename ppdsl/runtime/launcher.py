@@ -29,6 +29,7 @@ from ..ir import Program
 from .plan import compile_rank, needs_lowering
 
 STARTUP_SECONDS = 60.0  # importing paddle and joining the group, on a busy machine
+GRACE_SECONDS = 2.0
 
 
 def free_ports(n: int) -> list[int]:
@@ -62,6 +63,9 @@ class Outcome:
     code: int = 0
     files: dict[int, FileOutcome] = field(factory=dict)
     failure: str | None = None
+    # Every failure seen, (rank of importance, message): a rank's own exception or death ranks
+    # 0; a rank that only lost its peer (a broken connection, a timeout) ranks 1.
+    failures: list[tuple[int, str]] = field(factory=list)
     profile: dict[str, Any] | None = None
     events: list[dict[str, Any]] = field(factory=list)
     exits: dict[int, int] = field(factory=dict)  # rank -> the exit status it announced
@@ -114,11 +118,12 @@ def _package_root() -> str:
 
 
 def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, timeout: float, quiet: bool = False,
-           stream: TextIO | None = None, keep_logs: str | None = None, names: Sequence[str] = ()) -> Outcome:
+           stream: TextIO | None = None, keep_logs: str | None = None, names: Sequence[str] = (),
+           command: Sequence[str] | None = None) -> Outcome:
     """Run `ppdsl run argv...` as local processes (one per rank) and collect what they report.
 
     `programs` are the prepared programs of the files in argv, in order; all have the same
-    number of ranks."""
+    number of ranks. `command` replaces `python -m ppdsl run` (e.g. a script using the API)."""
     out = stream or sys.stdout
     n = programs[0].ranks
     tmp = Path(tempfile.mkdtemp(prefix="ppdsl-run-"))
@@ -147,7 +152,8 @@ def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, time
             env.setdefault("GLOG_minloglevel", "2")  # Paddle's INFO lines
             env.setdefault("OMP_NUM_THREADS", "1")   # N ranks share this machine's cores
             with open(log, "wb") as logf:
-                proc = subprocess.Popen([sys.executable, "-m", "ppdsl", "run", *argv], env=env,
+                base = list(command) if command is not None else [sys.executable, "-m", "ppdsl", "run"]
+                proc = subprocess.Popen([*base, *argv], env=env,
                                         stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                         pass_fds=(w,))
             os.close(w)
@@ -187,6 +193,7 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
     ready: set[int] = set()
     started = time.monotonic()
     exited: dict[int, int] = {}
+    grace: float | None = None
     fd_of = {rank: fd for fd, rank in readers.items()}
     open_fds = set(readers)
 
@@ -219,11 +226,17 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
             exited[rank] = code
             if fd_of[rank] in open_fds:
                 pump(fd_of[rank])  # what it said before exiting comes first
-            if code != 0 and outcome.failure is None and rank not in outcome.exits:
-                outcome.failure = _death(rank, code, programs, tmp)
-        if outcome.failure is not None:
-            outcome.code = 1
-            return
+            if code != 0 and rank not in outcome.exits and not any(f[1].startswith(f"rank {rank}") for f in outcome.failures):
+                outcome.failures.append((0, _death(rank, code, programs, tmp)))
+        if outcome.failures:
+            # The first report is often a peer's "connection lost"; give the rank that really
+            # failed a moment to say so (or to be seen dead) and report the root cause.
+            if grace is None:
+                grace = time.monotonic() + GRACE_SECONDS
+            if min(f[0] for f in outcome.failures) == 0 or time.monotonic() > grace:
+                outcome.failure = min(outcome.failures, key=lambda f: f[0])[1]
+                outcome.code = 1
+                return
         if len(ready) < n and time.monotonic() - started > STARTUP_SECONDS + timeout:
             missing = sorted(set(range(n)) - ready)
             outcome.failure = (f"rank {missing[0]} did not start within {STARTUP_SECONDS + timeout:g} s "
@@ -232,6 +245,8 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
             return
     for fd in list(open_fds):
         pump(fd)
+    if outcome.failures and outcome.failure is None:
+        outcome.failure = min(outcome.failures, key=lambda f: f[0])[1]
     verdicts = [f.verify for f in outcome.files.values() if f.verify is not None]
     if any(not v.get("ok") for v in verdicts):
         outcome.code = 1
@@ -250,10 +265,10 @@ def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[i
         f.losses[int(e["step"])] = float(e["loss"])
         progress.step(int(e.get("file", 0)), int(e["step"]), float(e["loss"]))
     elif kind in ("error", "timeout", "setup_error"):
-        if outcome.failure is None:
-            outcome.failure = str(e.get("message"))
-            if kind == "timeout":
-                outcome.failure = f"rank {rank}: {outcome.failure}"
+        message = str(e.get("message"))
+        if kind == "timeout":
+            message = f"rank {rank}: {message}"
+        outcome.failures.append((1 if kind == "timeout" or e.get("peer") else 0, message))
     elif kind == "verify":
         f.verify = e
         progress.verdict(int(e.get("file", 0)), e)

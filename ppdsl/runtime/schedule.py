@@ -42,8 +42,9 @@ Key = tuple[int, int]
 class StepError(RuntimeError):
     """An action failed: names the rank, step and action."""
 
-    def __init__(self, rank: int, step: int, action: str, message: str):
+    def __init__(self, rank: int, step: int, action: str, message: str, peer: bool = False):
         self.rank, self.step, self.action, self.detail = rank, step, action, message
+        self.peer = peer  # the transport failed: the cause may be another rank
         super().__init__(f"rank {rank}, step {step}, action {action}: {message}")
 
 
@@ -158,10 +159,12 @@ class PipelineSchedule:
             else:
                 for handler, op in self._compiled:
                     handler(op)
-        except (StepError, SetupError):
+        except StepError:
             raise
-        except PeerError as exc:
+        except SetupError as exc:
             raise StepError(self.rank, self.step_index, op.label if op else "?", str(exc)) from None
+        except PeerError as exc:
+            raise StepError(self.rank, self.step_index, op.label if op else "?", str(exc), peer=True) from None
         except Exception as exc:  # noqa: BLE001 - any failure becomes a located one
             label = op.label if op else "?"
             raise StepError(self.rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc

@@ -57,6 +57,9 @@ def in_distributed_env() -> bool:
     return "PADDLE_TRAINER_ID" in os.environ and "PADDLE_TRAINERS_NUM" in os.environ
 
 
+STARTUP_TIMEOUT = 60.0
+
+
 class Setup:
     """What a rank builds before talking to anyone; `error` holds the first problem."""
 
@@ -164,7 +167,7 @@ def main(cfg: RunConfig) -> int:
         from .schedule import StepError
 
         if isinstance(exc, StepError):
-            reporter.send("error", step=exc.step, action=exc.action, message=str(exc))
+            reporter.send("error", step=exc.step, action=exc.action, message=str(exc), peer=exc.peer)
         else:
             where = f" at step {watchdog.step}" if watchdog.step >= 0 else ""
             reporter.send("error", step=watchdog.step, action=watchdog.label,
@@ -190,9 +193,12 @@ def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: W
     import paddle.distributed as dist
 
     backend = backend_from_env()
+    # Joining waits for the slowest rank to import paddle: allow more than one P2P wait.
+    saved, watchdog.timeout = watchdog.timeout, max(watchdog.timeout, STARTUP_TIMEOUT)
     watchdog.arm("starting the process group", "all ranks")
     dist.init_parallel_env()
     watchdog.disarm()
+    watchdog.timeout = saved
     reporter.send("ready", seconds=time.perf_counter() - t_start)
     status = Status()
     code = 0
