@@ -31,9 +31,8 @@ cycle is split back (never reached with lowered programs; kept as a guarantee).
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from itertools import compress, repeat
-from operator import and_, eq, floordiv, mod, rshift
+from operator import add, and_, eq, floordiv, mod, mul, rshift
 
 from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Program, Step, make_action
@@ -134,19 +133,26 @@ def _lowered_rows(program: Program, enc: Encoded, starts: tuple[tuple[float | No
     out_codes: list[list[int]] = []
     for r in range(R):
         keys, codes_r = ex_keys[r], ex_codes[r]
-        order = sorted(range(len(keys)), key=keys.__getitem__)
+        n = len(keys) or 1
+        # Sorting plain ints `key * n + index` (no key function; timsort merges the
+        # presorted streams in C) gives the stable order and the permutation at once.
+        ranked = sorted(map(add, map(mul, keys, repeat(n)), range(len(keys))))
+        order = list(map(mod, ranked, repeat(n)))
         x_codes = list(map(codes_r.__getitem__, order))
-        x_times = [keys[j] // R for j in order]
-        # Each exchange goes before the first compute that starts at or after its time.
-        computes = kept[r]
-        # Unit-time starts are whole numbers: as ints, the bisections compare twice as fast.
-        at = list(map(bisect_left, repeat(list(map(int, kept_starts[r]))), x_times))
+        x_times = list(map(floordiv, map(floordiv, ranked, repeat(n)), repeat(R)))
         sms = list(map(rshift, x_codes, repeat(4)))
         x_items = list(map(make_action, map(floordiv, sms, repeat(M)), map(KIND_OF.__getitem__, map(and_, x_codes, repeat(15))),
                            map(mod, sms, repeat(M))))
-        # Merge: compute j sorts at 2j+1, an exchange before compute j at 2j (stable).
-        merged_keys = list(range(1, 2 * len(computes), 2)) + [2 * j for j in at]
-        perm = sorted(range(len(merged_keys)), key=merged_keys.__getitem__)
+        # Merge with the computes: compute j sorts at 2*start+1, an exchange at 2*time, so an
+        # exchange goes before every compute starting at or after its time; the same trick
+        # with the item index as the low digits.
+        computes = kept[r]
+        nc = len(computes)
+        total = nc + len(x_items)
+        merged = sorted([*map(add, map(mul, map(add, map(mul, map(int, kept_starts[r]), repeat(2)), repeat(1)), repeat(total)),
+                              range(nc)),
+                         *map(add, map(mul, map(mul, x_times, repeat(2)), repeat(total)), range(nc, total))])
+        perm = list(map(mod, merged, repeat(total)))
         items = computes + x_items
         out.append(tuple(map(items.__getitem__, perm)))
         if plain:
