@@ -65,13 +65,14 @@ def run(args: argparse.Namespace) -> int:
 def _launch(args: argparse.Namespace) -> int:
     import importlib.util
 
+    from ..ir import Program
     from ..load import load_program
     from ..runtime.launcher import launch
     from ..runtime.plan import compile_rank
     from ..runtime.preflight import Refused, prepare
     from ..semantics import CommModel
 
-    programs = []
+    programs: list[Program] = []
     for file in args.file:
         program = load_program(file)
         try:

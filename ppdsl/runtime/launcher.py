@@ -216,7 +216,7 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
 
     while len(exited) < n:
         for key, _ in sel.select(timeout=0.1):
-            pump(int(key.fd))  # type: ignore[arg-type]
+            pump(int(key.fd))
         for rank, proc in enumerate(procs):
             if rank in exited:
                 continue

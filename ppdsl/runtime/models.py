@@ -21,7 +21,7 @@ import importlib.util
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..diagnostics import UsageError
 
@@ -80,7 +80,7 @@ def _import(module_name: str, what: str) -> Any:
 WIDTH = 32
 LAYERS_PER_STAGE = 2
 BATCH_PER_MICROBATCH = 4
-DTYPE = "float64"
+DTYPE: Final = "float64"
 
 
 def build_stage(stage_index: int, num_stages: int) -> paddle.nn.Layer:

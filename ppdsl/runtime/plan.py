@@ -131,8 +131,8 @@ def compile_rank(program: Program, rank: int) -> Plan:
             assert isinstance(step, Overlap)
             # A forward never needs a backward, so forwards first always respects the data
             # dependencies between the two halves of a pair.
-            parts = sorted((_op(p, rank, program) for p in step.parts), key=lambda o: o.code != F)
-            ops.append(Op(OVERLAP, -1, -1, -1, str(step), tuple(parts)))
+            ordered = sorted((_op(p, rank, program) for p in step.parts), key=lambda o: o.code != F)
+            ops.append(Op(OVERLAP, -1, -1, -1, str(step), tuple(ordered)))
         else:
             assert isinstance(step, Batch)
             parts = tuple(_op(p, rank, program) for p in step.parts)

@@ -274,7 +274,7 @@ class PipelineSchedule:
 
     def _recv_f_buffer(self, op: P.Op) -> Any:
         shape, dtype = self._recv_shapes[(op.stage, op.microbatch)]
-        return self.paddle.empty(shape, dtype=dtype)
+        return self.paddle.empty(shape, dtype=dtype)  # type: ignore[arg-type]  # a name from DTYPES
 
     def _recv_f(self, op: P.Op) -> None:
         key = (op.stage, op.microbatch)
