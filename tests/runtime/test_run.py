@@ -188,3 +188,14 @@ def test_ranks_holding_different_programs_fail_together(tmp_path: Path) -> None:
     for rank in (0, 1):
         lines = [json.loads(x) for x in (tmp_path / f"rank{rank}.log").read_text().splitlines() if x.startswith("{")]
         assert lines and "do not hold the same program" in lines[-1]["error"], lines
+
+
+def test_the_example_training_loop_uses_the_api_directly(tmp_path: Path) -> None:
+    from ppdsl.runtime.launcher import launch
+
+    f = str(HAND / "2r_zb_iw.pps")
+    outcome = launch([load_program(f)], [f, "8"], steps=0, timeout=30, quiet=True, keep_logs=str(tmp_path),
+                     command=[sys.executable, str(ROOT / "examples" / "train_loop.py")])
+    assert outcome.code == 0, outcome.failure
+    losses = [float(x) for x in re.findall(r"step \d+: loss ([0-9.]+)", (tmp_path / "rank1.log").read_text())]
+    assert len(losses) == 8 and losses[-1] < losses[0]
