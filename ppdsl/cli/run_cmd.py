@@ -112,7 +112,8 @@ def _launch(args: argparse.Namespace) -> int:
             summary += ", verify ok" if f.verify.get("ok") else ", verify FAILED"
         print(summary, file=out)
     if args.profile and outcome.profile is not None:
-        print(f"ppdsl run: wrote {args.profile} ({outcome.profile.get('actions')} measured actions)", file=out)
+        print(f"ppdsl run: wrote {args.profile} ({outcome.profile.get('actions')} measured actions)"
+              + _simulated_vs_measured(args.profile, programs[-1], outcome.file(len(programs) - 1).step_time), file=out)
     return outcome.code
 
 
@@ -128,3 +129,22 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
         if getattr(args, name):
             argv.append(flag)
     return argv
+
+
+def _simulated_vs_measured(path: str, program: object, measured: float | None) -> str:
+    """How far `ppdsl simulate` with the written profile is from the measured step time."""
+    from pathlib import Path
+
+    from ..costs import CostError, parse_profile
+    from ..ir import Program
+    from ..simulate import simulate
+
+    if not measured or not isinstance(program, Program):
+        return ""
+    try:
+        sim = simulate(program, parse_profile(Path(path).read_text(encoding="utf-8")), "rendezvous")
+    except (CostError, OSError):
+        return ""
+    us = measured * 1e6
+    return (f"; simulated step {sim.makespan:.0f} us vs measured {us:.0f} us "
+            f"({(sim.makespan - us) / us * 100:+.0f}%)")

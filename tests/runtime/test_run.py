@@ -112,12 +112,18 @@ def test_verify_every_shipped_schedule_on_4_ranks(capsys: pytest.CaptureFixture[
     _verified(out, files)
 
 
-def test_default_run_trains_and_prints_each_loss(capsys: pytest.CaptureFixture[str]) -> None:
+def test_default_run_trains_prints_each_loss_and_profiles(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from ppdsl.costs import parse_profile
+
     f = str(HAND / "2r_1f1b_batched.pps")
-    code, out, err, _ = _run(capsys, f, "--steps", "3", "--lr", "0.1")
+    profile = tmp_path / "p.json"
+    code, out, err, _ = _run(capsys, f, "--steps", "3", "--lr", "0.1", "--profile", str(profile))
     assert code == 0, err
     losses = [float(x) for x in re.findall(r"step \d/3  loss ([0-9.]+)", out)]
     assert len(losses) == 3 and all(x > 0 for x in losses)
+    costs = parse_profile(profile.read_text())  # the simulator reads what the runtime wrote
+    assert costs.unit == "us" and costs.get("F_s0") and costs.get("B_s1") and costs.get("comm")
+    assert "simulated step" in out
 
 
 def test_verify_catches_a_wrong_gradient(capsys: pytest.CaptureFixture[str]) -> None:
