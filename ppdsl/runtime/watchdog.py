@@ -82,7 +82,5 @@ class Watchdog:
                 message = (f"timed out after {self.timeout:g} s at {where}"
                            + (f" ({self.what})" if self.what else ""))
                 self.reporter.send("timeout", step=self.step, action=self.label, message=message)
-                if not self.reporter.attached:
-                    pass  # Reporter.send already printed it
                 sys.stderr.flush()
                 os._exit(TIMEOUT_EXIT)
