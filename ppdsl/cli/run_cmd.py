@@ -20,13 +20,13 @@ from ..diagnostics import UsageError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", nargs="+",
                    help="a .pps or .csv schedule; several run one after another in the same processes")
-    p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
+    p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     p.add_argument("--model", metavar="MODULE:NAME", help="build_stage(stage_index, num_stages) -> paddle.nn.Layer")
     p.add_argument("--data", metavar="MODULE:NAME", help="batches() -> iterable of (inputs, targets)")
     p.add_argument("--loss", metavar="MODULE:NAME", help="loss(output, target) -> scalar tensor")
     p.add_argument("--optimizer", default="sgd", metavar="NAME",
                    help="sgd, momentum, adam, adamw, or MODULE:NAME taking the parameters (default sgd)")
-    p.add_argument("--lr", type=float, default=0.01, help="learning rate (default 0.01)")
+    p.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and built-in data")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="longest any rank waits for another (default 60; gloo itself stops at 30)")

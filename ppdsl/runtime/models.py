@@ -103,7 +103,7 @@ def build_stage(stage_index: int, num_stages: int) -> paddle.nn.Layer:
 
 
 def synthetic_batches(microbatches: int, seed: int = 0, batch: int | None = None) -> Iterator[tuple[Any, Any]]:
-    """A regression task the MLP can learn: y = sin(x . w) for a fixed random w.
+    """A regression task the MLP can learn: y = sin(x . w / sqrt(WIDTH)) for a fixed random w.
 
     Drawn with numpy's own generator so every rank gets the same numbers without touching
     paddle's global random state."""
@@ -115,7 +115,8 @@ def synthetic_batches(microbatches: int, seed: int = 0, batch: int | None = None
     w = rng.standard_normal((WIDTH, 1)).astype(DTYPE)
     while True:
         x = rng.standard_normal((n, WIDTH)).astype(DTYPE)
-        yield paddle.to_tensor(x), paddle.to_tensor(np.sin(x @ w))
+        # Scaled so x . w has unit variance: a teacher the small MLP visibly learns in a few steps.
+        yield paddle.to_tensor(x), paddle.to_tensor(np.sin(x @ w / np.sqrt(WIDTH)))
 
 
 def loss(output: paddle.Tensor, target: paddle.Tensor) -> paddle.Tensor:

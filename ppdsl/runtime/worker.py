@@ -39,7 +39,7 @@ class RunConfig:
     data: str | None = None
     loss: str | None = None
     optimizer: str = "sgd"
-    lr: float = 0.01
+    lr: float = 0.05
     seed: int = 0
     timeout: float = 60.0
     verify: bool = False
