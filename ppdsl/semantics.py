@@ -34,8 +34,9 @@ from __future__ import annotations
 import enum
 import weakref
 from collections import deque
-from collections.abc import Callable
-from operator import attrgetter
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import and_, attrgetter
 from typing import cast
 
 from attrs import frozen
@@ -77,11 +78,34 @@ def _no_message(a: Action) -> float:
 @frozen
 class Timing:
     """Durations. `compute(action)`, `overlap(step)` and `message(action)` (one send/receive or
-    one implicit hand-off between ranks). The default is unit compute and free messages."""
+    one implicit hand-off between ranks). The default is unit compute and free messages.
+
+    When the durations are that simple, `table` (per stage, indexed by Kind value: the compute
+    times) and `fixed_message` hold them as plain numbers, and the engine reads those instead
+    of calling `compute` and `message` once per action (`Timing.from_table` fills both forms,
+    so they agree)."""
 
     compute: Callable[[Action], float] = _unit_compute
     overlap: Callable[[Overlap], float] | None = None
     message: Callable[[Action], float] = _no_message
+    table: tuple[tuple[float, ...], ...] | None = None
+    fixed_message: float | None = None
+
+    @classmethod
+    def from_table(cls, table: Sequence[Sequence[float]], message: float = 0.0,
+                   overlap: Callable[[Overlap], float] | None = None) -> Timing:
+        """Compute times per stage and Kind value (`table[stage][kind]`), one message time."""
+        rows = tuple(tuple(float(x) for x in row) for row in table)
+        msg = float(message)
+
+        def compute(a: Action) -> float:
+            row = rows[a.stage] if 0 <= a.stage < len(rows) else ()
+            return row[a.kind] if a.kind < len(row) else 0.0
+
+        def fixed(a: Action) -> float:
+            return msg
+
+        return cls(compute, overlap, fixed, rows, msg)
 
     def overlap_time(self, step: Overlap) -> float:
         if self.overlap is not None:
@@ -136,7 +160,7 @@ class Encoded:
     stage or microbatch is out of range (they get no code).
     """
 
-    __slots__ = ("stages", "microbatches", "codes", "steps", "groups", "invalid", "rows", "_actions")
+    __slots__ = ("stages", "microbatches", "codes", "steps", "groups", "invalid", "rows", "_actions", "_kinds")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None):
         S, M = program.stages, program.microbatches
@@ -147,6 +171,7 @@ class Encoded:
         self.groups: list[dict[int, tuple[bool, int]]] = []
         self.invalid: list[tuple[int, int, Action]] = []
         self._actions: list[list[Action]] | None = None
+        self._kinds: frozenset[int] | None = None
         if codes is not None:  # made by someone who built the rows from codes (lowering)
             self.codes = codes
             self.steps = [None] * len(codes)
@@ -197,9 +222,24 @@ class Encoded:
 
     def action(self, rank: int, i: int) -> Action:
         """The Action object behind code i of a rank (for messages and timing callbacks)."""
+        return self.actions_of_rank(rank)[i]
+
+    def actions_of_rank(self, rank: int) -> list[Action]:
+        """The Action objects of a rank, one per code."""
         if self._actions is None:
             self._actions = [[a for s in row for a in actions_of(s)] for row in self.rows]
-        return self._actions[rank][i]
+        return self._actions[rank]
+
+    @property
+    def kinds(self) -> frozenset[int]:
+        """The kinds of action (Kind values) the program uses."""
+        if self._kinds is None:
+            found: set[int] = set()
+            for codes in self.codes:
+                found.update(map(and_, codes, repeat(15)))
+            found.discard(15)  # the -1 of an out-of-range action
+            self._kinds = frozenset(found)
+        return self._kinds
 
     def describe(self, code: int) -> str:
         """`0SEND_F3`-style text of a code."""
@@ -245,19 +285,6 @@ def peer_code(code: int, microbatches: int) -> int:
     return ((sm + microbatches) << 4) | SEND_B
 
 
-def _out_key(code: int) -> int:
-    """The dependency key a send or receive completes."""
-    k = code & 15
-    sm = code >> 4
-    if k == RECV_F:
-        return (sm << 3) | RECV_F_DONE
-    if k == RECV_B:
-        return (sm << 3) | RECV_B_DONE
-    if k == SEND_F:
-        return (sm << 3) | MSG_F_SENT
-    return (sm << 3) | MSG_B_SENT
-
-
 # --------------------------------------------------------------------------------------------
 # The engine
 
@@ -276,6 +303,34 @@ def execute(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, tim
     return _Engine(program, enc, model, timing).run()
 
 
+def _offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
+             ) -> tuple[list[int | None], list[int | None], list[bool], list[bool]]:
+    """Per (stage, microbatch) `sm`: the offset from `sm << 3` to the key a forward waits for,
+    and to the gradient key a backward waits for (None: no such dependency); per stage,
+    whether that input crosses ranks with no receive (compute-only programs: the hand-off
+    costs a message time). Lists of shared small objects: the loop reads them in order."""
+    f_off: list[int | None] = []
+    b_off: list[int | None] = []
+    f_hop = [False] * S
+    b_hop = [False] * S
+    for s in range(S):
+        fo: int | None = None
+        bo: int | None = None
+        if s > 0:
+            if placement[s - 1] == placement[s] or not with_comms:
+                fo, f_hop[s] = -(M << 3) | F_DONE, placement[s - 1] != placement[s]
+            else:
+                fo = RECV_F_DONE
+        if s < S - 1:
+            if placement[s + 1] == placement[s] or not with_comms:
+                bo, b_hop[s] = (M << 3) | GRAD_DONE, placement[s + 1] != placement[s]
+            else:
+                bo = RECV_B_DONE
+        f_off += [fo] * M
+        b_off += [bo] * M
+    return f_off, b_off, f_hop, b_hop
+
+
 class _Engine:
     def __init__(self, program: Program, enc: Encoded, model: CommModel, timing: Timing):
         self.program = program
@@ -283,49 +338,75 @@ class _Engine:
         self.model = model
         self.timing = timing
 
+    def _durations(self, with_comms: bool, f_hop: list[bool], b_hop: list[bool]
+                   ) -> tuple[list[float], int, list[float] | None, list[float] | None]:
+        """Durations as the loop reads them, `dur[code & mask]`: per Kind value (mask 15) when
+        every stage has the same, else per action code (mask -1): a compute's time, a send's
+        or receive's message time. And per code, the message time an implicit hand-off adds
+        before a forward (hop1) or a backward (hop2) in a compute-only program (None: none)."""
+        enc, timing = self.enc, self.timing
+        S, M = enc.stages, enc.microbatches
+        SM = S * M
+        needs_hops = not with_comms and (any(f_hop) or any(b_hop))
+        hop1: list[float] | None = None
+        hop2: list[float] | None = None
+        if timing.is_unit:
+            return [1.0] * 4 + [0.0] * 12, 15, None, None
+        if timing.table is not None and timing.fixed_message is not None:
+            msg = timing.fixed_message
+            rows = [tuple(float(x) for x in (timing.table[s] if s < len(timing.table) else ()))[:4] for s in range(S)]
+            rows = [row + (0.0,) * (4 - len(row)) for row in rows]
+            if needs_hops and msg:
+                hop1, hop2 = [0.0] * (SM << 4), [0.0] * (SM << 4)
+                for s in range(S):
+                    c0, c1 = (s * M) << 4, ((s + 1) * M) << 4
+                    if f_hop[s]:
+                        hop1[c0 + F:c1:16] = [msg] * M
+                    if b_hop[s]:
+                        hop2[c0 + B:c1:16] = hop2[c0 + I:c1:16] = [msg] * M
+            if len(set(rows)) <= 1:  # the same on every stage: a table of 16
+                return list(rows[0] if rows else (0.0,) * 4) + [msg] * 4 + [0.0] * 8, 15, hop1, hop2
+            dur = [0.0] * (SM << 4)
+            for s, row in enumerate(rows):
+                c0, c1 = (s * M) << 4, ((s + 1) * M) << 4
+                for k in (F, I, W, B):
+                    if row[k]:
+                        dur[c0 + k:c1:16] = [row[k]] * M
+            if msg:
+                every = [msg] * SM
+                for k in (SEND_F, RECV_F, SEND_B, RECV_B):
+                    dur[k::16] = every
+            return dur, -1, hop1, hop2
+        # The callback form: one call per action, made here rather than in the run.
+        compute, message = timing.compute, timing.message
+        dur = [0.0] * (SM << 4)
+        if needs_hops:
+            hop1, hop2 = [0.0] * (SM << 4), [0.0] * (SM << 4)
+        for r, codes in enumerate(enc.codes):
+            for c, a in zip(codes, enc.actions_of_rank(r)):
+                k = c & 15
+                if k <= B:
+                    dur[c] = compute(a)
+                    if hop1 is not None and hop2 is not None:
+                        s = a.stage
+                        if k == F and f_hop[s]:
+                            hop1[c] = message(a)
+                        elif k != F and k != W and b_hop[s]:
+                            hop2[c] = message(a)
+                elif k <= RECV_B:
+                    dur[c] = message(a)
+        return dur, -1, hop1, hop2
+
     def run(self) -> Execution:  # noqa: C901 - one hot loop, kept flat on purpose
         program, enc, timing = self.program, self.enc, self.timing
-        S, M = program.stages, program.microbatches
-        placement = program.placement
+        S, M = enc.stages, enc.microbatches
         R = len(enc.codes)
         grouped = self.model is CommModel.GROUPED
         buffered = self.model is CommModel.BUFFERED
-        with_comms = any(not _COMM_KINDS.isdisjoint({c & 15 for c in row}) for row in enc.codes)
+        with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
         unit = timing.is_unit
-        compute_time = timing.compute
-        message_time = timing.message
-        action_of = enc.action
-
-        # Per stage: does its neighbour live on the same rank (a local hand-off)?
-        local_prev = [s > 0 and placement[s - 1] == placement[s] for s in range(S)]
-        local_next = [s < S - 1 and placement[s + 1] == placement[s] for s in range(S)]
-        last = S - 1
-        # Per (stage, microbatch): offset from `sm << 3` to the key a forward waits for, and to
-        # the gradient key a backward waits for (None: no such dependency); *_implicit marks
-        # a hand-off between ranks with no receive (compute-only programs: a message time).
-        f_off: list[int | None] = []
-        f_implicit: list[bool] = []
-        b_off: list[int | None] = []
-        b_implicit: list[bool] = []
-        for s in range(S):
-            if s == 0:
-                fo: int | None = None
-                fi = False
-            elif local_prev[s] or not with_comms:
-                fo, fi = -(M << 3) | F_DONE, not local_prev[s]
-            else:
-                fo, fi = RECV_F_DONE, False
-            if s == last:
-                bo: int | None = None
-                bi = False
-            elif local_next[s] or not with_comms:
-                bo, bi = (M << 3) | GRAD_DONE, not local_next[s]
-            else:
-                bo, bi = RECV_B_DONE, False
-            f_off += [fo] * M
-            f_implicit += [fi] * M
-            b_off += [bo] * M
-            b_implicit += [bi] * M
+        f_off, b_off, f_hop, b_hop = _offsets(S, M, program.placement, with_comms)
+        dur, dmask, hop1, hop2 = self._durations(with_comms, f_hop, b_hop)
 
         # Per kind of send/receive: the code of its peer is `code + peer_delta[kind]`; it waits
         # for the key `(sm << 3) + need_off[kind]` (None: nothing) and completes `out_slot`.
@@ -339,168 +420,123 @@ class _Engine:
         out_slot = [0] * 16
         out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
 
-        done = [-1.0] * (S * M * 8)
+        # Completion time per key (-1: not yet). M microbatches' worth of keys past the end
+        # that nothing writes: the input of a send or receive to a stage outside the pipeline
+        # lands there (a negative key wraps around to them) and never completes.
+        done = [-1.0] * ((S * M + M) << 3)
         posted: dict[int, tuple[int, float]] = {}  # code of a posted send/receive -> (rank, time)
         waiters: dict[int, list[int]] = {}  # dependency key -> ranks waiting for it
+        codes_of, groups_of = enc.codes, enc.groups
         pc = [0] * R
         ready = [0.0] * R
-        starts: list[list[float | None]] = [[None] * len(row) for row in program.rows]
-        ends: list[list[float | None]] = [[None] * len(row) for row in program.rows]
-        blocked: list[tuple[str, int, int]] = [("", -1, -1)] * R  # (reason, key or code, action index)
+        # Per rank, per action (not per step: no step lookup in the loop): start and end.
+        starts: list[list[float | None]] = [[None] * len(codes) for codes in codes_of]
+        ends: list[list[float | None]] = [[None] * len(codes) for codes in codes_of]
         pending = [0] * R  # grouped: members of the current batch still waiting for their peer
         batch_end = [0.0] * R
         work: deque[int] = deque(range(R))
-        codes_of, steps_of, groups_of = enc.codes, enc.steps, enc.groups
+        popleft, push, extend = work.popleft, work.append, work.extend
 
         def wake(key: int) -> None:
             ws = waiters.pop(key, None)
             if ws:
-                work.extend(ws)
+                extend(ws)
 
         def finish_peer(pr: int, pcode: int, start: float, end: float) -> None:
             """The peer of a just-matched pair completes too (it was posted and blocked)."""
-            ok = _out_key(pcode)
+            ok = ((pcode >> 4) << 3) | out_slot[pcode & 15]
             if done[ok] < 0:
                 done[ok] = end
             if pending[pr]:
                 pending[pr] -= 1
                 if end > batch_end[pr]:
                     batch_end[pr] = end
-                if pending[pr] == 0:
+                if pending[pr] == 0:  # the whole batch is done: it ends when its last member does
                     i0 = pc[pr]
                     count = groups_of[pr][i0][1]
-                    st = steps_of[pr]
-                    step = i0 if st is None else st[i0]
-                    if starts[pr][step] is None:
-                        starts[pr][step] = ready[pr]
-                    ends[pr][step] = batch_end[pr]
+                    ends[pr][i0:i0 + count] = [batch_end[pr]] * count
                     ready[pr] = batch_end[pr]
                     pc[pr] = i0 + count
-                    work.append(pr)
-                if waiters:
-                    wake(ok)
-                return
-            i0 = pc[pr]
-            st = steps_of[pr]
-            step = i0 if st is None else st[i0]
-            if starts[pr][step] is None:
-                starts[pr][step] = start
-            ends[pr][step] = end
-            ready[pr] = end
-            pc[pr] = i0 + 1
-            work.append(pr)
+                    push(pr)
+            else:
+                i0 = pc[pr]
+                if starts[pr][i0] is None:
+                    starts[pr][i0] = start
+                ends[pr][i0] = end
+                ready[pr] = end
+                pc[pr] = i0 + 1
+                push(pr)
             if waiters:
                 wake(ok)
 
-        def needs(code: int) -> tuple[int, float, int, float]:
-            """The (up to two) dependency keys of a compute action or send, with delays."""
-            k = code & 15
-            sm = code >> 4
-            # A delay of -1.0 marks an implicit hand-off between ranks (compute-only programs):
-            # it costs a message time.
-            if k == F:
-                s = sm // M
-                if s == 0:
-                    return -1, 0.0, -1, 0.0
-                if local_prev[s]:
-                    return ((sm - M) << 3) | F_DONE, 0.0, -1, 0.0
-                if with_comms:
-                    return (sm << 3) | RECV_F_DONE, 0.0, -1, 0.0
-                return ((sm - M) << 3) | F_DONE, -1.0, -1, 0.0
-            if k == B or k == I:
-                s = sm // M
-                if s == last:
-                    return (sm << 3) | F_DONE, 0.0, -1, 0.0
-                if local_next[s]:
-                    return (sm << 3) | F_DONE, 0.0, ((sm + M) << 3) | GRAD_DONE, 0.0
-                if with_comms:
-                    return (sm << 3) | F_DONE, 0.0, (sm << 3) | RECV_B_DONE, 0.0
-                return (sm << 3) | F_DONE, 0.0, ((sm + M) << 3) | GRAD_DONE, -1.0
-            if k == W:
-                return (sm << 3) | I_DONE, 0.0, -1, 0.0
-            if k == SEND_F:
-                return (sm << 3) | F_DONE, 0.0, -1, 0.0
-            if k == SEND_B:
-                return (sm << 3) | GRAD_DONE, 0.0, -1, 0.0
-            if buffered and k == RECV_F:
-                return ((sm - M) << 3) | MSG_F_SENT, 0.0, -1, 0.0
-            if buffered and k == RECV_B:
-                return ((sm + M) << 3) | MSG_B_SENT, 0.0, -1, 0.0
-            return -1, 0.0, -1, 0.0
+        def deps_of(c: int) -> list[tuple[int, float]]:
+            return _deps_of(c, f_off, b_off, need_off, hop1, hop2)
 
         while work:
-            r = work.popleft()
+            r = popleft()
+            i = pc[r]
             codes = codes_of[r]
             n = len(codes)
-            i = pc[r]
             if i >= n or pending[r]:
                 continue
-            steps = steps_of[r]
             groups = groups_of[r]
-            row_starts, row_ends = starts[r], ends[r]
+            st, en = starts[r], ends[r]
             t = ready[r]
             while i < n:
                 c = codes[i]
                 if groups and i in groups:
                     is_batch, count = groups[i]
-                    if is_batch and not grouped:
-                        pass  # members run one after another: fall through to the plain path
-                    else:
+                    if not is_batch or grouped:
                         # An overlapped pair, or a batch under `grouped`: every member's data
                         # first, then the members together.
                         t0 = t
                         stuck = False
                         for j in range(i, i + count):
-                            k1, d1, k2, d2 = needs(codes[j])
-                            for key, delay in ((k1, d1), (k2, d2)):
-                                if key < 0:
-                                    continue
+                            for key, delay in deps_of(codes[j]):
                                 d = done[key]
                                 if d < 0:
                                     waiters.setdefault(key, []).append(r)
-                                    blocked[r] = ("data", key, j)
                                     stuck = True
                                     break
-                                if delay < 0:
-                                    delay = 0.0 if unit else message_time(action_of(r, j))
                                 if d + delay > t0:
                                     t0 = d + delay
                             if stuck:
                                 break
                         if stuck:
                             break
-                        step = i if steps is None else steps[i]
                         if not is_batch:
-                            st = program.rows[r][step]
-                            assert isinstance(st, Overlap)
-                            end = t0 + (1.0 if unit else timing.overlap_time(st))
+                            pair = program.rows[r][enc.step_of(r, i)]
+                            assert isinstance(pair, Overlap)
+                            end = t0 + (1.0 if unit else timing.overlap_time(pair))
                             for j in range(i, i + count):
                                 cj = codes[j]
-                                self._finish(cj, end, done)
-                                if waiters:
-                                    for key in _compute_outputs(cj):
+                                for key in _compute_outputs(cj):
+                                    if done[key] < 0:
+                                        done[key] = end
+                                    if waiters:
                                         wake(key)
-                            row_starts[step] = t0
-                            row_ends[step] = end
+                                st[j] = t0
+                                en[j] = end
                             t = end
                             i += count
                             continue
                         # A grouped batch: post every member; match those whose peer waits.
+                        pc[r] = i
                         pending[r] = count
                         batch_end[r] = t0
+                        st[i:i + count] = [t0] * count
                         for j in range(i, i + count):
                             cj = codes[j]
-                            pcode = peer_code(cj, M)
+                            kj = cj & 15
+                            pcode = cj + peer_delta[kj]
                             other = posted.pop(pcode, None)
                             if other is None:
                                 posted[cj] = (r, t0)
-                                if blocked[r][0] != "peer":
-                                    blocked[r] = ("peer", pcode, j)
                                 continue
                             pr, pt = other
                             start = t0 if t0 > pt else pt
-                            end = start + (0.0 if unit else message_time(action_of(r, j)))
-                            ok = _out_key(cj)
+                            end = start + dur[cj & dmask]
+                            ok = ((cj >> 4) << 3) | out_slot[kj]
                             if done[ok] < 0:
                                 done[ok] = end
                             if end > batch_end[r]:
@@ -510,21 +546,17 @@ class _Engine:
                                 wake(ok)
                             finish_peer(pr, pcode, start, end)
                         if pending[r]:
-                            pc[r] = i
                             ready[r] = t
-                            row_starts[step] = t0
                             i = -1  # parked: finish_peer completes the batch
                             break
-                        row_starts[step] = t0
-                        row_ends[step] = batch_end[r]
                         t = batch_end[r]
-                        blocked[r] = ("", -1, -1)
+                        en[i:i + count] = [t] * count
                         i += count
                         continue
                 k = c & 15
                 if k <= B:  # compute: F, I, W, B (inlined: this is the hot path)
-                    base = (c >> 4) << 3
                     sm = c >> 4
+                    base = sm << 3
                     t0 = t
                     if k == F:
                         off = f_off[sm]
@@ -532,30 +564,27 @@ class _Engine:
                             d = done[base + off]
                             if d < 0:
                                 waiters.setdefault(base + off, []).append(r)
-                                blocked[r] = ("data", base + off, i)
                                 break
-                            if not unit and f_implicit[sm]:
-                                d += message_time(action_of(r, i))
+                            if hop1 is not None:
+                                d += hop1[c]
                             if d > t0:
                                 t0 = d
-                        end = t0 + (1.0 if unit else compute_time(action_of(r, i)))
+                        end = t0 + dur[c & dmask]
                         done[base] = end
                         if waiters and base in waiters:
-                            work.extend(waiters.pop(base))
+                            extend(waiters.pop(base))
                     elif k == W:
                         d = done[base | I_DONE]
                         if d < 0:
                             waiters.setdefault(base | I_DONE, []).append(r)
-                            blocked[r] = ("data", base | I_DONE, i)
                             break
                         if d > t0:
                             t0 = d
-                        end = t0 + (1.0 if unit else compute_time(action_of(r, i)))
+                        end = t0 + dur[c & dmask]
                     else:  # B or I: its forward, and the gradient from the next stage
                         d = done[base]
                         if d < 0:
                             waiters.setdefault(base, []).append(r)
-                            blocked[r] = ("data", base, i)
                             break
                         if d > t0:
                             t0 = d
@@ -564,31 +593,28 @@ class _Engine:
                             d = done[base + off]
                             if d < 0:
                                 waiters.setdefault(base + off, []).append(r)
-                                blocked[r] = ("data", base + off, i)
                                 break
-                            if not unit and b_implicit[sm]:
-                                d += message_time(action_of(r, i))
+                            if hop2 is not None:
+                                d += hop2[c]
                             if d > t0:
                                 t0 = d
-                        end = t0 + (1.0 if unit else compute_time(action_of(r, i)))
-                        done[base | GRAD_DONE] = end
-                        if waiters and (base | GRAD_DONE) in waiters:
-                            work.extend(waiters.pop(base | GRAD_DONE))
+                        end = t0 + dur[c & dmask]
+                        base |= GRAD_DONE
+                        done[base] = end
+                        if waiters and base in waiters:
+                            extend(waiters.pop(base))
                         if k == I:
-                            done[base | I_DONE] = end
-                            if waiters and (base | I_DONE) in waiters:
-                                work.extend(waiters.pop(base | I_DONE))
-                    step = i if steps is None else steps[i]
-                    row_starts[step] = t0
-                    row_ends[step] = end
+                            base += 1  # I_DONE
+                            done[base] = end
+                            if waiters and base in waiters:
+                                extend(waiters.pop(base))
+                    st[i] = t0
+                    en[i] = end
                     t = end
                     i += 1
                     continue
                 if k > RECV_B:  # UNSHARD, RESHARD, REDUCE_GRAD: no data flow, no time
-                    step = i if steps is None else steps[i]
-                    if row_starts[step] is None:
-                        row_starts[step] = t
-                    row_ends[step] = t
+                    st[i] = en[i] = t
                     i += 1
                     continue
                 # A send or receive on its own (or a batch member outside `grouped`).
@@ -599,89 +625,114 @@ class _Engine:
                     d = done[base + off]
                     if d < 0:
                         waiters.setdefault(base + off, []).append(r)
-                        blocked[r] = ("data", base + off, i)
                         break
                     if d > t0:
                         t0 = d
-                step = i if steps is None else steps[i]
                 if buffered:
-                    end = t0 + (0.0 if unit or k == RECV_F or k == RECV_B else message_time(action_of(r, i)))
-                    ok = base | out_slot[k]
-                    done[ok] = end
-                    if waiters and ok in waiters:
-                        work.extend(waiters.pop(ok))
+                    end = t0 if k & 1 else t0 + dur[c & dmask]  # a receive takes no time once its send is done
+                    base |= out_slot[k]
+                    done[base] = end
+                    if waiters and base in waiters:
+                        extend(waiters.pop(base))
                 else:
                     pcode = c + peer_delta[k]
                     other = posted.pop(pcode, None)
                     if other is None:
                         posted[c] = (r, t0)
-                        blocked[r] = ("peer", pcode, i)
-                        if row_starts[step] is None:
-                            row_starts[step] = t0
+                        st[i] = t0
                         break
                     pr, pt = other
-                    end = (t0 if t0 > pt else pt) + (0.0 if unit else message_time(action_of(r, i)))
-                    ok = base | out_slot[k]
-                    done[ok] = end
-                    if waiters and ok in waiters:
-                        work.extend(waiters.pop(ok))
+                    end = (t0 if t0 > pt else pt) + dur[c & dmask]
+                    base |= out_slot[k]
+                    done[base] = end
+                    if waiters and base in waiters:
+                        extend(waiters.pop(base))
                     if pending[pr]:
                         finish_peer(pr, pcode, t0, end)
                     else:  # the usual case, inlined: the peer was parked on this very operation
                         i0 = pc[pr]
-                        st_p = steps_of[pr]
-                        ends[pr][i0 if st_p is None else st_p[i0]] = end
+                        ends[pr][i0] = end
                         ready[pr] = end
                         pc[pr] = i0 + 1
-                        work.append(pr)
-                        ok = ((pcode >> 4) << 3) | out_slot[pcode & 15]
-                        done[ok] = end
-                        if waiters and ok in waiters:
-                            work.extend(waiters.pop(ok))
-                if row_starts[step] is None:
-                    row_starts[step] = t0
-                row_ends[step] = end
+                        push(pr)
+                        base = ((pcode >> 4) << 3) | out_slot[pcode & 15]
+                        done[base] = end
+                        if waiters and base in waiters:
+                            extend(waiters.pop(base))
+                st[i] = t0
+                en[i] = end
                 t = end
                 i += 1
             if i >= 0:
                 pc[r] = i
                 ready[r] = t
-                if i >= n:
-                    blocked[r] = ("", -1, -1)
 
         completed = all(pc[r] >= len(codes_of[r]) for r in range(R))
-        waits = () if completed else tuple(self._waits(pc, blocked, pending, posted))
-        makespan = max((_last_end(row_ends) for row_ends in ends), default=0.0)
-        return Execution(completed, tuple(map(tuple, starts)), tuple(map(tuple, ends)), waits, makespan)
+        waits = () if completed else tuple(self._waits(pc, pending, posted, f_off, b_off, need_off, done))
+        step_starts, step_ends = self._per_step(starts, ends)
+        makespan = max(map(_last_end, step_ends), default=0.0)
+        return Execution(completed, step_starts, step_ends, waits, makespan)
 
-    @staticmethod
-    def _finish(code: int, end: float, done: list[float]) -> None:
-        for key in _compute_outputs(code):
-            if done[key] < 0:
-                done[key] = end
-
-    def _waits(self, pc: list[int], blocked: list[tuple[str, int, int]], pending: list[int],
-               posted: dict[int, tuple[int, float]]) -> list[Wait]:
+    def _per_step(self, starts: list[list[float | None]], ends: list[list[float | None]]
+                  ) -> tuple[tuple[tuple[float | None, ...], ...], tuple[tuple[float | None, ...], ...]]:
+        """Per-action times -> per-step times: a step starts when its first action does and
+        ends when its last one does; idle steps have neither."""
         enc = self.enc
+        out_s: list[tuple[float | None, ...]] = []
+        out_e: list[tuple[float | None, ...]] = []
+        for r, (st, en) in enumerate(zip(starts, ends)):
+            steps = enc.steps[r]
+            if steps is None:
+                out_s.append(tuple(st))
+                out_e.append(tuple(en))
+                continue
+            n = len(self.program.rows[r])
+            s_out: list[float | None] = [None] * n
+            e_out: list[float | None] = [None] * n
+            for i, step in enumerate(steps):
+                if s_out[step] is None:
+                    s_out[step] = st[i]
+                e_out[step] = en[i]
+            out_s.append(tuple(s_out))
+            out_e.append(tuple(e_out))
+        return tuple(out_s), tuple(out_e)
+
+    def _waits(self, pc: list[int], pending: list[int], posted: dict[int, tuple[int, float]],
+               f_off: list[int | None], b_off: list[int | None], need_off: list[int | None],
+               done: list[float]) -> list[Wait]:
+        """Where each unfinished rank waits, and for what: worked out after the run from where
+        it stopped (the loop keeps no record of it)."""
+        enc = self.enc
+        M = enc.microbatches
+        grouped = self.model is CommModel.GROUPED
+        buffered = self.model is CommModel.BUFFERED
         where: dict[int, int] = {}  # code -> rank whose row holds it
         for rank, codes in enumerate(enc.codes):
             for c in codes:
                 where.setdefault(c, rank)
         out = []
         for r, codes in enumerate(enc.codes):
-            if pc[r] >= len(codes):
+            i = pc[r]
+            if i >= len(codes):
                 continue
-            reason, key, index = blocked[r]
-            index = pc[r] if index < 0 else index
-            action = enc.action(r, index)
-            step = enc.step_of(r, pc[r])
-            if reason == "peer" and pending[r]:
+            group = enc.groups[r].get(i)
+            members = range(i, i + group[1]) if group is not None and (not group[0] or grouped) else range(i, i + 1)
+            reason, key, index = "", -1, i
+            if pending[r]:
                 # A parked batch: name a member that has not met its peer yet.
-                base = pc[r]
-                for j in range(base, base + enc.groups[r][base][1]):
-                    if codes[j] in posted:
-                        key, action = peer_code(codes[j], enc.microbatches), enc.action(r, j)
+                j = next((j for j in members if codes[j] in posted), i)
+                reason, key, index = "peer", peer_code(codes[j], M), j
+            else:
+                for j in members:
+                    waiting = [key for key, _ in _deps_of(codes[j], f_off, b_off, need_off, None, None) if done[key] < 0]
+                    if waiting:
+                        reason, key, index = "data", waiting[0], j
                         break
+                else:
+                    j = next((j for j in members if (codes[j] & 15) in _COMM_KINDS), i)
+                    reason, key, index = "peer", peer_code(codes[j], M), j
+            action = enc.action(r, index)
+            step = enc.step_of(r, i)
             if reason == "peer":
                 on = where.get(key)
                 out.append(Wait(r, step, action, enc.describe(key), on, "peer" if on is not None else "missing"))
@@ -701,7 +752,27 @@ class _Engine:
         return out
 
 
-def _last_end(row_ends: list[float | None]) -> float:
+def _deps_of(c: int, f_off: list[int | None], b_off: list[int | None], need_off: list[int | None],
+             hop1: list[float] | None, hop2: list[float] | None) -> list[tuple[int, float]]:
+    """(key, implicit message time) of each dependency of action code c, as the loop sees them."""
+    k, sm = c & 15, c >> 4
+    base = sm << 3
+    out: list[tuple[int, float]] = []
+    if k == F:
+        if f_off[sm] is not None:
+            out.append((base + f_off[sm], 0.0 if hop1 is None else hop1[c]))  # type: ignore[operator]
+    elif k == W:
+        out.append((base | I_DONE, 0.0))
+    elif k == B or k == I:
+        out.append((base, 0.0))
+        if b_off[sm] is not None:
+            out.append((base + b_off[sm], 0.0 if hop2 is None else hop2[c]))  # type: ignore[operator]
+    elif k < 16 and need_off[k] is not None:
+        out.append((base + need_off[k], 0.0))  # type: ignore[operator]
+    return out
+
+
+def _last_end(row_ends: Sequence[float | None]) -> float:
     # Ends never decrease along a row, so the last one reached is the row's latest.
     for e in reversed(row_ends):
         if e is not None:

@@ -34,22 +34,19 @@ _COMM = {SEND_F, RECV_F, SEND_B, RECV_B}
 def check(ctx: Context) -> Iterator[Diagnostic]:
     yield from _duplicates(ctx)
     pos = ctx.pos
-    S, M = ctx.S, ctx.M
-    SM = S * M
+    M = ctx.M
     train = ctx.program.mode == "train"
-    has = pos.__contains__
-    f = list(map(has, range(F, SM << 4, 16)))
-    if not all(f):
-        yield from _missing(ctx, [sm for sm, x in enumerate(f) if not x], "F", "forward")
+    f = ctx.column(F)
+    if -1 in f:
+        yield from _missing(ctx, [sm for sm, x in enumerate(f) if x < 0], "F", "forward")
     if not train:
         return
-    b = list(map(has, range(B, SM << 4, 16)))
-    i = list(map(has, range(I, SM << 4, 16)))
-    w = list(map(has, range(W, SM << 4, 16)))
-    if (all(b) and not any(i) and not any(w)) or (not any(b) and all(i) and all(w)):
+    b, i, w = ctx.column(B), ctx.column(I), ctx.column(W)
+    SM = len(f)
+    if (-1 not in b and i.count(-1) == SM and w.count(-1) == SM) or (b.count(-1) == SM and -1 not in i and -1 not in w):
         return  # every backward full, or every backward split
     # Backward state per (stage, mb): 4*B + 2*I + W; 4 (full) and 3 (split) are sound.
-    state = [x * 4 + y * 2 + z for x, y, z in zip(b, i, w)]
+    state = [(x >= 0) * 4 + (y >= 0) * 2 + (z >= 0) for x, y, z in zip(b, i, w)]
     none = [sm for sm, x in enumerate(state) if x == 0]
     yield from _missing(ctx, none, "B", "backward", "training needs a backward for every forward;"
                         " declare `mode=inference` in the header for a forward-only program")
@@ -88,7 +85,8 @@ def _missing(ctx: Context, sms: list[int], kind: str, what: str, help: str | Non
 
 def _duplicates(ctx: Context) -> Iterator[Diagnostic]:
     total = sum(len(c) for c in ctx.enc.codes) - len(ctx.enc.invalid)
-    if len(ctx.pos) == total:
+    distinct = len(ctx.pos) - ctx.pos.count(-1)
+    if distinct == total:
         return
     counts = Counter(c for codes in ctx.enc.codes for c in codes if c >= 0 and (c & 15) < 8)
     repeated = {c for c, n in counts.items() if n > 1}

@@ -4,17 +4,17 @@ way to turn (rank, step) into a located diagnostic.
 Built once per `check()` call. The position table maps an action code (see
 `semantics.encode`) to its global index `rank << SHIFT | i` (i: index of the action in the
 rank's list of actions), so rules can ask "is `2RECV_F3` there, and before `2F3`?" with one
-dict lookup.
+list lookup, or ask it of every microbatch of every stage at once with a slice.
 """
 
 from __future__ import annotations
 
+import bisect
 import gc
 import re
+from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from itertools import repeat
-from operator import and_
 
 from ..diagnostics import Diagnostic, Severity
 from ..ir import Program, Span
@@ -22,6 +22,9 @@ from ..semantics import CommModel, Encoded, Execution, encode
 
 SHIFT = 32
 LOW = (1 << SHIFT) - 1
+# `x & ABSENT_LAST` keeps a position and turns -1 (absent) into a number past every position:
+# "is it later than ...?" is then false for an absent action, in one C-level map.
+ABSENT_LAST = (1 << 62) - 1
 _WORD = re.compile(r"\S+")
 
 
@@ -66,34 +69,41 @@ class Context:
         # Filled by the rules, read by later ones.
         self.failed: set[str] = set()  # rule families that reported an error
         self.execution: Execution | None = None
-        self._pos: dict[int, int] | None = None
-        self._kinds: set[int] | None = None
+        self._pos: list[int] | None = None
+        self._columns: dict[int, list[int]] = {}
         self._span_cache: dict[int, tuple[list[int], list[list[tuple[int, int]] | None]]] = {}
 
     # -- tables ----------------------------------------------------------------------------
     @property
-    def pos(self) -> dict[int, int]:
-        """code -> global index of its first occurrence."""
+    def pos(self) -> list[int]:
+        """code -> global index of its first occurrence, -1 where the program lacks it.
+
+        A list over the whole code space rather than a dict: a rule reads every (stage,
+        microbatch) of one kind as the slice `pos[kind::16]`, in C. Filled by scattering each
+        row backwards, so the first occurrence of a code is the one that stays."""
         if self._pos is None:
-            pos: dict[int, int] = {}
+            pos = [-1] * (self.S * self.M * 16)
+            setter = pos.__setitem__
             for rank in range(len(self.enc.codes) - 1, -1, -1):
                 codes = self.enc.codes[rank]
                 base = rank << SHIFT
-                # Later occurrences first, so the first occurrence wins in update().
-                pos.update(zip(reversed(codes), range(base + len(codes) - 1, base - 1, -1)))
-            pos.pop(-1, None)
+                deque(map(setter, reversed(codes), range(base + len(codes) - 1, base - 1, -1)), maxlen=0)
+            if pos:
+                pos[-1] = -1  # an out-of-range action's code -1 landed here; no real code does (kind 15)
             self._pos = pos
         return self._pos
 
+    def column(self, kind: int) -> list[int]:
+        """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""
+        col = self._columns.get(kind)
+        if col is None:
+            col = self._columns[kind] = self.pos[kind::16]
+        return col
+
     @property
-    def kinds(self) -> set[int]:
+    def kinds(self) -> frozenset[int]:
         """The kinds of action the program uses."""
-        if self._kinds is None:
-            self._kinds = set()
-            for codes in self.enc.codes:
-                self._kinds.update(map(and_, codes, repeat(15)))
-            self._kinds.discard(15)  # the -1 of an invalid action
-        return self._kinds
+        return self.enc.kinds
 
     @property
     def has_comms(self) -> bool:
@@ -123,8 +133,6 @@ class Context:
             cached = ([s.first for s in segments], [None] * len(segments))
             self._span_cache[rank] = cached
         firsts, words = cached
-        import bisect
-
         k = bisect.bisect_right(firsts, step) - 1
         if k < 0:
             return source.step_span(rank, step)

@@ -133,8 +133,8 @@ def shortest_cycle(ctx: Context) -> list[tuple[int, bool]]:
         elif k == W:
             deps.append(sm << 4 | I)
         for d in deps:
-            h = pos.get(d)
-            if h is not None and h in unfinished:
+            h = pos[d]
+            if h >= 0 and h in unfinished:
                 out.append((h, 1))
         return out
 

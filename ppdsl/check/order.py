@@ -9,32 +9,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import repeat
-from operator import lt
+from operator import and_, lt
 
 from ..diagnostics import Diagnostic
 from ..semantics import B, F, I, W
-from .context import Context
+from .context import ABSENT_LAST, Context
 
 FAMILY = "order"
 CODES = ("PPS107",)
 REQUIRES: tuple[str, ...] = ("structure",)  # families that must have found no error
 
-_NEVER = 1 << 62
-
 
 def check(ctx: Context) -> Iterator[Diagnostic]:
     pos = ctx.pos
-    get = pos.get
-    SM = ctx.S * ctx.M
     # One pass per pair of kinds; a missing action is PPS103's business, so compare only
-    # when both are there (a missing later action maps to _NEVER, a missing earlier one to -1).
+    # when both are there (a missing later action counts as past everything, a missing
+    # earlier one as -1).
     kinds = ctx.kinds
     for before, after in ((F, B), (F, I), (I, W)):
         if before not in kinds or after not in kinds:
             continue
-        first = list(map(get, range(before, SM << 4, 16), repeat(-1)))
-        then = list(map(get, range(after, SM << 4, 16), repeat(_NEVER)))
-        late = list(map(lt, then, first))
+        first = ctx.column(before)
+        then = ctx.column(after)
+        late = list(map(lt, map(and_, then, repeat(ABSENT_LAST)), first))
         if not any(late):
             continue
         wrong = [sm for sm, x in enumerate(late) if x]

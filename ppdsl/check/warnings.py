@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from operator import lt
-from typing import cast
 
 from ..diagnostics import Diagnostic
 from ..ir import Idle
@@ -25,17 +24,16 @@ _NAMES = {F: "forwards", B: "backwards", I: "input gradients (I)", W: "weight gr
 
 
 def check(ctx: Context) -> Iterator[Diagnostic]:
-    pos = ctx.pos
-    get = pos.get
     S, M = ctx.S, ctx.M
     kinds = [k for k in (F, B, I, W) if k in ctx.kinds]
-    for stage in range(S):
-        base = stage * M
-        for k in kinds:
-            at = list(map(get, range((base << 4) | k, ((base + M) << 4) | k, 16)))
-            if None not in at and all(map(lt, cast("list[int]", at), cast("list[int]", at[1:]))):
+    for k in kinds:
+        column = ctx.column(k)
+        for stage in range(S):
+            base = stage * M
+            at = column[base:base + M]
+            if -1 not in at and all(map(lt, at, at[1:])):
                 continue  # the common case, decided without a Python-level loop
-            present = [(x, m) for m, x in enumerate(at) if x is not None]
+            present = [(x, m) for m, x in enumerate(at) if x >= 0]
             if len(present) < 2:
                 continue
             ordered = [x for x, _ in present]
