@@ -31,25 +31,25 @@ cycle is split back (never reached with lowered programs; kept as a guarantee).
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
-from operator import add, and_, eq, floordiv, mod, mul, rshift
+from operator import add, and_, ge, mod, mul
 
 from .diagnostics import Diagnostic, PpsError
-from .ir import Action, Batch, Idle, Program, Step, make_action
-from .semantics import B, F, I, KIND_OF, SEND_B, SEND_F, CommModel, Encoded, execute, remember
+from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters
+from .check import analyse
+from .check.context import LOW, no_gc
+from .semantics import B, F, I, CommModel, Encoded, execute, remember
 
 
 def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "rendezvous") -> Program:
     """Insert sends and receives; raise PpsError when the program is not a sound compute-only one."""
-    from .check.context import no_gc
-
     with no_gc():
         return _lower(program, fuse, comm_model)
 
 
 def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program:
-    from .check import analyse
-
     model = CommModel(comm_model)
     diagnostics, ctx = analyse(program, CommModel.RENDEZVOUS, families=("structure", "completeness", "order", "deadlock"),
                                stop_if_comms=True)
@@ -61,7 +61,7 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
         raise PpsError(errors)
     ex = ctx.execution
     assert ex is not None and ex.completed
-    rows, codes = _lowered_rows(program, ctx.enc, ex.starts, ex.ends)
+    rows, codes = _lowered_rows(program, ctx.enc, ctx.column, ex.starts, ex.ends)
     if fuse:
         rows = _fuse(program, rows, model)
         codes = None
@@ -71,92 +71,120 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
     return result
 
 
-def _lowered_rows(program: Program, enc: Encoded, starts: tuple[tuple[float | None, ...], ...],
-                  ends: tuple[tuple[float | None, ...], ...]
+def _new_actions(n: int, stages: Iterable[int], kinds: Iterable[Kind], microbatches: Iterable[int]) -> list[Action]:
+    """n Actions from three columns: made and filled by C-level passes (a Python call per
+    Action, as `make_action` takes, costs more than the three slot writes)."""
+    set_stage, set_kind, set_mb = ir_setters()
+    made = list(map(object.__new__, repeat(Action, n)))
+    deque(map(set_stage, made, stages), maxlen=0)
+    deque(map(set_kind, made, kinds), maxlen=0)
+    deque(map(set_mb, made, microbatches), maxlen=0)
+    return made
+
+
+def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[int]],
+                  starts: tuple[tuple[float | None, ...], ...], ends: tuple[tuple[float | None, ...], ...]
                   ) -> tuple[tuple[tuple[Step, ...], ...], list[list[int]] | None]:
     """The lowered rows and, when every input row is plain actions, their integer codes.
 
-    Works on whole lists at a time (C-level map/compress/sort) rather than action by action:
-    this is what keeps lowering 260k actions well under a second."""
+    `column(kind)` gives, per `stage * M + mb`, the global index (`rank << SHIFT | i`) of that
+    action, or -1 (the checker's position table). Work goes by whole lists (C-level
+    map/compress/sort), one (stage, kind) at a time: the exchanges of `F` of stage s all go
+    from one rank to one other rank, with codes and Action fields that are ranges and
+    constants, so only their times differ.
+
+    Each rank's events are placed by one sort of plain ints, `key * W + position` (W events):
+    an exchange made at time T has key 2T, a compute starting at T key 2T + 1, so exchanges
+    come before every compute starting at or after their time; exchanges of one time keep
+    their position order, which is producer rank, then the producer's step order (each
+    rank's exchanges are laid out producer by producer). Only an overlapped pair makes two
+    exchanges of one producer at one time, possibly out of stage order; with pairs present,
+    keys also carry the producer and its action index (`T * R * L + p * L + i`)."""
     S, M = program.stages, program.microbatches
     placement = program.placement
     R = len(program.rows)
     plain = all(st is None for st in enc.steps)
-    SM16 = S * M * 16
-    # code -> 1 when that compute's output crosses to another rank, and that rank.
-    crosses = bytearray(SM16)
-    dest: list[int] = [0] * SM16
-    f_cross = bytes(s < S - 1 and placement[s + 1] != placement[s] for s in range(S) for _ in range(M))
-    b_cross = bytes(s > 0 and placement[s - 1] != placement[s] for s in range(S) for _ in range(M))
-    crosses[F::16], crosses[I::16], crosses[B::16] = f_cross, b_cross, b_cross
-    next_rank = [placement[min(s + 1, S - 1)] for s in range(S) for _ in range(M)]
-    prev_rank = [placement[max(s - 1, 0)] for s in range(S) for _ in range(M)]
-    dest[F::16], dest[I::16], dest[B::16] = next_rank, prev_rank, prev_rank
-    send_delta = [0] * 16
-    send_delta[F], send_delta[I], send_delta[B] = SEND_F - F, SEND_B - I, SEND_B - B
-    to_recv = (M << 4) + 1  # SEND_F(s,m) + to_recv = RECV_F(s+1,m); SEND_B(s,m) - from_recv = RECV_B(s-1,m)
-    from_recv = (M << 4) - 1
+    wide = any(not is_batch for groups in enc.groups for is_batch, _ in groups.values())
+    L = max(max(map(len, program.rows), default=0), max(map(len, enc.codes), default=0)) + 1
+    C = R * L if wide else 1  # one time unit of an exchange key
 
-    # Every exchange a rank takes part in, keyed by G order: time * R + producer rank (ties
-    # keep the producer's step order: a stable sort over streams appended in that order).
-    ex_keys: list[list[int]] = [[] for _ in range(R)]
-    ex_codes: list[list[int]] = [[] for _ in range(R)]
-    kept: list[list[Step]] = []
-    kept_starts: list[list[float]] = []
-    for p, row in enumerate(program.rows):
-        row_starts, row_ends = starts[p], ends[p]
-        if Idle in set(map(type, row)):
-            keep = [j for j, st in enumerate(row) if type(st) is not Idle]
-            kept.append([row[j] for j in keep])
-            kept_starts.append([row_starts[j] for j in keep])  # type: ignore[misc]
-        else:
-            kept.append(list(row))
-            kept_starts.append(list(row_starts))  # type: ignore[arg-type]
-        codes, steps = enc.codes[p], enc.steps[p]
-        idx = list(compress(range(len(codes)), map(crosses.__getitem__, codes)))
-        if not idx:
-            continue
-        made = list(map(codes.__getitem__, idx))
-        step_idx = idx if steps is None else list(map(steps.__getitem__, idx))
-        keys = [int(t) * R + p for t in map(row_ends.__getitem__, step_idx)]  # type: ignore[arg-type]
-        sends = [c + send_delta[c & 15] for c in made]
-        ex_keys[p] += keys
-        ex_codes[p] += sends
-        targets = list(map(dest.__getitem__, made))
-        recvs = [c + to_recv if c & 15 == SEND_F else c - from_recv for c in sends]
-        for q in sorted(set(targets)):
-            mine = list(map(eq, targets, repeat(q)))
-            ex_keys[q] += compress(keys, mine)
-            ex_codes[q] += compress(recvs, mine)
+    # Per rank, per producer rank: exchange keys, codes, Actions.
+    x_keys: list[dict[int, list[int]]] = [{} for _ in range(R)]
+    x_codes: list[dict[int, list[int]]] = [{} for _ in range(R)]
+    x_items: list[dict[int, list[Action]]] = [{} for _ in range(R)]
+
+    def put(rank: int, producer: int, keys: list[int], codes: Sequence[int], items: list[Action]) -> None:
+        if producer not in x_keys[rank]:
+            x_keys[rank][producer], x_codes[rank][producer], x_items[rank][producer] = [], [], []
+        x_keys[rank][producer] += keys
+        x_codes[rank][producer] += codes
+        x_items[rank][producer] += items
+
+    for s in range(S):
+        p = placement[s]
+        for k in (F, B, I):
+            if k == F:
+                if s == S - 1 or placement[s + 1] == p:
+                    continue
+                send_kind, recv_kind, peer = Kind.SEND_F, Kind.RECV_F, s + 1
+            else:
+                if s == 0 or placement[s - 1] == p:
+                    continue
+                send_kind, recv_kind, peer = Kind.SEND_B, Kind.RECV_B, s - 1
+            where = column(k)[s * M:s * M + M]
+            mbs: Sequence[int] = range(M)
+            if -1 in where:  # this kind is not there for every microbatch (B and I mixed; inference)
+                present = list(map(ge, where, repeat(0)))
+                where = list(compress(where, present))
+                mbs = list(compress(mbs, present))
+                if not where:
+                    continue
+            n = len(where)
+            local = list(map(and_, where, repeat(LOW)))
+            steps = enc.steps[p]
+            made_at = map(int, map(ends[p].__getitem__, local if steps is None else map(steps.__getitem__, local)))  # type: ignore[arg-type]
+            if wide:
+                keys = list(map(add, map(mul, made_at, repeat(C)), map(add, local, repeat(p * L))))
+            else:
+                keys = list(made_at)
+            send0, recv0 = ((s * M) << 4) + send_kind, ((peer * M) << 4) + recv_kind
+            if n == M:
+                sends: Sequence[int] = range(send0, send0 + (M << 4), 16)
+                recvs: Sequence[int] = range(recv0, recv0 + (M << 4), 16)
+            else:
+                sends = [send0 + (m << 4) for m in mbs]
+                recvs = [recv0 + (m << 4) for m in mbs]
+            put(p, p, keys, sends, _new_actions(n, repeat(s), repeat(send_kind), mbs))
+            put(placement[peer], p, keys, recvs, _new_actions(n, repeat(peer), repeat(recv_kind), mbs))
 
     out: list[tuple[Step, ...]] = []
     out_codes: list[list[int]] = []
-    for r in range(R):
-        keys, codes_r = ex_keys[r], ex_codes[r]
-        n = len(keys) or 1
-        # Sorting plain ints `key * n + index` (no key function; timsort merges the
-        # presorted streams in C) gives the stable order and the permutation at once.
-        ranked = sorted(map(add, map(mul, keys, repeat(n)), range(len(keys))))
-        order = list(map(mod, ranked, repeat(n)))
-        x_codes = list(map(codes_r.__getitem__, order))
-        x_times = list(map(floordiv, map(floordiv, ranked, repeat(n)), repeat(R)))
-        sms = list(map(rshift, x_codes, repeat(4)))
-        x_items = list(map(make_action, map(floordiv, sms, repeat(M)), map(KIND_OF.__getitem__, map(and_, x_codes, repeat(15))),
-                           map(mod, sms, repeat(M))))
-        # Merge with the computes: compute j sorts at 2*start+1, an exchange at 2*time, so an
-        # exchange goes before every compute starting at or after its time; the same trick
-        # with the item index as the low digits.
-        computes = kept[r]
-        nc = len(computes)
-        total = nc + len(x_items)
-        merged = sorted([*map(add, map(mul, map(add, map(mul, map(int, kept_starts[r]), repeat(2)), repeat(1)), repeat(total)),
-                              range(nc)),
-                         *map(add, map(mul, map(mul, x_times, repeat(2)), repeat(total)), range(nc, total))])
-        perm = list(map(mod, merged, repeat(total)))
-        items = computes + x_items
+    for r, row in enumerate(program.rows):
+        row_starts = starts[r]
+        if Idle in set(map(type, row)):
+            keep = [j for j, st in enumerate(row) if type(st) is not Idle]
+            computes: list[Step] = [row[j] for j in keep]
+            c_starts = [row_starts[j] for j in keep]
+        else:
+            computes, c_starts = list(row), list(row_starts)
+        producers = sorted(x_keys[r])
+        items: list[Step] = computes
+        ex_keys: list[int] = []
+        for p in producers:
+            ex_keys += x_keys[r][p]
+            items += x_items[r][p]
+        nc = len(c_starts)
+        W = len(items)
+        # A compute's key (2T+1)C - 1, in units of exchange keys: after every exchange of
+        # time T, before those of T + 1.
+        ordered = sorted([*map(add, map(mul, map(int, c_starts), repeat(2 * C * W)), range((2 * C - 1) * W, (2 * C - 1) * W + nc)),  # type: ignore[arg-type]
+                          *map(add, map(mul, ex_keys, repeat(2 * W)), range(nc, W))])
+        perm = list(map(mod, ordered, repeat(W)))
         out.append(tuple(map(items.__getitem__, perm)))
         if plain:
-            all_codes = enc.codes[r] + x_codes
+            all_codes = list(enc.codes[r])
+            for p in producers:
+                all_codes += x_codes[r][p]
             out_codes.append(list(map(all_codes.__getitem__, perm)))
     return tuple(out), (out_codes if plain else None)
 
