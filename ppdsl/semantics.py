@@ -303,6 +303,109 @@ def execute(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, tim
     return _Engine(program, enc, model, timing).run()
 
 
+def completes(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, encoded: Encoded | None = None) -> bool:
+    """Whether `program` runs to the end under `model`: `execute(...).completed`, without the
+    times (whether a run finishes does not depend on durations).
+
+    The same rules as `execute`, tracking only which keys are done and which operations are
+    posted; the checker asks this of every program with communication, and `execute` only
+    when the answer is no (to explain where it stops). Rows with overlapped pairs or batches
+    take `execute` itself."""
+    model = CommModel(model)
+    enc = encoded if encoded is not None else encode(program)
+    if enc.invalid:
+        raise ValueError("the program has out-of-range actions; check() reports them")
+    if any(enc.groups) or any(steps is not None for steps in enc.steps):
+        return _Engine(program, enc, model, UNIT).run().completed
+    return _completes_plain(enc, program.placement, model is CommModel.BUFFERED)
+
+
+def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -> bool:  # noqa: C901 - one hot loop
+    S, M = enc.stages, enc.microbatches
+    R = len(enc.codes)
+    with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
+    f_off, b_off, _, _ = _offsets(S, M, placement, with_comms)
+    peer_delta = [0] * 16
+    peer_delta[SEND_F], peer_delta[RECV_F] = (M << 4) + 1, -(M << 4) - 1
+    peer_delta[SEND_B], peer_delta[RECV_B] = -(M << 4) + 1, (M << 4) - 1
+    need_off: list[int | None] = [None] * 16
+    need_off[SEND_F], need_off[SEND_B] = F_DONE, GRAD_DONE
+    if buffered:
+        need_off[RECV_F], need_off[RECV_B] = -(M << 3) + MSG_F_SENT, (M << 3) + MSG_B_SENT
+    out_slot = [0] * 16
+    out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
+    done = bytearray((S * M + M) << 3)  # 1 once a key is complete; padded as in the engine
+    posted: dict[int, int] = {}  # code of a posted send/receive -> its rank
+    waiters: dict[int, list[int]] = {}
+    codes_of = enc.codes
+    pc = [0] * R
+    work: deque[int] = deque(range(R))
+    popleft, push, extend = work.popleft, work.append, work.extend
+    while work:
+        r = popleft()
+        i = pc[r]
+        codes = codes_of[r]
+        n = len(codes)
+        while i < n:
+            c = codes[i]
+            k = c & 15
+            if k <= B:
+                sm = c >> 4
+                base = sm << 3
+                if k == F:
+                    off = f_off[sm]
+                    if off is not None and not done[base + off]:
+                        waiters.setdefault(base + off, []).append(r)
+                        break
+                elif not done[base + I_DONE if k == W else base]:  # W needs its I; B and I their F
+                    key = base + I_DONE if k == W else base
+                    waiters.setdefault(key, []).append(r)
+                    break
+                elif k != W:
+                    off = b_off[sm]
+                    if off is not None and not done[base + off]:
+                        waiters.setdefault(base + off, []).append(r)
+                        break
+                    base += GRAD_DONE
+                if k != W:
+                    done[base] = 1
+                    if waiters and base in waiters:
+                        extend(waiters.pop(base))
+                    if k == I:
+                        done[base + 1] = 1  # I_DONE
+                        if waiters and base + 1 in waiters:
+                            extend(waiters.pop(base + 1))
+                i += 1
+                continue
+            if k > RECV_B:  # UNSHARD, RESHARD, REDUCE_GRAD
+                i += 1
+                continue
+            base = (c >> 4) << 3
+            off = need_off[k]
+            if off is not None and not done[base + off]:
+                waiters.setdefault(base + off, []).append(r)
+                break
+            if not buffered:
+                pcode = c + peer_delta[k]
+                pr = posted.pop(pcode, None)
+                if pr is None:
+                    posted[c] = r
+                    break
+                pc[pr] += 1  # the peer was parked on this very operation
+                push(pr)
+                key = ((pcode >> 4) << 3) | out_slot[pcode & 15]
+                done[key] = 1
+                if waiters and key in waiters:
+                    extend(waiters.pop(key))
+            base |= out_slot[k]
+            done[base] = 1
+            if waiters and base in waiters:
+                extend(waiters.pop(base))
+            i += 1
+        pc[r] = i
+    return all(pc[r] >= len(codes_of[r]) for r in range(R))
+
+
 def _offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
              ) -> tuple[list[int | None], list[int | None], list[bool], list[bool]]:
     """Per (stage, microbatch) `sm`: the offset from `sm << 3` to the key a forward waits for,
