@@ -31,7 +31,7 @@ from typing import Final
 from attrs import field, frozen
 
 from .diagnostics import Diagnostic, PpsError, UsageError
-from .ir import Action, Kind, Overlap, Program
+from .ir import Kind, Overlap, Program
 from .semantics import Timing
 
 COMPUTE_KINDS: Final = ("F", "B", "I", "W")
@@ -162,21 +162,15 @@ class CostModel:
         return a + b - self.overlap_fraction * min(a, b)
 
     def timing(self, stages: int) -> Timing:
-        """The same durations in the form semantics.execute takes."""
+        """The same durations in the form semantics.execute takes: a table per stage and Kind,
+        which the engine reads directly (no call per action)."""
         table = self.table(stages)
-        msg = self.message_time
-
-        def compute(a: Action) -> float:
-            return table[a.stage][a.kind] if a.stage < stages else 0.0
 
         def overlap(step: Overlap) -> float:
-            x, y = (compute(p) for p in step.parts)
+            x, y = (table[p.stage][p.kind] if 0 <= p.stage < stages else 0.0 for p in step.parts)
             return self.pair_time(x, y)
 
-        def message(a: Action) -> float:
-            return msg
-
-        return Timing(compute=compute, overlap=overlap, message=message)
+        return Timing.from_table(table, self.message_time, overlap)
 
     def describe(self, stages: int) -> dict[str, float]:
         """The effective costs, as a flat dict for reports (per-stage keys only where they differ)."""

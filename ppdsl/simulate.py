@@ -16,13 +16,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from itertools import compress, repeat
+from operator import and_, sub
 
+from .check.memory import peaks_from_codes
 from .costs import DEFAULT, CostModel
 from .diagnostics import Diagnostic
 from .ir import Action, Batch, Kind, Overlap, Program
 from .memory import MemoryProfile, profile
 from .sim.critical import PathStep, critical_path
-from .semantics import CommModel, Execution, Wait, execute, wait_cycle
+from .semantics import CommModel, Execution, Wait, encode, execute, wait_cycle
+
+_IS_COMPUTE = [k <= Kind.B for k in range(16)]
+_IS_COMM = [Kind.SEND_F <= k <= Kind.RECV_B for k in range(16)]
 
 
 class Simulation:
@@ -42,7 +48,15 @@ class Simulation:
         self._weights = memory_weights
         busy: list[float] = []
         comm: list[float] = []
-        for row, st, en in zip(program.rows, execution.starts, execution.ends):
+        enc = encode(program)
+        for r, (row, st, en) in enumerate(zip(program.rows, execution.starts, execution.ends)):
+            if enc.steps[r] is None and None not in st and None not in en:
+                # One action per step, all run: durations and kinds as whole lists, in C.
+                durations = list(map(sub, en, st))
+                kinds = list(map(and_, enc.codes[r], repeat(15)))
+                busy.append(sum(compress(durations, map(_IS_COMPUTE.__getitem__, kinds))))
+                comm.append(sum(compress(durations, map(_IS_COMM.__getitem__, kinds))))
+                continue
             b = c = 0.0
             for step, s, e in zip(row, st, en):
                 if s is None or e is None:
@@ -77,10 +91,14 @@ class Simulation:
     def memory(self) -> MemoryProfile:
         return profile(self.program, self._weights)
 
-    @property
+    @functools.cached_property
     def peak_memory(self) -> tuple[float, ...]:
-        """Peak live activations per rank (the checker's memory model, `memory.py`)."""
-        return self.memory.peak
+        """Peak live activations per rank (the checker's memory model, `memory.py`), from the
+        integer codes when one sign per kind says it (see `check.memory.peaks_from_codes`)."""
+        fast = peaks_from_codes(encode(self.program), self._weights)
+        if fast is None:
+            return self.memory.peak
+        return tuple(peak for peak, _ in fast)
 
     @functools.cached_property
     def critical_path(self) -> tuple[PathStep, ...]:
