@@ -61,13 +61,14 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
         raise PpsError(errors)
     ex = ctx.execution
     assert ex is not None and ex.completed
-    rows, codes = _lowered_rows(program, ctx.enc, ctx.column, ex.starts, ex.ends)
+    rows, codes, emitted = _lowered_rows(program, ctx.enc, ctx.column, ex.starts, ex.ends)
     if fuse:
         rows = _fuse(program, rows, model)
         codes = None
     result = program.evolve(rows=rows, source=None, generated=None)
     if codes is not None:
-        remember(result, Encoded(result, codes))
+        # The encoding lowering built alongside the rows (the checker then need not re-encode).
+        remember(result, Encoded(result, codes, ctx.enc.kinds | emitted))
     return result
 
 
@@ -84,8 +85,9 @@ def _new_actions(n: int, stages: Iterable[int], kinds: Iterable[Kind], microbatc
 
 def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[int]],
                   starts: tuple[tuple[float | None, ...], ...], ends: tuple[tuple[float | None, ...], ...]
-                  ) -> tuple[tuple[tuple[Step, ...], ...], list[list[int]] | None]:
-    """The lowered rows and, when every input row is plain actions, their integer codes.
+                  ) -> tuple[tuple[tuple[Step, ...], ...], list[list[int]] | None, frozenset[int]]:
+    """The lowered rows; when every input row is plain actions, their integer codes; the
+    kinds of send and receive it added.
 
     `column(kind)` gives, per `stage * M + mb`, the global index (`rank << SHIFT | i`) of that
     action, or -1 (the checker's position table). Work goes by whole lists (C-level
@@ -112,6 +114,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     x_keys: list[dict[int, list[int]]] = [{} for _ in range(R)]
     x_codes: list[dict[int, list[int]]] = [{} for _ in range(R)]
     x_items: list[dict[int, list[Action]]] = [{} for _ in range(R)]
+    emitted: set[int] = set()
 
     def put(rank: int, producer: int, keys: list[int], codes: Sequence[int], items: list[Action]) -> None:
         if producer not in x_keys[rank]:
@@ -154,6 +157,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
             else:
                 sends = [send0 + (m << 4) for m in mbs]
                 recvs = [recv0 + (m << 4) for m in mbs]
+            emitted.update((send_kind, recv_kind))
             put(p, p, keys, sends, _new_actions(n, repeat(s), repeat(send_kind), mbs))
             put(placement[peer], p, keys, recvs, _new_actions(n, repeat(peer), repeat(recv_kind), mbs))
 
@@ -186,7 +190,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
             for p in producers:
                 all_codes += x_codes[r][p]
             out_codes.append(list(map(all_codes.__getitem__, perm)))
-    return tuple(out), (out_codes if plain else None)
+    return tuple(out), (out_codes if plain else None), frozenset(map(int, emitted))
 
 
 def _fuse(program: Program, rows: tuple[tuple[Step, ...], ...], model: CommModel) -> tuple[tuple[Step, ...], ...]:

@@ -162,7 +162,7 @@ class Encoded:
 
     __slots__ = ("stages", "microbatches", "codes", "steps", "groups", "invalid", "rows", "_actions", "_kinds")
 
-    def __init__(self, program: Program, codes: list[list[int]] | None = None):
+    def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None):
         S, M = program.stages, program.microbatches
         self.stages, self.microbatches = S, M
         self.rows = program.rows
@@ -172,7 +172,8 @@ class Encoded:
         self.invalid: list[tuple[int, int, Action]] = []
         self._actions: list[list[Action]] | None = None
         self._kinds: frozenset[int] | None = None
-        if codes is not None:  # made by someone who built the rows from codes (lowering)
+        if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
+            self._kinds = kinds
             self.codes = codes
             self.steps = [None] * len(codes)
             self.groups = [{} for _ in codes]
@@ -334,6 +335,7 @@ def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -
         need_off[RECV_F], need_off[RECV_B] = -(M << 3) + MSG_F_SENT, (M << 3) + MSG_B_SENT
     out_slot = [0] * 16
     out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
+    recv_off = _recv_offsets(M)
     done = bytearray((S * M + M) << 3)  # 1 once a key is complete; padded as in the engine
     posted: dict[int, int] = {}  # code of a posted send/receive -> its rank
     waiters: dict[int, list[int]] = {}
@@ -385,25 +387,31 @@ def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -
             if off is not None and not done[base + off]:
                 waiters.setdefault(base + off, []).append(r)
                 break
-            if not buffered:
-                pcode = c + peer_delta[k]
-                pr = posted.pop(pcode, None)
+            if buffered:
+                base |= out_slot[k]
+            else:
+                pr = posted.pop(c + peer_delta[k], None)
                 if pr is None:
                     posted[c] = r
                     break
                 pc[pr] += 1  # the peer was parked on this very operation
                 push(pr)
-                key = ((pcode >> 4) << 3) | out_slot[pcode & 15]
-                done[key] = 1
-                if waiters and key in waiters:
-                    extend(waiters.pop(key))
-            base |= out_slot[k]
+                base += recv_off[k]  # the pair's receive completes (a send's key matters only when buffered)
             done[base] = 1
             if waiters and base in waiters:
                 extend(waiters.pop(base))
             i += 1
         pc[r] = i
     return all(pc[r] >= len(codes_of[r]) for r in range(R))
+
+
+def _recv_offsets(M: int) -> list[int]:
+    """Per kind of send/receive: the offset from `(code >> 4) << 3` to the key the receive of
+    its pair completes (its own for a receive; its peer's for a send)."""
+    off = [0] * 16
+    off[RECV_F], off[RECV_B] = RECV_F_DONE, RECV_B_DONE
+    off[SEND_F], off[SEND_B] = (M << 3) + RECV_F_DONE, -(M << 3) + RECV_B_DONE
+    return off
 
 
 def _offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
@@ -522,6 +530,7 @@ class _Engine:
             need_off[RECV_F], need_off[RECV_B] = -(M << 3) + MSG_F_SENT, (M << 3) + MSG_B_SENT
         out_slot = [0] * 16
         out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
+        recv_off = _recv_offsets(M)
 
         # Completion time per key (-1: not yet). M microbatches' worth of keys past the end
         # that nothing writes: the input of a send or receive to a stage outside the pipeline
@@ -746,7 +755,7 @@ class _Engine:
                         break
                     pr, pt = other
                     end = (t0 if t0 > pt else pt) + dur[c & dmask]
-                    base |= out_slot[k]
+                    base += recv_off[k]  # the pair's receive completes (a send's key matters only when buffered)
                     done[base] = end
                     if waiters and base in waiters:
                         extend(waiters.pop(base))
@@ -758,10 +767,6 @@ class _Engine:
                         ready[pr] = end
                         pc[pr] = i0 + 1
                         push(pr)
-                        base = ((pcode >> 4) << 3) | out_slot[pcode & 15]
-                        done[base] = end
-                        if waiters and base in waiters:
-                            extend(waiters.pop(base))
                 st[i] = t0
                 en[i] = end
                 t = end

@@ -82,3 +82,19 @@ def test_uniform_table_uses_the_same_times_as_per_stage_table() -> None:
     b = execute(p, "rendezvous", Timing.from_table(uneven, 0.5))
     assert a.makespan < b.makespan
     assert a.ends[0][0] == 1.0 and b.ends[0][0] == 3.0
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_lowering_remembers_the_encoding_a_fresh_one_would_give(call: str) -> None:
+    from ppdsl.semantics import Encoded, encode
+
+    from ppdsl.semantics import _REMEMBERED
+
+    base = programs(call)[0]
+    lowered = lower(base)
+    plain = all(type(st) is Action for row in base.rows for st in row)
+    # Lowering builds the encoding alongside the rows when every step is one action.
+    assert (id(lowered) in _REMEMBERED) == plain
+    kept = encode(lowered)
+    fresh = Encoded(lowered)
+    assert (kept.codes, kept.steps, kept.groups, kept.kinds) == (fresh.codes, fresh.steps, fresh.groups, fresh.kinds)
