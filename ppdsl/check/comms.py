@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import compress, repeat
-from operator import and_, ge, gt, lt, ne
+from operator import and_, ge, gt
 
 from ..diagnostics import Diagnostic
 from ..semantics import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F
@@ -71,37 +71,42 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
                                help="a hand-off inside one rank is local: delete the send and its receive")
 
     # Pairing: a send of (s, m) meets the receive of (s+1, m) forward, (s-1, m) backward.
-    # Presence as bytes, so "every send has its receive" is one comparison of two byte strings.
-    def present(k: int) -> bytes:
-        return bytes(map(ge, col[k], repeat(0)))
-
-    for send, recv, delta in ((SEND_F, RECV_F, M), (SEND_B, RECV_B, -M)):
-        sends, recvs = present(send), present(recv)
-        # sm of the send -> sm + delta of the receive, over the sms where both exist.
-        s_part, r_part = (sends[:SM - M], recvs[M:]) if delta > 0 else (sends[M:], recvs[:SM - M])
-        if s_part == r_part:
-            continue
-        first = 0 if delta > 0 else M  # sm of s_part[0]
-        for j in compress(range(len(s_part)), map(ne, s_part, r_part)):
-            sm = first + j
-            if s_part[j]:  # a send without its receive
-                code = sm << 4 | send
-                if code in reported:
+    # Stage by stage: where both are there for every microbatch (or neither is), the stage
+    # pairs up, decided by two C-level scans.
+    for send, recv, step_to in ((SEND_F, RECV_F, 1), (SEND_B, RECV_B, -1)):
+        sends, recvs = col[send], col[recv]
+        for stage in range(S):
+            peer_stage = stage + step_to
+            if not 0 <= peer_stage < S:
+                continue  # sends out of the pipeline: PPS207 above
+            lo, peer_lo = stage * M, peer_stage * M
+            here, there = sends[lo:lo + M], recvs[peer_lo:peer_lo + M]
+            here_some, there_some = -1 in here, -1 in there
+            if not here_some and not there_some:
+                continue
+            if here_some and there_some and here.count(-1) == M and there.count(-1) == M:
+                continue
+            for m in range(M):
+                if (here[m] >= 0) == (there[m] >= 0):
                     continue
-                rank, step = at(code)
-                peer = (sm + delta) << 4 | recv
-                target = placement[(sm + delta) // M]
-                yield ctx.diag("PPS201", f"{ctx.text(code)} has no matching {ctx.text(peer)} on rank {target}", rank, step,
-                               help=f"add {ctx.text(peer)} to rank {target}'s row before the compute that uses it")
-            else:  # a receive without its send
-                code = (sm + delta) << 4 | recv
-                if code in reported:
-                    continue
-                rank, step = at(code)
-                peer = sm << 4 | send
-                source = placement[sm // M]
-                yield ctx.diag("PPS202", f"{ctx.text(code)} has no matching {ctx.text(peer)} on rank {source}", rank, step,
-                               help=f"add {ctx.text(peer)} to rank {source}'s row after the compute that produces it")
+                if here[m] >= 0:  # a send without its receive
+                    code = (lo + m) << 4 | send
+                    if code in reported:
+                        continue
+                    rank, step = at(code)
+                    peer = (peer_lo + m) << 4 | recv
+                    target = placement[peer_stage]
+                    yield ctx.diag("PPS201", f"{ctx.text(code)} has no matching {ctx.text(peer)} on rank {target}", rank, step,
+                                   help=f"add {ctx.text(peer)} to rank {target}'s row before the compute that uses it")
+                else:  # a receive without its send
+                    code = (peer_lo + m) << 4 | recv
+                    if code in reported:
+                        continue
+                    rank, step = at(code)
+                    peer = (lo + m) << 4 | send
+                    source = placement[stage]
+                    yield ctx.diag("PPS202", f"{ctx.text(code)} has no matching {ctx.text(peer)} on rank {source}", rank, step,
+                                   help=f"add {ctx.text(peer)} to rank {source}'s row after the compute that produces it")
 
     # A send after its producer; a receive before its consumer. Both run on the stage's rank
     # (structure holds), so global indices compare as positions in one row. An absent
@@ -110,20 +115,16 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     for k, producer in ((SEND_F, F), (SEND_B, B), (SEND_B, I)):
         if producer not in kinds:
             continue
-        sent = col[k]
-        made = col[producer]
-        for sm in compress(range(SM), map(gt, made, map(and_, sent, repeat(ABSENT_LAST)))):
+        for sm in _later(col[producer], col[k], M):
             code = sm << 4 | k
             rank, step = at(code)
             yield ctx.diag("PPS205", f"{ctx.text(code)} at step {step} sends what {ctx.text(sm << 4 | producer)} "
-                           f"computes later, at step {ctx.locate(made[sm])[1]}", rank, step,
+                           f"computes later, at step {ctx.locate(col[producer][sm])[1]}", rank, step,
                            help="move the send after the compute")
     for k, consumer in ((RECV_F, F), (RECV_B, B), (RECV_B, I)):
         if consumer not in kinds:
             continue
-        got = col[k]
-        used = col[consumer]
-        for sm in compress(range(SM), map(lt, map(and_, used, repeat(ABSENT_LAST)), got)):
+        for sm in _later(col[k], col[consumer], M):
             code, user = sm << 4 | k, sm << 4 | consumer
             rank, step = at(user)
             yield ctx.diag("PPS206", f"{ctx.text(user)} at step {step} runs before {ctx.text(code)} at step "
@@ -160,3 +161,21 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
                                    f"{placement[stage]}, but no send and receive carry it", rank, step,
                                    help=f"add `{stage}SEND_B{m}` on rank {placement[stage]} and "
                                         f"`{stage - 1}RECV_B{m}` before it")
+
+
+def _later(late: list[int], early: list[int], M: int) -> list[int]:
+    """The `stage * M + mb` where both actions are there and `late` comes after `early`
+    (positions from `ctx.column`, -1 where absent). Stage by stage: where `early` is there
+    for every microbatch, one comparison pass without masking answers (`late` absent is -1,
+    never after anything)."""
+    out: list[int] = []
+    for lo in range(0, len(late), M):
+        e = early[lo:lo + M]
+        if -1 in e:
+            if e.count(-1) == len(e):
+                continue  # none of them: nothing to compare
+            e = list(map(and_, e, repeat(ABSENT_LAST)))  # absent: past everything, so never "earlier"
+        x = late[lo:lo + M]
+        if any(map(gt, x, e)):
+            out += compress(range(lo, lo + M), map(gt, x, e))
+    return out

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import repeat
-from operator import rshift
+from operator import floordiv
 
 from ..diagnostics import Diagnostic
 from ..ir import Batch
@@ -67,7 +67,8 @@ def _placement(ctx: Context) -> Iterator[Diagnostic]:
     M = ctx.M
     explicit = p.source is not None and "placement" in p.source.options
     for rank, codes in enumerate(ctx.enc.codes):
-        stages = {sm // M for sm in set(map(rshift, codes, repeat(4))) if sm >= 0}
+        stages = set(map(floordiv, codes, repeat(M << 4)))  # code // (M * 16) is the stage
+        stages.discard(-1)  # an out-of-range action (code -1), reported above
         wrong = sorted(s for s in stages if p.placement[s] != rank)
         for s in wrong:
             i = next(i for i, c in enumerate(codes) if c >= 0 and (c >> 4) // M == s)
