@@ -117,8 +117,7 @@ def main() -> int:
         for part, fn in (("simulate()", simulate), ("full report", full_report)):
             per_action = {}
             for name, program in lowered.items():
-                times = seconds(lambda: fn(program, COSTS, model) if fn is simulate else fn(program, model),
-                                args.repeat if name == "full" else 1)
+                times = seconds(lambda: fn(program, COSTS, model) if fn is simulate else fn(program, model), args.repeat)
                 per_action[name] = min(times) / program.action_count
                 if name == "full":
                     best[(model, part)] = min(times)
