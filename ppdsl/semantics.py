@@ -25,8 +25,11 @@ on whom: the raw material of the checker's deadlock and cycle reports.
 
 Speed: the engine works on integer codes, `code = (stage * microbatches + mb) << 4 | kind`
 (see `encode`), with dependency keys `sm << 3 | slot` into one flat list of completion times,
-so a step costs a few list lookups and no allocation. Each rank is woken only when the one
-thing it waits for happens, so the run is linear in the number of actions.
+so a step costs a few list lookups. Each rank is woken only when the one thing it waits for
+happens, so the run is linear in the number of actions. Times are kept per action (a step's
+are derived at the end); durations come from a table read by code (`Timing.from_table`) or,
+for callbacks, are looked up once per action before the run. `completes` answers "does it run
+to the end?" by the same rules without any times.
 """
 
 from __future__ import annotations
