@@ -6,7 +6,11 @@ Keys (the same on the `.pps` `costs` line, after `--costs`, and in a profile's `
   backward-weight. Missing kinds follow the usual ratio: `I` and `W` each cost what `F` costs
   and `B` costs `I + W`; a `B` given alone splits evenly into `I` and `W`. So `F=1` alone
   means `B=2`, and `F=1 B=3 W=1` means `I=2`.
-- `F_s3=1.5` (any kind, `_s` and a stage number): that stage only; the same rules apply per stage.
+  These are the times of one rank's share of the model: when a rank holds several stages
+  (interleaved and V schedules), each of its stages takes its share of them, so `F=1` costs
+  a 1F1B stage 1 and a ZB-V stage 0.5, and schedules compare on the same model.
+- `F_s3=1.5` (any kind, `_s` and a stage number): that stage only, as given (not shared out);
+  the same rules apply per stage.
 - `comm`: the latency of one message (a send/receive pair, or one hand-off between ranks in
   a program without explicit communication). `bytes` and `bandwidth` (bytes per time unit)
   add `bytes / bandwidth` to every message.
@@ -25,7 +29,7 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from attrs import field, frozen
@@ -134,15 +138,22 @@ class CostModel:
             b = i + w
         return {"F": f, "B": b, "I": i, "W": w}
 
-    def table(self, stages: int) -> list[tuple[float, ...]]:
-        """Per stage, the duration of each compute Kind, indexed by Kind value (non-compute: 0)."""
+    def table(self, stages: int, shares: Sequence[int] | None = None) -> list[tuple[float, ...]]:
+        """Per stage, the duration of each compute Kind, indexed by Kind value (non-compute: 0).
+
+        `shares[s]` is how many stages stage s's rank holds (see `shares_of`): a cost given for
+        the whole model share of a rank is divided among them; a per-stage key is taken as is.
+        """
         self.check_stages(stages)
         out = []
         for s in range(stages):
             c = self.kind_costs(s)
             row = [0.0] * len(Kind)
             for kind in COMPUTE_KINDS:
-                row[Kind[kind]] = c[kind]
+                value = c[kind]
+                if shares is not None and f"{kind}_s{s}" not in self._values:
+                    value /= shares[s]
+                row[Kind[kind]] = value
             out.append(tuple(row))
         return out
 
@@ -161,10 +172,10 @@ class CostModel:
         """An overlapped pair whose parts cost a and b."""
         return a + b - self.overlap_fraction * min(a, b)
 
-    def timing(self, stages: int) -> Timing:
+    def timing(self, stages: int, shares: Sequence[int] | None = None) -> Timing:
         """The same durations in the form semantics.execute takes: a table per stage and Kind,
         which the engine reads directly (no call per action)."""
-        table = self.table(stages)
+        table = self.table(stages, shares)
 
         def overlap(step: Overlap) -> float:
             x, y = (table[p.stage][p.kind] if 0 <= p.stage < stages else 0.0 for p in step.parts)
@@ -187,6 +198,14 @@ class CostModel:
 
 
 DEFAULT: Final = CostModel()
+
+
+def shares_of(program: Program) -> list[int]:
+    """Per stage, how many stages its rank holds: the share of the rank's time each one takes."""
+    per_rank: dict[int, int] = {}
+    for rank in program.placement:
+        per_rank[rank] = per_rank.get(rank, 0) + 1
+    return [per_rank[rank] for rank in program.placement]
 
 
 def parse_inline(text: str) -> CostModel:

@@ -20,7 +20,7 @@ from itertools import compress, repeat
 from operator import and_, sub
 
 from .check.memory import peaks_from_codes
-from .costs import DEFAULT, CostModel
+from .costs import DEFAULT, CostModel, shares_of
 from .diagnostics import Diagnostic
 from .ir import Action, Batch, Kind, Overlap, Program
 from .memory import MemoryProfile, profile
@@ -141,7 +141,7 @@ def simulate(program: Program, costs: CostModel | None = None, comm_model: CommM
     """
     model = CommModel(comm_model)
     cm = costs if costs is not None else (CostModel(program.costs) if program.costs else DEFAULT)
-    execution = execute(program, model, cm.timing(program.stages))
+    execution = execute(program, model, cm.timing(program.stages, shares_of(program)))
     return Simulation(program, cm, model, execution, memory_weights)
 
 

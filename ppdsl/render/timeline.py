@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from attrs import frozen
 
+from ..costs import shares_of
 from ..diagnostics import Diagnostic
 from ..ir import Action, Idle, Overlap, Step, actions_of
 from ..simulate import Simulation
@@ -116,7 +117,7 @@ class Timeline:
 
 def build(sim: Simulation, diagnostics: Iterable[Diagnostic] = ()) -> Timeline:
     program = sim.program
-    table = sim.costs.table(program.stages)
+    table = sim.costs.table(program.stages, shares_of(program))
     marked: dict[tuple[int, int], str] = {}
     problems: list[str] = []
     for d in diagnostics:

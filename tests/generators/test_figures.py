@@ -24,7 +24,7 @@ def test_memory_gpipe_m_and_1f1b_min_p_minus_r_m(p: int, m: int) -> None:
 @pytest.mark.parametrize("p,m,v", [(4, 8, 2), (4, 16, 2), (8, 32, 4), (8, 16, 3), (4, 10, 2), (16, 64, 2)])
 def test_interleaved_bubble_is_p_minus_1_over_v_m_of_ideal(p: int, m: int, v: int) -> None:
     makespan, bubble, _ = measure(build("interleaved_1f1b", p, m, virtual=v))
-    ideal = 3 * m * v  # each rank's compute: F + B of v chunks per microbatch
+    ideal = 3 * m  # each rank's compute per microbatch: F + B of its share of the model, over v chunks
     # idle time per rank over ideal time: (p-1)/(v*m)
     assert (makespan - ideal) / ideal == pytest.approx((p - 1) / (v * m))
     assert bubble == pytest.approx((p - 1) / (v * m + p - 1))

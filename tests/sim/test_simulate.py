@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ppdsl import parse
-from ppdsl.costs import CostModel
+from ppdsl.costs import CostModel, shares_of
 from ppdsl.semantics import execute
 from ppdsl.simulate import simulate
 
@@ -116,7 +116,7 @@ def test_agrees_with_semantics_on_generated_schedules() -> None:
         except Exception:  # noqa: BLE001 - a generator with other constraints: not this test's subject
             continue
         sim = simulate(program, c)
-        ex = execute(program, "rendezvous", c.timing(program.stages))
+        ex = execute(program, "rendezvous", c.timing(program.stages, shares_of(program)))
         assert sim.completed, name
         assert (sim.starts, sim.ends, sim.makespan) == (ex.starts, ex.ends, ex.makespan), name
         assert 0 <= sim.bubble_ratio < 1
