@@ -1,20 +1,16 @@
-"""Build generator programs and judge them with the checker and simulator when they exist.
-
-Until `ppdsl.check` and `ppdsl.simulate` land, the same questions are answered with what they
-are built on: `semantics.execute` (does every rank finish under rendezvous?) and
-`memory.profile`, plus a completeness test of our own.
-"""
+"""Build generator programs and judge them with the checker and the simulator, plus a
+completeness test of our own (independent of the checker's)."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
 
+from ppdsl.check import check
 from ppdsl.diagnostics import Severity
 from ppdsl.generators import registry
 from ppdsl.ir import Kind, Program
-from ppdsl.memory import profile
 from ppdsl.semantics import Timing, execute
+from ppdsl.simulate import simulate
 
 
 def build(name: str, ranks: int, microbatches: int, **args: object) -> Program:
@@ -22,38 +18,12 @@ def build(name: str, ranks: int, microbatches: int, **args: object) -> Program:
     return Program(ranks, built.stages, microbatches, built.placement, built.rows)
 
 
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-HAS_SIMULATE = _has("ppdsl.simulate")
-
-
 def problems(program: Program) -> list[str]:
     """Every reason `program` is not a sound schedule; empty when it is."""
     out = completeness(program)
-    check = _checker()
-    if check is not None:
-        out += [f"{d.code}: {d.message}" for d in check(program, comm_model="rendezvous")
-                if d.severity is Severity.ERROR]
-    else:
-        run = execute(program, "rendezvous")
-        if not run.completed:
-            out.append(f"stuck under rendezvous: {run.waits[:3]}")
+    out += [f"{d.code}: {d.message}" for d in check(program, comm_model="rendezvous")
+            if d.severity is Severity.ERROR]
     return out
-
-
-def _checker():  # type: ignore[no-untyped-def]
-    if not _has("ppdsl.check"):
-        return None
-    try:
-        from ppdsl.check import check
-    except ImportError:
-        return None
-    return check
 
 
 def completeness(program: Program) -> list[str]:
@@ -76,14 +46,8 @@ def completeness(program: Program) -> list[str]:
 
 def measure(program: Program) -> tuple[float, float, tuple[float, ...]]:
     """(makespan, bubble ratio, peak memory per rank) under unit costs: F=I=W=1, B=2."""
-    if HAS_SIMULATE:
-        from ppdsl.simulate import simulate
-        sim = simulate(program)
-        return sim.makespan, sim.bubble_ratio, tuple(sim.peak_memory)
-    run = execute(program, "rendezvous", Timing(compute=lambda a: 2.0 if a.kind is Kind.B else 1.0))
-    assert run.completed
-    busy = sum(2.0 if a.kind is Kind.B else 1.0 for _, _, a in program.actions())
-    return run.makespan, 1.0 - busy / (program.ranks * run.makespan), profile(program).peak
+    sim = simulate(program)
+    return sim.makespan, sim.bubble_ratio, tuple(sim.peak_memory)
 
 
 def rank_span_idle(program: Program) -> list[float]:
