@@ -60,7 +60,7 @@ class GeneratorSpec:
     reference: str = ""
 
 
-# Explicit, in the order `ppdsl` lists them. A module missing here is simply not offered.
+# Explicit, in the order `ppdsl` lists them.
 MODULES = (
     "gpipe",
     "one_f_one_b",
@@ -75,15 +75,10 @@ MODULES = (
 
 def _load() -> dict[str, GeneratorSpec]:
     table: dict[str, GeneratorSpec] = {}
-    for module in MODULES:
-        try:
-            spec = importlib.import_module(f"{__package__}.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{module}":
-                raise
-            continue
-        specs = getattr(spec, "SPECS", None) or (spec.SPEC,)
-        for s in specs:
+    for name in MODULES:
+        # A name listed here without its module is a packaging bug: let the import fail loudly.
+        module = importlib.import_module(f"{__package__}.{name}")
+        for s in getattr(module, "SPECS", None) or (module.SPEC,):
             table[s.name] = s
     return table
 
