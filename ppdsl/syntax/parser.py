@@ -62,12 +62,15 @@ class _Builder:
     def __init__(self, text: str, path: str):
         self.text = text
         self.path = path
-        self.diagnostics: list[Diagnostic] = []
 
     # -- diagnostics -----------------------------------------------------------------------
     def error(self, code: str, message: str, line: int, column: int, width: int = 1,
               help: str | None = None, rank: int | None = None) -> Diagnostic:
         return Diagnostic(code, message, self.path, line, column, column + width, help=help, rank=rank)
+
+    def at_span(self, span: Span, code: str, message: str, help: str | None = None) -> Diagnostic:
+        """Underline the whole of `span` (one column when its end is unknown)."""
+        return self.error(code, message, span.line, span.column, (span.end_column or span.column + 1) - span.column, help)
 
     def at(self, node: Tree[Token] | Token, code: str, message: str, help: str | None = None,
            rank: int | None = None) -> Diagnostic:
@@ -107,12 +110,10 @@ class _Builder:
         value = values[name]
         span = spans[name]
         if not isinstance(value, int) or isinstance(value, bool):
-            raise _Fail(self.error("PPS012", f"`{name}` must be a whole number, not `{value}`", span.line, span.column,
-                                   (span.end_column or span.column + 1) - span.column))
+            raise _Fail(self.at_span(span, "PPS012", f"`{name}` must be a whole number, not `{value}`"))
         if not lo <= value <= hi:
-            raise _Fail(self.error("PPS015" if value > hi else "PPS012",
-                                   f"`{name}={scan.shown(value)}` is outside {lo}..{hi}", span.line, span.column,
-                                   (span.end_column or span.column + 1) - span.column))
+            raise _Fail(self.at_span(span, "PPS015" if value > hi else "PPS012",
+                                     f"`{name}={scan.shown(value)}` is outside {lo}..{hi}"))
         return value
 
     def build(self) -> Program:
@@ -171,9 +172,7 @@ class _Builder:
         assert ranks is not None and microbatches is not None
         mode = values.get("mode", "train")
         if mode not in ("train", "inference"):
-            s = spans["mode"]
-            raise _Fail(self.error("PPS012", f"`mode` is train or inference, not `{mode}`", s.line, s.column,
-                                   (s.end_column or s.column + 1) - s.column))
+            raise _Fail(self.at_span(spans["mode"], "PPS012", f"`mode` is train or inference, not `{mode}`"))
         memory = values.get("memory")
         if memory is not None and (isinstance(memory, (str, tuple)) or memory <= 0):
             s = spans["memory"]
@@ -392,10 +391,9 @@ class _Builder:
             # no actions anywhere has none. (A file with no actions at all is left on `loop`.)
             s = spans.get("stages") or spans["ranks"]
             listed = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
-            raise _Fail(self.error("PPS016", f"stage{'s' if len(missing) > 1 else ''} {listed} appear{'' if len(missing) > 1 else 's'} "
-                                   f"in no row, so {'their ranks are' if len(missing) > 1 else 'its rank is'} unknown",
-                                   s.line, s.column, (s.end_column or s.column + 1) - s.column,
-                                   help="give every stage an action in some row, or say `placement=loop`, `placement=v` or list the ranks"))
+            raise _Fail(self.at_span(s, "PPS016", f"stage{'s' if len(missing) > 1 else ''} {listed} appear{'' if len(missing) > 1 else 's'} "
+                                     f"in no row, so {'their ranks are' if len(missing) > 1 else 'its rank is'} unknown",
+                                     help="give every stage an action in some row, or say `placement=loop`, `placement=v` or list the ranks"))
         # A stage found on several rows is left on its first rank; the checker reports the rest.
         return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages))
 
@@ -419,12 +417,9 @@ class _Builder:
         try:
             built = registry.expand(str(name_tok), ranks, microbatches, dict(args), inference)
         except registry.GeneratorError as err:
-            where: Token | Tree[Token] = name_tok
             if err.argument is not None and err.argument in arg_spans:
-                s = arg_spans[err.argument]
-                raise _Fail(self.error(err.code, err.message, s.line, s.column,
-                                       (s.end_column or s.column + 1) - s.column, err.help)) from None
-            raise _Fail(self.at(where, err.code, err.message, err.help)) from None
+                raise _Fail(self.at_span(arg_spans[err.argument], err.code, err.message, err.help)) from None
+            raise _Fail(self.at(name_tok, err.code, err.message, err.help)) from None
         if stages is not None and stages != built.stages:
             s = header_spans["stages"]
             raise _Fail(self.error("PPS011", f"`{name_tok}` makes {built.stages} stages but the header says stages={stages}",
