@@ -32,12 +32,17 @@ def name_of(placement: Sequence[int], ranks: int) -> str | None:
     return None
 
 
-def infer(rows: Sequence[Sequence[Step]], stages: int) -> tuple[dict[int, set[int]], list[int]]:
-    """Which ranks each stage's actions appear on, and the stages that appear nowhere."""
+def stage_ranks(rows: Sequence[Sequence[Step]]) -> dict[int, set[int]]:
+    """Which ranks each stage's actions appear on (stages with no action are absent)."""
     seen: dict[int, set[int]] = {}
     for rank, row in enumerate(rows):
         for step in row:
             for action in actions_of(step):
                 seen.setdefault(action.stage, set()).add(rank)
-    missing = [s for s in range(stages) if s not in seen]
-    return seen, missing
+    return seen
+
+
+def infer(rows: Sequence[Sequence[Step]], stages: int) -> tuple[dict[int, set[int]], list[int]]:
+    """Which ranks each stage's actions appear on, and the stages that appear nowhere."""
+    seen = stage_ranks(rows)
+    return seen, [s for s in range(stages) if s not in seen]

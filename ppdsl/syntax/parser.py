@@ -16,7 +16,7 @@ from lark.exceptions import LarkError, UnexpectedInput
 from .. import placement as placement_mod
 from ..diagnostics import Diagnostic, PpsError
 from ..generators import registry
-from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step, actions_of
+from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
 from . import scan
 from .errors import lark_error_to_diagnostic
 from .grammar import lark_parser
@@ -197,8 +197,8 @@ class _Builder:
             smap = SourceMap(self.path, self.text, header_span, tuple(Span(use.meta.line, use.meta.column) for _ in built_rows),
                              tuple(None for _ in built_rows), spans)
         else:
-            built_rows, step_pos, row_spans, stages = self.rows(rows, ranks, microbatches, stages, explicit_placement)
-            final_placement = self.resolve_placement(explicit_placement, built_rows, ranks, stages, rows, spans)
+            built_rows, step_pos, row_spans = self.rows(rows, ranks, microbatches, stages)
+            final_placement, stages = self.resolve_placement(explicit_placement, built_rows, ranks, stages, spans)
             smap = SourceMap(self.path, self.text, header_span, row_spans, step_pos, spans)
         return Program(
             ranks=ranks,
@@ -235,10 +235,9 @@ class _Builder:
         count = stages if stages is not None else (2 * ranks if value == "v" else ranks)
         return placement_mod.NAMED[str(value)](ranks, count)
 
-    def rows(self, rows: list[Tree[Token]], ranks: int, microbatches: int, stages: int | None,
-             explicit: tuple[int, ...] | None) -> tuple[tuple[tuple[Step, ...], ...], tuple[tuple[Segment, ...] | None, ...],
-                                                        tuple[Span | None, ...], int]:
-        # Without a stage count, any stage number is accepted and the count is inferred after.
+    def rows(self, rows: list[Tree[Token]], ranks: int, microbatches: int, stages: int | None
+             ) -> tuple[tuple[tuple[Step, ...], ...], tuple[tuple[Segment, ...] | None, ...], tuple[Span | None, ...]]:
+        # Without a stage count, any stage number is accepted and resolve_placement infers the count.
         bound_stages = stages if stages is not None else MAX_STAGES
         bounds = (bound_stages, microbatches)
         built: list[list[Step] | None] = [None] * ranks
@@ -269,19 +268,9 @@ class _Builder:
             built[rank] = steps
             positions[rank] = pos
             spans[rank] = Span(row.meta.line, row.meta.column)
-        if stages is None:
-            highest = -1
-            for built_row in built:
-                for step in built_row or ():
-                    for a in actions_of(step):
-                        if a.stage > highest:
-                            highest = a.stage
-            stages = max(highest + 1, 1) if explicit is None else len(explicit)
-            if highest < 0:
-                stages = len(explicit) if explicit is not None else ranks
         rows_out = tuple(tuple(s) if s is not None else () for s in built)
         pos_out = tuple(tuple(p) if p is not None else None for p in positions)
-        return rows_out, pos_out, tuple(spans), stages
+        return rows_out, pos_out, tuple(spans)
 
     def item(self, item: Tree[Token] | Token, bounds: scan.Bounds, steps: list[Step], pos: list[Segment]) -> None:
         if isinstance(item, Tree):  # zip
@@ -378,14 +367,15 @@ class _Builder:
                 steps.append(items[i])
 
     def resolve_placement(self, explicit: tuple[int, ...] | None, rows: tuple[tuple[Step, ...], ...], ranks: int,
-                          stages: int, row_trees: list[Tree[Token]], spans: dict[str, Span]) -> tuple[int, ...]:
+                          stages: int | None, spans: dict[str, Span]) -> tuple[tuple[int, ...], int]:
+        """The stage -> rank map and the stage count, inferred from the rows where the header gives neither."""
         if explicit is not None:
-            if len(explicit) != stages:
-                s = spans["placement"]
-                raise _Fail(self.error("PPS011", f"placement covers {len(explicit)} stages but the file has {stages}",
-                                       s.line, s.column, help="add `stages=N` or list one rank per stage"))
-            return explicit
-        seen, missing = placement_mod.infer(rows, stages)
+            # header_placement made it one rank per stage (and set the count when the header had none).
+            return explicit, len(explicit)
+        seen = placement_mod.stage_ranks(rows)
+        if stages is None:
+            stages = max(seen) + 1 if seen else ranks
+        missing = [s for s in range(stages) if s not in seen]
         if missing and seen:
             # Without `placement=`, a stage's rank is the row its actions are on; a stage with
             # no actions anywhere has none. (A file with no actions at all is left on `loop`.)
@@ -395,7 +385,7 @@ class _Builder:
                                      f"in no row, so {'their ranks are' if len(missing) > 1 else 'its rank is'} unknown",
                                      help="give every stage an action in some row, or say `placement=loop`, `placement=v` or list the ranks"))
         # A stage found on several rows is left on its first rank; the checker reports the rest.
-        return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages))
+        return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages)), stages
 
     def generate(self, use: Tree[Token], ranks: int, microbatches: int, stages: int | None,
                  explicit: tuple[int, ...] | None, header_spans: dict[str, Span], inference: bool
