@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ppdsl.ir import Program  # noqa: E402
+from ppdsl.lower import lower  # noqa: E402
 from ppdsl.syntax.parser import parse  # noqa: E402
 from ppdsl.syntax.printer import print_program  # noqa: E402
 
@@ -29,34 +29,8 @@ TARGET = 500_000
 
 
 def compute_program(microbatches: int) -> Program:
-    """Interleaved 1F1B from the generator when it exists, else a hand-built equivalent."""
-    try:
-        from ppdsl.generators import registry
-
-        if "interleaved_1f1b" in registry.REGISTRY:
-            return parse(f"pipeline ranks={RANKS} microbatches={microbatches}\nuse interleaved_1f1b(virtual={VIRTUAL})\n")
-    except ImportError:  # pragma: no cover - older checkouts
-        pass
-    return parse(_fallback_text(microbatches))
-
-
-def _fallback_text(microbatches: int) -> str:
-    """Every rank: all forwards of both chunks, then all backwards (same action count)."""
-    lines = [f"pipeline ranks={RANKS} microbatches={microbatches} stages={RANKS * VIRTUAL} placement=loop"]
-    for r in range(RANKS):
-        stages = [r + RANKS * v for v in range(VIRTUAL)]
-        fwd = " ".join(f"{s}F{m}" for m in range(microbatches) for s in stages)
-        bwd = " ".join(f"{s}B{m}" for m in range(microbatches) for s in reversed(stages))
-        lines.append(f"rank {r}: {fwd} {bwd}")
-    return "\n".join(lines) + "\n"
-
-
-def with_comms(program: Program) -> Program | None:
-    try:
-        from ppdsl.lower import lower
-    except ImportError:
-        return None
-    return lower(program)
+    """Interleaved 1F1B, from its generator."""
+    return parse(f"pipeline ranks={RANKS} microbatches={microbatches}\nuse interleaved_1f1b(virtual={VIRTUAL})\n")
 
 
 def best_time(text: str, repeats: int) -> tuple[float, float]:
@@ -93,11 +67,7 @@ def main() -> int:
         for divisor in fractions:
             program = compute_program(MICROBATCHES // divisor)
             if form == "comms":
-                lowered = with_comms(program)
-                if lowered is None:
-                    print("comms    (ppdsl.lower is not available in this checkout)")
-                    break
-                program = lowered
+                program = lower(program)
             text = print_program(program)
             wall, cpu = best_time(text, repeats)
             n = program.action_count
