@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
+from ppdsl.diagnostics import PpsError
 from ppdsl.load import load_program
 from ppdsl.runtime import plan as P
-from ppdsl.runtime.preflight import Refused, deadlock, prepare
+from ppdsl.runtime.preflight import deadlock, prepare
 from ppdsl.semantics import CommModel
 
 HERE = Path(__file__).parent
@@ -69,7 +70,7 @@ def test_gloo_refuses_paddles_1f1b_order_nccl_accepts_it() -> None:
     why = deadlock(program, CommModel.RENDEZVOUS)
     assert why is not None and "0SEND_F1" in why and "1SEND_B0" in why
     assert deadlock(program, CommModel.GROUPED) is None
-    with pytest.raises(Exception):  # the checker's PPS2xx, or Refused without a checker
+    with pytest.raises(PpsError, match="PPS2"):  # the checker's wait-for cycle
         prepare(program, CommModel.RENDEZVOUS)
     assert prepare(program, CommModel.GROUPED) == program
 
