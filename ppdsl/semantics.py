@@ -816,7 +816,6 @@ class _Engine:
         enc = self.enc
         M = enc.microbatches
         grouped = self.model is CommModel.GROUPED
-        buffered = self.model is CommModel.BUFFERED
         where: dict[int, int] = {}  # code -> rank whose row holds it
         for rank, codes in enumerate(enc.codes):
             for c in codes:

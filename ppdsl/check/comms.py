@@ -39,7 +39,6 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         return
     pos = ctx.pos
     S, M = ctx.S, ctx.M
-    SM = S * M
     placement = ctx.program.placement
     col = {k: ctx.column(k) for k in (F, I, B, SEND_F, RECV_F, SEND_B, RECV_B)}
 
