@@ -14,6 +14,7 @@ import math
 
 from ..simulate import Simulation
 from .timeline import CATEGORIES, COLOURS, Slot, Timeline, colour_of, kinds_in, max_chunks
+from .timeline import short_number as _num
 
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 CHAR_W = 6.6  # average glyph width at 11px, to decide whether a label fits
@@ -29,10 +30,6 @@ def _nice_step(span: float, target: int = 10) -> float:
         if raw <= m * mag:
             return m * mag
     return 10 * mag
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if x == int(x) else f"{x:.4g}"
 
 
 def _luminance(hex_colour: str) -> float:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..simulate import Simulation
 from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
+from .timeline import short_number as _num
 
 
 def _rich() -> Any:
@@ -154,7 +155,3 @@ def _light(hex_colour: str) -> bool:
 
 def _short_legend(category: str) -> str:
     return {"SEND": "S", "RECV": "R", "OVERLAP": "F+B", "BATCH": "<n>", "OTHER": "U/RS/RG"}.get(category, category)
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if x == int(x) else f"{x:.4g}"

@@ -177,5 +177,10 @@ def colour_of(slot: Slot, chunks: int) -> str:
     return base
 
 
+def short_number(x: float) -> str:
+    """A time or cost as the pictures label it: whole numbers plainly, others to 4 digits."""
+    return str(int(x)) if x == int(x) else f"{x:.4g}"
+
+
 def max_chunks(sim: Simulation) -> int:
     return max((len(sim.program.stages_of(r)) for r in range(sim.program.ranks)), default=1)
