@@ -6,9 +6,9 @@ from pathlib import Path
 
 from .diagnostics import Diagnostic, PpsError, UsageError
 from .ir import Program
+from .limits import MAX_FILE_BYTES
 
 FORMATS = (".pps", ".csv")
-MAX_FILE_BYTES = 512 * 1024 * 1024
 
 
 def read_text(path: str) -> str:

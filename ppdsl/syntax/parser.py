@@ -17,6 +17,7 @@ from .. import placement as placement_mod
 from ..diagnostics import Diagnostic, PpsError
 from ..generators import registry
 from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
+from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from . import scan
 from .errors import lark_error_to_diagnostic
 from .grammar import lark_parser
@@ -32,12 +33,6 @@ HEADER_OPTIONS = {
     "mode": "train (default) or inference (forward only)",
 }
 
-# Beyond these sizes a schedule is not a typo we should try to expand.
-MAX_RANKS = 65_536
-MAX_STAGES = 1_048_576
-MAX_MICROBATCHES = 1_048_576
-# ~64 bytes of memory per action: 20M actions is over a gigabyte already.
-MAX_ACTIONS = 20_000_000
 
 
 class _Fail(Exception):
