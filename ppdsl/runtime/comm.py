@@ -11,6 +11,7 @@ the model of the backend it really has before the first step.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +21,17 @@ from .watchdog import Watchdog
 if TYPE_CHECKING:  # pragma: no cover
     import paddle
 
-# dtype <-> small integer in shape headers.
+# The dtypes a received buffer may have.
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
 MAX_DIMS = 8
-HEADER = 2 + MAX_DIMS  # [ndim, dtype, d0 .. d7]
+# One header per message, before the first step's data of each cross-rank activation: a fixed
+# int64 tensor (the receiver must size its buffer before knowing anything), word 0 the length of
+# a JSON description in bytes, then the JSON, 8 bytes a word. JSON because the description
+# grows (a layout, keys, per-member shape, dtype and gradient flag; other fields may follow).
+HEADER_WORDS = 256
+MAX_HEADER_BYTES = (HEADER_WORDS - 1) * 8
+# The most elements the receiver allocates for one member from a header (8 GB of float32).
+MAX_ELEMENTS = 1 << 31
 
 
 def comm_model_of(backend: str) -> CommModel:
@@ -109,31 +117,42 @@ class Transport:
         if wd is not None:
             wd.disarm()
 
-    # --- shape headers: sent once per cross-rank activation, on the first step ------------
+    # --- headers: sent once per cross-rank activation, on the first step --------------------
     @staticmethod
-    def header_of(tensor: paddle.Tensor) -> paddle.Tensor:
+    def encode_header(meta: dict[str, Any]) -> paddle.Tensor:
+        import numpy as np
         import paddle
 
-        shape = list(tensor.shape)
-        dtype = str(tensor.dtype).removeprefix("paddle.")
-        if len(shape) > MAX_DIMS or dtype not in DTYPES:
-            raise ValueError(f"cannot send a tensor of shape {shape} and dtype {dtype} between ranks")
-        return paddle.to_tensor([len(shape), DTYPES.index(dtype)] + shape + [0] * (MAX_DIMS - len(shape)),
-                                dtype="int64")
+        data = json.dumps(meta, separators=(",", ":")).encode()
+        if len(data) > MAX_HEADER_BYTES:
+            raise ValueError(f"the description of a value to send takes {len(data)} bytes, more than the "
+                             f"{MAX_HEADER_BYTES} a header holds: send fewer members")
+        words = np.zeros(HEADER_WORDS, dtype="<i8")
+        words[0] = len(data)
+        words[1:] = np.frombuffer(data.ljust(MAX_HEADER_BYTES, b"\0"), dtype="<i8")
+        return paddle.to_tensor(words, dtype="int64")
 
     @staticmethod
     def empty_header() -> paddle.Tensor:
         import paddle
 
-        return paddle.zeros([HEADER], dtype="int64")
+        return paddle.zeros([HEADER_WORDS], dtype="int64")
 
     @staticmethod
-    def from_header(header: paddle.Tensor) -> tuple[list[int], str]:
-        values = [int(v) for v in header.numpy().tolist()]
-        ndim, dtype = values[0], values[1]
-        if not 0 <= ndim <= MAX_DIMS or not 0 <= dtype < len(DTYPES):
-            raise PeerError(f"garbled shape header {values}: the ranks disagree about what is sent")
-        return values[2:2 + ndim], DTYPES[dtype]
+    def decode_header(header: paddle.Tensor) -> dict[str, Any]:
+        import numpy as np
+
+        words = np.ascontiguousarray(header.numpy(), dtype="<i8")
+        n = int(words[0])
+        if not 0 < n <= MAX_HEADER_BYTES:
+            raise PeerError(f"garbled header (length {n}): the ranks disagree about what is sent")
+        try:
+            meta = json.loads(words[1:].tobytes()[:n].decode())
+        except (UnicodeDecodeError, ValueError):
+            raise PeerError("garbled header: the ranks disagree about what is sent") from None
+        if not isinstance(meta, dict):
+            raise PeerError(f"garbled header {meta!r}")
+        return meta
 
 
 def _peer_error(exc: RuntimeError, doing: str, peer: int) -> PeerError:

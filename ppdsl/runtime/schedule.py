@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..ir import Program
 from . import plan as P
-from .comm import PeerError, Transport, comm_model_of
+from . import values as V
+from .comm import DTYPES, MAX_DIMS, MAX_ELEMENTS, PeerError, Transport, comm_model_of
 from .preflight import prepare
 from .watchdog import Reporter, Watchdog
 
@@ -88,8 +89,9 @@ class PipelineSchedule:
         self.timings: dict[str, list[float]] = {}
         self._agree_on_program(dist)
         self.transport = Transport(self.rank, self.plan.pairs, self.watchdog, self.backend)
-        self._sent_shapes: dict[tuple[int, Key], list[int]] = {}
-        self._recv_shapes: dict[Key, tuple[list[int], str]] = {}
+        # Agreed on the first step: the shapes each send carries, what each receive allocates.
+        self._sent: dict[tuple[int, Key], list[list[int]]] = {}
+        self._recv_meta: dict[Key, V.Incoming] = {}
         self._loss_checked = False
         self._handlers: dict[int, Callable[[P.Op], None]] = {
             P.F: self._forward, P.B: self._backward, P.I: self._backward_input, P.W: self._backward_weight,
@@ -117,29 +119,48 @@ class PipelineSchedule:
             raise SetupError(f"the ranks do not hold the same program (text, placement or shape): {desc}")
 
     def _reset(self) -> None:
-        self._x: dict[Key, Any] = {}      # stage input (a leaf when it needs a gradient)
+        self._x: dict[Key, list[Any]] = {}  # a stage's input members that need a gradient (leaves)
         self._y: dict[Key, Any] = {}      # stage output; the scaled loss at the last stage
-        self._dx: dict[Key, Any] = {}     # gradient w.r.t. a stage's input, to hand down
-        self._dy: dict[Key, Any] = {}     # gradient w.r.t. a stage's output, received
+        self._dx: dict[Key, list[Any]] = {}  # gradients of those input members, to hand down
+        self._dy: dict[Key, list[Any]] = {}  # gradients of the output members that need one, received
         self._kept_dy: dict[Key, Any] = {}  # between I and W
         self._recv_x: dict[Key, Any] = {}
         self._losses: dict[int, Any] = {}
+        self._outputs: dict[int, Any] = {}  # the last stage's outputs, for return_output
         self._inputs: list[Any] = []
         self._targets: list[Any] = []
+        self._kwargs: list[dict[str, Any]] = []
 
     # --- the step ---------------------------------------------------------------------------
-    def step(self, *args: Any, target: Any = None, losses: list[Any] | None = None) -> None:
-        """Run the schedule once over a whole batch (split into the program's microbatches)."""
+    def step(self, *args: Any, target: Any = None, losses: list[Any] | None = None,
+             return_output: bool = False, **kwargs: Any) -> Any:
+        """Run the schedule once over a whole batch (split into the program's microbatches).
+
+        As Paddle's schedules: the first stage is called with `args` (each microbatch's share),
+        every stage this rank holds also with `kwargs`; `target` feeds the loss at the last
+        stage. With `return_output`, the last stage's rank gets the outputs merged back."""
+        return self.run_batch(args, target=target, losses=losses, kwargs=kwargs, return_output=return_output)
+
+    def run_batch(self, inputs: Any, *, target: Any = None, losses: list[Any] | None = None,
+                  kwargs: dict[str, Any] | None = None, return_output: bool = False) -> Any:
+        """`step` with the first stage's input as one value: a tensor, a tuple (positional
+        arguments) or a dict (keyword arguments)."""
         plan = self.plan
         self._reset()
-        if plan.first_stage:
-            if not args:
-                raise SetupError("the first stage needs the batch's inputs: step(inputs, target=...)")
-            self._inputs = _split(self.paddle, args[0], plan.microbatches, "inputs")
-        if plan.last_stage and plan.training:
-            if target is None:
-                raise SetupError("the last stage needs the batch's targets: step(inputs, target=...)")
-            self._targets = _split(self.paddle, target, plan.microbatches, "target")
+        paddle = self.paddle
+        M = plan.microbatches
+        try:
+            if plan.first_stage:
+                if inputs is None or (type(inputs) is tuple and not inputs):
+                    raise SetupError("the first stage needs the batch's inputs: step(inputs, target=...)")
+                self._inputs = V.split_batch(paddle, inputs, M, "inputs")
+            if plan.last_stage and plan.training:
+                if target is None:
+                    raise SetupError("the last stage needs the batch's targets: step(inputs, target=...)")
+                self._targets = V.split_batch(paddle, target, M, "target")
+            self._kwargs = V.split_batch(paddle, dict(kwargs or {}), M, "keyword arguments", need_tensor=False)
+        except V.StageValueError as exc:
+            raise SetupError(str(exc)) from None
         wd = self.watchdog
         wd.step = self.step_index
         op: P.Op | None = None
@@ -161,7 +182,7 @@ class PipelineSchedule:
                     handler(op)
         except StepError:
             raise
-        except SetupError as exc:
+        except (SetupError, V.StageValueError) as exc:
             raise StepError(self.rank, self.step_index, op.label if op else "?", str(exc)) from None
         except PeerError as exc:
             raise StepError(self.rank, self.step_index, op.label if op else "?", str(exc), peer=True) from None
@@ -170,9 +191,12 @@ class PipelineSchedule:
             raise StepError(self.rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc
         finally:
             wd.disarm()
-        if losses is not None and plan.last_stage:
+        if losses is not None and plan.last_stage and plan.training:
             losses.extend(self._losses[m] for m in sorted(self._losses))
         self.step_index += 1
+        if return_output and plan.last_stage and self._outputs:
+            return V.merge_batch(paddle, [self._outputs[m] for m in sorted(self._outputs)])
+        return None
 
     def last_losses(self) -> list[float]:
         """This step's microbatch losses as floats (last-stage rank only; else empty)."""
@@ -185,54 +209,70 @@ class PipelineSchedule:
         if s == 0:
             x = self._inputs[m]
         elif self.program.placement[s - 1] == self.rank:
-            x = self._y[(s - 1, m)].detach()  # hand-off: a new leaf so each stage's backward stops here
-            x.stop_gradient = not plan.training
+            x = V.hand_over(self._y[(s - 1, m)], plan.training)
         else:
             x = self._recv_x.pop((s, m))
-        y = self.layers[s](x)
-        if s == plan.stages - 1 and plan.training:
-            assert self.loss_fn is not None
-            loss = self.loss_fn(y, self._targets[m])
-            if not self._loss_checked:
-                _check_loss(loss)
-                self._loss_checked = True
-            self._losses[m] = loss.detach()
-            y = loss * self.scale if self.scale != 1.0 else loss
-        if s > 0:
-            self._x[(s, m)] = x
+        y = V.call(self.layers[s], x, self._kwargs[m])
+        if s == plan.stages - 1:
+            self._outputs[m] = y
+            if plan.training:
+                assert self.loss_fn is not None
+                loss = self.loss_fn(y, self._targets[m])
+                if not self._loss_checked:
+                    _check_loss(loss)
+                    self._loss_checked = True
+                self._losses[m] = loss.detach()
+                y = loss * self.scale if self.scale != 1.0 else loss
+        if s > 0 and plan.training:
+            self._x[(s, m)] = V.grad_members(x)
         self._y[(s, m)] = y
 
-    def _grad_of_output(self, s: int, m: int) -> Any:
+    def _grad_of_output(self, s: int, m: int) -> list[Any] | None:
+        """The gradients of the output members that need one (None at the last stage: the loss)."""
         if s == self.plan.stages - 1:
             return None
         if self.program.placement[s + 1] == self.rank:
             return self._dx.pop((s + 1, m))
         return self._dy.pop((s, m))
 
+    def _differentiated(self, s: int, y: Any) -> list[Any]:
+        """What a stage's backward starts from: the loss, or the output members that need a gradient."""
+        return [y] if s == self.plan.stages - 1 else V.grad_members(y)
+
+    def _input_grads(self, leaves: list[Any], grads: Sequence[Any]) -> list[Any]:
+        # A member the stage did not use has no gradient: its sender still waits for one.
+        return [g if g is not None else self.paddle.zeros_like(x) for x, g in zip(leaves, grads)]
+
     def _backward(self, op: P.Op) -> None:
         s, m = op.stage, op.microbatch
         y = self._y.pop((s, m))
         g = self._grad_of_output(s, m)
-        self.paddle.autograd.backward([y], None if g is None else [g])
+        outs = self._differentiated(s, y)
+        if outs:
+            self.paddle.autograd.backward(outs, g)
         if s > 0:
-            self._dx[(s, m)] = self._x.pop((s, m)).grad
+            leaves = self._x.pop((s, m))
+            self._dx[(s, m)] = self._input_grads(leaves, [x.grad for x in leaves])
 
     def _backward_input(self, op: P.Op) -> None:
         s, m = op.stage, op.microbatch
         g = self._grad_of_output(s, m)
         self._kept_dy[(s, m)] = g
         if s > 0:
-            y = self._y[(s, m)]
-            (dx,) = self.paddle.grad([y], [self._x[(s, m)]], grad_outputs=None if g is None else [g],
-                                     retain_graph=True)
-            self._dx[(s, m)] = dx
+            leaves = self._x[(s, m)]
+            outs = self._differentiated(s, self._y[(s, m)])
+            grads = self.paddle.grad(outs, leaves, grad_outputs=g, retain_graph=True, allow_unused=True) \
+                if outs and leaves else [None] * len(leaves)
+            self._dx[(s, m)] = self._input_grads(leaves, grads)
 
     def _backward_weight(self, op: P.Op) -> None:
         key = (op.stage, op.microbatch)
         y = self._y.pop(key)
         g = self._kept_dy.pop(key)
         self._x.pop(key, None)
-        self.paddle.autograd.backward([y], None if g is None else [g])
+        outs = self._differentiated(op.stage, y)
+        if outs:
+            self.paddle.autograd.backward(outs, g)
 
     def _overlap(self, op: P.Op) -> None:
         for part in op.parts:  # forwards first (plan order): a forward never needs a backward
@@ -242,60 +282,96 @@ class PipelineSchedule:
         log.debug("rank %d: %s is a no-op without data parallelism", self.rank, op.label)
 
     # --- communication ----------------------------------------------------------------------
-    def _outgoing(self, op: P.Op) -> Any:
+    def _outgoing(self, op: P.Op) -> list[Any]:
+        """The tensors a send carries, in member order; a new activation's header comes first."""
         key = (op.stage, op.microbatch)
         if op.code == P.SEND_F:
-            return self._y[key].detach()
+            value = self._y[key]
+            members = V.split(value)[1]
+            if not all(V.is_tensor(t) for t in members):
+                V.describe(value, False, f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}")
+            return [t.detach() for t in members]
         return self._dx.pop(key)
 
-    def _check_sent_shape(self, op: P.Op, t: Any) -> bool:
-        """True on the first send of this activation (a header must go first)."""
+    def _header(self, op: P.Op) -> tuple[Any, str | None]:
+        """The first step's header of a forward send, and the error to raise after sending it
+        (a member that cannot cross ranks: the receiver learns why instead of timing out)."""
+        key = (op.stage, op.microbatch)
+        try:
+            meta = V.describe(self._y[key], self.plan.training,
+                              f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}")
+        except V.StageValueError as exc:
+            return Transport.encode_header({"error": str(exc)}), str(exc)
+        self._sent[(op.code, key)] = [list(t.shape) for t in V.split(self._y[key])[1]]
+        return Transport.encode_header(meta), None
+
+    def _first_send(self, op: P.Op, tensors: list[Any]) -> bool:
+        """True on the first send of this activation or gradient (a forward one needs a header);
+        later, its shapes must be what they were."""
         k = (op.code, (op.stage, op.microbatch))
-        shape = list(t.shape)
-        known = self._sent_shapes.get(k)
+        known = self._sent.get(k)
         if known is None:
-            self._sent_shapes[k] = shape
+            if op.code == P.SEND_B:
+                self._sent[k] = [list(t.shape) for t in tensors]
             return True
-        if known != shape:
-            raise SetupError(f"{op.label}: the tensor now has shape {shape}, but it had {known} when "
+        shapes = [list(t.shape) for t in tensors]
+        if known != shapes:
+            raise SetupError(f"{op.label}: the tensors now have shapes {shapes}, but they had {known} when "
                              "the ranks agreed shapes on the first step")
         return False
 
     def _send_f(self, op: P.Op) -> None:
-        t = self._outgoing(op)
-        if self._check_sent_shape(op, t):
-            self.transport.send(Transport.header_of(t), op.peer, op.label)
-        self.transport.send(t, op.peer, op.label)
+        tensors = self._outgoing(op) if (op.code, (op.stage, op.microbatch)) in self._sent else None
+        if tensors is None:
+            header, error = self._header(op)
+            self.transport.send(header, op.peer, op.label)
+            if error is not None:
+                raise SetupError(error)
+            tensors = self._outgoing(op)
+        else:
+            self._first_send(op, tensors)
+        for t in tensors:
+            self.transport.send(t, op.peer, op.label)
 
     def _send_b(self, op: P.Op) -> None:
-        t = self._outgoing(op)
-        self._check_sent_shape(op, t)
-        self.transport.send(t, op.peer, op.label)
+        tensors = self._outgoing(op)
+        self._first_send(op, tensors)
+        for t in tensors:
+            self.transport.send(t, op.peer, op.label)
 
-    def _recv_f_buffer(self, op: P.Op) -> Any:
-        shape, dtype = self._recv_shapes[(op.stage, op.microbatch)]
-        return self.paddle.empty(shape, dtype=dtype)  # type: ignore[arg-type]  # a name from DTYPES
+    def _incoming(self, op: P.Op, header: Any) -> V.Incoming:
+        meta = Transport.decode_header(header)
+        if "error" in meta:
+            raise SetupError(f"rank {op.peer} could not send stage {op.stage - 1}'s output: {meta['error']}")
+        try:
+            incoming = V.parse_description(meta, DTYPES, MAX_DIMS, MAX_ELEMENTS)
+        except V.StageValueError as exc:
+            raise PeerError(f"from rank {op.peer}: {exc}") from None
+        self._recv_meta[(op.stage, op.microbatch)] = incoming
+        return incoming
 
     def _recv_f(self, op: P.Op) -> None:
         key = (op.stage, op.microbatch)
-        if key not in self._recv_shapes:
+        incoming = self._recv_meta.get(key)
+        if incoming is None:
             header = Transport.empty_header()
             self.transport.recv(header, op.peer, op.label)
-            self._recv_shapes[key] = Transport.from_header(header)
-        buf = self._recv_f_buffer(op)
-        self.transport.recv(buf, op.peer, op.label)
-        buf.stop_gradient = not self.plan.training
-        self._recv_x[key] = buf
+            incoming = self._incoming(op, header)
+        bufs = incoming.buffers(self.paddle)
+        for b in bufs:
+            self.transport.recv(b, op.peer, op.label)
+        self._recv_x[key] = incoming.join(bufs)
 
-    def _recv_b_buffer(self, op: P.Op) -> Any:
-        # The gradient of an output has the output's shape: no header needed.
-        y = self._y[(op.stage, op.microbatch)]
-        return self.paddle.empty(y.shape, dtype=y.dtype)
+    def _recv_b_buffers(self, op: P.Op) -> list[Any]:
+        # The gradient of an output member has that member's shape: no header needed.
+        paddle = self.paddle
+        return [paddle.empty(t.shape, dtype=t.dtype) for t in V.grad_members(self._y[(op.stage, op.microbatch)])]
 
     def _recv_b(self, op: P.Op) -> None:
-        buf = self._recv_b_buffer(op)
-        self.transport.recv(buf, op.peer, op.label)
-        self._dy[(op.stage, op.microbatch)] = buf
+        bufs = self._recv_b_buffers(op)
+        for b in bufs:
+            self.transport.recv(b, op.peer, op.label)
+        self._dy[(op.stage, op.microbatch)] = bufs
 
     def _batch(self, op: P.Op) -> None:
         if self.transport.model is not comm_model_of("nccl") or len(op.parts) == 1:
@@ -305,38 +381,45 @@ class PipelineSchedule:
         # Grouped (NCCL): first step, the headers of new forward activations as one batch...
         headers: list[tuple[bool, Any, int]] = []
         pending: list[tuple[P.Op, Any]] = []
-        outgoing: dict[int, Any] = {}
-        for i, part in enumerate(op.parts):
-            if part.code in (P.SEND_F, P.SEND_B):
-                t = outgoing[i] = self._outgoing(part)
-                if self._check_sent_shape(part, t) and part.code == P.SEND_F:
-                    headers.append((True, Transport.header_of(t), part.peer))
-            elif part.code == P.RECV_F and (part.stage, part.microbatch) not in self._recv_shapes:
+        errors: list[str] = []
+        for part in op.parts:
+            key = (part.stage, part.microbatch)
+            if part.code == P.SEND_F and (part.code, key) not in self._sent:
+                header, error = self._header(part)
+                headers.append((True, header, part.peer))
+                if error is not None:
+                    errors.append(error)
+            elif part.code == P.RECV_F and key not in self._recv_meta:
                 h = Transport.empty_header()
                 headers.append((False, h, part.peer))
                 pending.append((part, h))
         if headers:
             self.transport.batch(headers, op.label)
+            if errors:
+                raise SetupError(errors[0])
             for part, h in pending:
-                self._recv_shapes[(part.stage, part.microbatch)] = Transport.from_header(h)
+                self._incoming(part, h)
         # ...then the data as one batch.
         ops: list[tuple[bool, Any, int]] = []
-        received: list[tuple[P.Op, Any]] = []
-        for i, part in enumerate(op.parts):
-            if i in outgoing:
-                ops.append((True, outgoing[i], part.peer))
+        received: list[tuple[P.Op, list[Any]]] = []
+        for part in op.parts:
+            if part.code in (P.SEND_F, P.SEND_B):
+                tensors = self._outgoing(part)
+                self._first_send(part, tensors)
+                ops += [(True, t, part.peer) for t in tensors]
             elif part.code in (P.RECV_F, P.RECV_B):
-                buf = self._recv_f_buffer(part) if part.code == P.RECV_F else self._recv_b_buffer(part)
-                ops.append((False, buf, part.peer))
-                received.append((part, buf))
-        self.transport.batch(ops, op.label)
-        for part, buf in received:
+                bufs = self._recv_meta[(part.stage, part.microbatch)].buffers(self.paddle) \
+                    if part.code == P.RECV_F else self._recv_b_buffers(part)
+                ops += [(False, b, part.peer) for b in bufs]
+                received.append((part, bufs))
+        if ops:
+            self.transport.batch(ops, op.label)
+        for part, bufs in received:
             key = (part.stage, part.microbatch)
             if part.code == P.RECV_F:
-                buf.stop_gradient = not self.plan.training
-                self._recv_x[key] = buf
+                self._recv_x[key] = self._recv_meta[key].join(bufs)
             else:
-                self._dy[key] = buf
+                self._dy[key] = bufs
 
 
 def _stage_map(stages: Mapping[int, Any] | Sequence[Any], plan: P.Plan) -> dict[int, Any]:
@@ -357,15 +440,6 @@ def _stage_map(stages: Mapping[int, Any] | Sequence[Any], plan: P.Plan) -> dict[
         if not isinstance(layer, paddle.nn.Layer):
             raise SetupError(f"stage {s}: expected a paddle.nn.Layer, got {type(layer).__name__}")
     return layers
-
-
-def _split(paddle: Any, tensor: Any, microbatches: int, what: str) -> list[Any]:
-    if not isinstance(tensor, paddle.Tensor):
-        raise SetupError(f"{what}: expected a paddle.Tensor, got {type(tensor).__name__}")
-    n = tensor.shape[0] if tensor.shape else 0
-    if n % microbatches:
-        raise SetupError(f"{what}: a batch of {n} cannot be split into {microbatches} equal microbatches")
-    return list(paddle.split(tensor, microbatches, axis=0)) if microbatches > 1 else [tensor]
 
 
 def _check_loss(loss: Any) -> None:

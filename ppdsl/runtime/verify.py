@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import values
 from .watchdog import Reporter
 
 
@@ -70,12 +71,12 @@ class Verifier:
         # The unpipelined model: every stage in order, microbatch by microbatch.
         M = self.setup.program.microbatches
         scale = 1.0 / M if self.cfg.scale_grads else 1.0
-        xs = paddle.split(inputs, M, axis=0) if M > 1 else [inputs]
-        ts = paddle.split(target, M, axis=0) if M > 1 else [target]
+        xs = values.split_batch(paddle, inputs, M, "inputs")
+        ts = values.split_batch(paddle, target, M, "target")
         ref_losses = []
         for x, t in zip(xs, ts):
             for s in range(self.setup.program.stages):
-                x = self.ref[s](x)
+                x = values.call(self.ref[s], x)
             loss = self.setup.loss_fn(x, t)
             ref_losses.append(float(loss))
             (loss * scale if scale != 1.0 else loss).backward()

@@ -250,7 +250,7 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
         status.set(step, 0)
         losses: list[Any] = []
         t0 = time.perf_counter()
-        sched.step(inputs, target=target, losses=losses)
+        sched.run_batch(inputs, target=target, losses=losses)
         step_times.append(time.perf_counter() - t0)
         if setup.plan.last_stage and losses:
             values = [float(v) for v in losses]
