@@ -13,15 +13,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from ..diagnostics import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..ir import Program
+    from ..semantics import CommModel
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", nargs="+",
                    help="a .pps or .csv schedule; several run one after another in the same processes")
     p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
-    p.add_argument("--model", metavar="MODULE:NAME", help="build_stage(stage_index, num_stages) -> paddle.nn.Layer")
+    p.add_argument("--model", metavar="MODULE[:NAME]",
+                   help="build_stage(stage_index, num_stages) -> paddle.nn.Layer; a MODULE alone also gives "
+                        "its `batches` and `loss` as --data and --loss")
     p.add_argument("--data", metavar="MODULE:NAME", help="batches() -> iterable of (inputs, targets)")
     p.add_argument("--loss", metavar="MODULE:NAME", help="loss(output, target) -> scalar tensor")
     p.add_argument("--optimizer", default="sgd", metavar="NAME",
@@ -45,50 +52,76 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError("--steps must be at least 1")
     if not args.timeout > 0:
         raise UsageError("--timeout must be positive")
-    for name in ("model", "data", "loss"):
-        spec = getattr(args, name)
-        if spec is not None and ":" not in spec:
-            raise UsageError(f"--{name} {spec}: expected MODULE:NAME (e.g. mypkg.model:build_stage)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..runtime.worker import in_distributed_env
-
-    _check_args(args)
-    if in_distributed_env():  # a rank started by us or by paddle.distributed.launch
-        from ..runtime.worker import run_from_args
-
-        return run_from_args(args)
-    return _launch(args)
-
-
-def _launch(args: argparse.Namespace) -> int:
-    import importlib.util
-
-    from ..ir import Program
+def _programs(files: list[str], model: CommModel) -> list[Program]:
+    """Each file loaded, linted under `model`, lowered and compiled for every rank."""
     from ..load import load_program
-    from ..runtime.launcher import launch
     from ..runtime.plan import compile_rank
     from ..runtime.preflight import Refused, prepare
-    from ..semantics import CommModel
 
     programs: list[Program] = []
-    for file in args.file:
+    for file in files:
         program = load_program(file)
         try:
-            program = prepare(program, CommModel.RENDEZVOUS)  # local processes talk over gloo
+            program = prepare(program, model)
         except Refused as exc:
-            print(f"ppdsl run: {file}: refused: {exc}", file=sys.stderr)
-            return 1
+            raise _Refused(f"ppdsl run: {file}: refused: {exc}") from None
         for rank in range(program.ranks):
             compile_rank(program, rank)
         if programs and program.ranks != programs[0].ranks:
-            raise UsageError(f"{file} has {program.ranks} ranks but {args.file[0]} has {programs[0].ranks}: "
+            raise UsageError(f"{file} has {program.ranks} ranks but {files[0]} has {programs[0].ranks}: "
                              "files run together must have the same number of ranks")
         programs.append(program)
-    if importlib.util.find_spec("paddle") is None:
-        raise UsageError("PaddlePaddle is not installed: pip install 'ppdsl[paddle]' (CPU), "
-                         "or paddlepaddle-gpu from Paddle's own index")
+    return programs
+
+
+class _Refused(Exception):
+    """The file lints but would hang under the backend's model (exit 1)."""
+
+
+def run(args: argparse.Namespace) -> int:
+    import importlib.util
+    import os
+
+    from ..runtime.worker import in_distributed_env
+    from ..semantics import CommModel
+
+    _check_args(args)
+    distributed = in_distributed_env()  # a rank started by us or by paddle.distributed.launch
+    programs: list[Program] = []
+    if not distributed or "PPDSL_REPORT_FD" not in os.environ:
+        # Everything checkable alone is checked before any process (or, under Paddle's
+        # launcher, any process group) starts: exit 1 for a bad file, 2 for a bad argument.
+        try:
+            if distributed:
+                from ..runtime.comm import comm_model_of
+                from ..runtime.worker import backend_from_env
+
+                model = comm_model_of(backend_from_env())
+            else:
+                model = CommModel.RENDEZVOUS  # local processes talk over gloo
+            programs = _programs(args.file, model)
+        except _Refused as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        if importlib.util.find_spec("paddle") is None:
+            raise UsageError("PaddlePaddle is not installed: pip install 'ppdsl[paddle]' (CPU), "
+                             "or paddlepaddle-gpu from Paddle's own index")
+        from ..runtime.models import check_contract
+
+        args.model, args.data, args.loss = check_contract(args.model, args.data, args.loss, args.optimizer,
+                                                          [p.stages for p in programs])
+    if distributed:
+        from ..runtime.worker import run_from_args
+
+        return run_from_args(args)
+    return _launch(args, programs)
+
+
+def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
+    from ..runtime.launcher import launch
+
     out = sys.stdout
     first = programs[0]
     if not args.quiet:
@@ -103,7 +136,7 @@ def _launch(args: argparse.Namespace) -> int:
     for index, file in enumerate(args.file):
         f = outcome.file(index)
         losses = [f.losses[s] for s in sorted(f.losses)]
-        summary = f"ppdsl run: {file}: {len(losses)} steps"
+        summary = f"ppdsl run: {file}: {len(f.step_times) or len(losses)} steps"
         if losses:
             summary += f", loss {losses[0]:.6f} -> {losses[-1]:.6f}"
         if f.step_time:

@@ -34,6 +34,17 @@ MAX_HEADER_BYTES = (HEADER_WORDS - 1) * 8
 MAX_ELEMENTS = 1 << 31
 
 
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order. One rank needs no process group (none is made)."""
+    import paddle.distributed as dist
+
+    if dist.get_world_size() == 1:
+        return [obj]
+    gathered: list[Any] = []
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def comm_model_of(backend: str) -> CommModel:
     """gloo runs batches member by member; NCCL-like backends post them together."""
     return CommModel.RENDEZVOUS if backend.lower() == "gloo" else CommModel.GROUPED

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -29,6 +29,49 @@ if TYPE_CHECKING:  # pragma: no cover
     import paddle
 
 BUILTIN = "ppdsl.runtime.models"
+# `--optimizer` names (worker.make_optimizer maps them to paddle.optimizer classes).
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+
+
+def resolve(model: str | None, data: str | None, loss: str | None) -> tuple[str | None, str | None, str | None]:
+    """The three specs in MODULE:NAME form. `--model M` without `:NAME` names a module holding
+    the whole contract: M:build_stage, and M:batches / M:loss unless --data / --loss are given."""
+    if model is not None and ":" not in model:
+        module = _import(model, "model")
+        if not callable(getattr(module, "build_stage", None)):
+            raise UsageError(f"--model {model}: the module has no `build_stage`; name the factory as MODULE:NAME")
+        if data is None and callable(getattr(module, "batches", None)):
+            data = f"{model}:batches"
+        if loss is None and callable(getattr(module, "loss", None)):
+            loss = f"{model}:loss"
+        model = f"{model}:build_stage"
+    for what, spec in (("data", data), ("loss", loss)):
+        if spec is not None and ":" not in spec:
+            raise UsageError(f"--{what} {spec}: expected MODULE:NAME (e.g. mypkg.model:{what})")
+    return model, data, loss
+
+
+def check_contract(model: str | None, data: str | None, loss: str | None, optimizer: str,
+                   stages: Sequence[int]) -> tuple[str | None, str | None, str | None]:
+    """Everything about `--model/--data/--loss/--optimizer` that can be known without running:
+    each imports and is callable, the optimizer is known, the model supports the schedules'
+    stage counts. Returns the resolved specs; raises UsageError."""
+    model, data, loss = resolve(model, data, loss)
+    for what, spec in (("model", model), ("data", data), ("loss", loss)):
+        if spec is not None:
+            load_callable(spec, what)
+    if optimizer not in OPTIMIZERS:
+        if ":" not in optimizer:
+            raise UsageError(f"--optimizer {optimizer}: unknown optimizer; choose one of {', '.join(OPTIMIZERS)}, "
+                             "or MODULE:NAME of a factory taking the parameter list")
+        load_callable(optimizer, "optimizer")
+    if model is not None:
+        declared = getattr(module_of(model), "NUM_STAGES", None)
+        wrong = sorted({n for n in stages if declared is not None and n != declared})
+        if wrong:
+            raise UsageError(f"--model {model}: the model has NUM_STAGES={declared} but the schedule has "
+                             f"{wrong[0]} stages")
+    return model, data, loss
 
 
 def load_callable(spec: str, what: str) -> Callable[..., Any]:

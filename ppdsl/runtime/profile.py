@@ -38,14 +38,13 @@ def local_actions(timings: dict[str, list[float]], warmup: int) -> list[dict[str
 
 
 def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter) -> None:
-    import paddle.distributed as dist
+    from .comm import gather_objects
 
     mine = local_actions(sched.timings, cfg.warmup)
     for entry in mine:
         entry["rank"] = rank
-    gathered: list[Any] = []
     sched.watchdog.arm("gathering the profile", "all ranks")
-    dist.all_gather_object(gathered, mine)
+    gathered = gather_objects(mine)
     sched.watchdog.disarm()
     if rank != 0:
         return

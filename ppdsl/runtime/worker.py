@@ -23,7 +23,7 @@ from ..diagnostics import PpsError, UsageError
 from ..load import load_program
 from ..semantics import CommModel
 from . import models
-from .comm import comm_model_of
+from .comm import comm_model_of, gather_objects
 from .plan import Plan, compile_rank, count_actions
 from .preflight import Refused, prepare
 from .watchdog import Reporter, Watchdog
@@ -84,12 +84,8 @@ class Setup:
             raise SetupFailure(f"{file} is written for {program.ranks} ranks but {world} processes were started")
         self.program = prepare(program, model)
         self.plan = compile_rank(self.program, rank)
-        build, module = (models.build_stage, None) if cfg.model is None else \
-            (models.load_callable(cfg.model, "model"), models.module_of(cfg.model))
-        declared = getattr(module, "NUM_STAGES", None) if module is not None else None
-        if declared is not None and declared != self.program.stages:
-            raise SetupFailure(f"--model {cfg.model}: the model has NUM_STAGES={declared} but the schedule "
-                               f"has {self.program.stages} stages")
+        # `ppdsl run` checked the contract (models.check_contract) before this process started.
+        build = models.build_stage if cfg.model is None else models.load_callable(cfg.model, "model")
         self.layers = build_stages(build, self.plan.local_stages, self.program.stages, cfg.seed, cfg.model or "built-in")
         self.loss_fn = models.loss if cfg.loss is None else models.load_callable(cfg.loss, "loss")
         if cfg.data is None:
@@ -127,8 +123,8 @@ def build_stages(build: Any, stages: tuple[int, ...], num_stages: int, seed: int
 def make_optimizer(spec: str, lr: float, parameters: list[Any]) -> Any:
     import paddle
 
-    table = {"sgd": paddle.optimizer.SGD, "adam": paddle.optimizer.Adam, "adamw": paddle.optimizer.AdamW,
-             "momentum": paddle.optimizer.Momentum}
+    table = dict(zip(models.OPTIMIZERS, (paddle.optimizer.SGD, paddle.optimizer.Momentum, paddle.optimizer.Adam,
+                                         paddle.optimizer.AdamW)))
     if spec in table:
         return table[spec](learning_rate=lr, parameters=parameters)
     factory = models.load_callable(spec, "optimizer")
@@ -196,7 +192,8 @@ def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: W
     # Joining waits for the slowest rank to import paddle: allow more than one P2P wait.
     saved, watchdog.timeout = watchdog.timeout, max(watchdog.timeout, STARTUP_TIMEOUT)
     watchdog.arm("starting the process group", "all ranks")
-    dist.init_parallel_env()
+    if world > 1:  # one rank needs no group (and Paddle's collectives refuse a 1-rank default one)
+        dist.init_parallel_env()
     watchdog.disarm()
     watchdog.timeout = saved
     reporter.send("ready", seconds=time.perf_counter() - t_start)
@@ -213,14 +210,11 @@ def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: W
 def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend: str, reporter: Reporter,
           watchdog: Watchdog, status: Status) -> int:
     """Train `cfg.steps` steps with one schedule file: 0 when all went well, 1 when not."""
-    import paddle.distributed as dist
-
     watchdog.step = -1
     setup = Setup(cfg, file, rank, world, comm_model_of(backend))
     # One collective carries every rank's set-up verdict: all fail together, before any P2P.
-    verdicts: list[Any] = []
     watchdog.arm("sharing set-up results", "all ranks")
-    dist.all_gather_object(verdicts, setup.error)
+    verdicts = gather_objects(setup.error)
     watchdog.disarm()
     failed = [(r, e) for r, e in enumerate(verdicts) if e]
     if failed:
