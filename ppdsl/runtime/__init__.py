@@ -4,6 +4,9 @@
     sched = PipelineSchedule(load_program("1f1b.pps"), {rank: my_stage}, loss_fn)
     sched.step(inputs, target=targets, losses=losses)
 
+or, as a drop-in for Paddle's `ScheduleFThenB(stage, n, loss_fn=...)`:
+`ScheduleFromFile("1f1b.pps", stage, loss_fn, n_microbatches=n)`.
+
 See docs/runtime.md. `ppdsl run` is a thin layer over this API (`worker.py`), with a local
 process launcher (`launcher.py`) that needs no paddle itself.
 """
@@ -13,9 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .from_file import ScheduleFromFile
     from .schedule import PipelineSchedule, SetupError, StepError
 
-__all__ = ["PipelineSchedule", "SetupError", "StepError", "init_from_env"]
+__all__ = ["PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError", "init_from_env"]
 
 
 def init_from_env() -> int:
@@ -31,4 +35,8 @@ def __getattr__(name: str) -> Any:
         from . import schedule
 
         return getattr(schedule, name)
+    if name == "ScheduleFromFile":
+        from .from_file import ScheduleFromFile
+
+        return ScheduleFromFile
     raise AttributeError(name)

@@ -1,0 +1,107 @@
+"""`ScheduleFromFile`: Paddle's pipelining schedule API, running the order a `.pps` file gives.
+
+A script written for `paddle.distributed.auto_parallel.pipelining` builds `PipelineStage`
+objects and a schedule (`ScheduleFThenB(stage, n_microbatches, loss_fn=...)`,
+`Schedule1F1B`, `ScheduleVPP([stages], ...)`), then calls
+`schedule.step(*args, target=..., losses=...)`. Changing that one schedule line to
+`ScheduleFromFile("my.pps", stage, loss_fn, n_microbatches=...)` runs the file's order instead,
+with the same `step` contract: the first stage's rank passes the batch's arguments (each
+tensor split along dimension 0 into the microbatches), the last stage's rank the target;
+`losses` is cleared and filled with each microbatch's loss; keyword arguments go to every
+stage this rank holds; `return_output=True` gives the last stage's outputs merged back.
+Gradients are summed over microbatches, as Paddle's schedules do (`scale_grads=True`
+averages them instead).
+
+`stages` is what the rank holds: one `PipelineStage` or a list of them (their `stage_index`
+says which stage each is), or plain `paddle.nn.Layer`s (in the order of the file's stages on
+this rank), or a dict {stage index: layer}. Only each stage's layer is used: ppdsl does its own
+shape exchange and communication (one 2-rank group per pair of ranks that talk).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..ir import Program
+from .schedule import PipelineSchedule, SetupError
+
+# Paddle's own options that change how a batch is chunked or merged; ppdsl has one way.
+_UNSUPPORTED = ("args_chunk_spec", "kwargs_chunk_spec", "output_merge_spec")
+
+
+def _is_pipeline_stage(obj: Any) -> bool:
+    """Paddle's `PipelineStage` (duck-typed: importing its module sets up auto-parallel state)."""
+    return hasattr(obj, "sublayer") and hasattr(obj, "stage_index") and hasattr(obj, "num_stages")
+
+
+def stage_layers(stages: Any, program: Program, rank: int) -> dict[int, Any]:
+    """The user's stages -> {stage index: layer}, checked against the program."""
+    if isinstance(stages, Mapping):
+        return dict(stages)
+    items = list(stages) if isinstance(stages, (list, tuple)) else [stages]
+    if items and all(_is_pipeline_stage(s) for s in items):
+        out = {}
+        for s in items:
+            if s.num_stages != program.stages:
+                raise SetupError(f"PipelineStage {s.stage_index} was built with num_stages={s.num_stages}, "
+                                 f"but the schedule file has {program.stages} stages")
+            out[int(s.stage_index)] = s.sublayer
+        return out
+    if any(_is_pipeline_stage(s) for s in items):
+        raise SetupError("give either PipelineStage objects or plain layers, not a mix")
+    mine = program.stages_of(rank)
+    if len(items) != len(mine):
+        raise SetupError(f"rank {rank} holds stages {list(mine)} of the schedule file, but {len(items)} "
+                         "layers were given")
+    return dict(zip(mine, items))
+
+
+class ScheduleFromFile:
+    """A drop-in for Paddle's pipelining schedules that runs a `.pps` file's order."""
+
+    def __init__(self, path_or_program: str | os.PathLike[str] | Program,
+                 stages: Any, loss_fn: Callable[[Any, Any], Any] | None = None,
+                 n_microbatches: int | None = None, *, scale_grads: bool = False, timeout: float = 60.0,
+                 rank: int | None = None, backend: str | None = None, **paddle_options: Any):
+        import paddle.distributed as dist
+
+        for name in _UNSUPPORTED:
+            if paddle_options.pop(name, None) is not None:
+                raise SetupError(f"{name} is not supported: ppdsl splits every tensor argument along "
+                                 "dimension 0 and concatenates outputs along it")
+        if paddle_options:
+            raise TypeError(f"ScheduleFromFile got unexpected arguments {sorted(paddle_options)}")
+        if isinstance(path_or_program, Program):
+            program = path_or_program
+        else:
+            from ..load import load_program
+
+            program = load_program(os.fspath(path_or_program))
+        if n_microbatches is not None and n_microbatches != program.microbatches:
+            raise SetupError(f"n_microbatches={n_microbatches}, but the schedule file has "
+                             f"microbatches={program.microbatches}")
+        world = dist.get_world_size()
+        if world != program.ranks:
+            raise SetupError(f"the schedule file has ranks={program.ranks}, but {world} processes run")
+        rank = dist.get_rank() if rank is None else rank
+        self.program = program
+        self._schedule = PipelineSchedule(program, stage_layers(stages, program, rank), loss_fn, rank=rank,
+                                          timeout=timeout, scale_grads=scale_grads, backend=backend)
+
+    @property
+    def schedule(self) -> PipelineSchedule:
+        """The interpreter underneath (its plan, timings, ...)."""
+        return self._schedule
+
+    def step(self, *args: Any, target: Any = None, losses: list[Any] | None = None,
+             return_output: bool = False, **kwargs: Any) -> Any:
+        """One training (or inference) step over a whole batch, as Paddle's `step`."""
+        mine: list[Any] = []
+        out = self._schedule.step(*args, target=target, losses=mine, return_output=return_output, **kwargs)
+        if losses is not None and self._schedule.plan.last_stage:
+            losses.clear()
+            losses.extend(mine)
+        return out
+

@@ -1,0 +1,89 @@
+"""`ppdsl run` under Paddle's own launcher: one node, two "nodes" on loopback, a rank that dies.
+
+Paddle 3.3.1 reads `launch ... -m MODULE` as its compatible-mode flag, so the launcher is given
+the `ppdsl` console script's path. Every wait has a timeout: the launchers run under
+`subprocess.run(timeout=...)`, and `ppdsl run --timeout` bounds each rank's own waits.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ppdsl.runtime.launcher import free_ports
+
+pytest.importorskip("paddle")
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+PPDSL = str(Path(sys.executable).with_name("ppdsl"))
+LAUNCH_SECONDS = 150
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # empty, it makes the CPU launcher look for a GPU
+    env.pop("PPDSL_REPORT_FD", None)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _launcher(log_dir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *args]
+
+
+def _logs(log_dir: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted(log_dir.glob("workerlog.*")))
+
+
+def test_the_documented_single_node_form(tmp_path: Path) -> None:
+    f = tmp_path / "zbv.pps"
+    f.write_text("pipeline ranks=2 microbatches=4\nuse zbv()\n")
+    done = subprocess.run(_launcher(tmp_path / "logs", "--nproc_per_node", "2", PPDSL, "run", str(f), "--steps", "2",
+                                    "--verify", "--timeout", "30"),
+                          env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
+    logs = _logs(tmp_path / "logs")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:] + logs[-3000:]
+    assert "verify: ok" in logs and re.search(r"step 1: loss [0-9.]+", logs)
+
+
+def test_two_nodes_on_loopback_four_ranks_verify(tmp_path: Path) -> None:
+    f = tmp_path / "1f1b.pps"
+    f.write_text("pipeline ranks=4 microbatches=4\nuse 1f1b()\n")
+    (port,) = free_ports(1)
+    procs = [subprocess.Popen(_launcher(tmp_path / f"node{node}", "--nnodes", "2", "--master", f"127.0.0.1:{port}",
+                                        "--rank", str(node), "--nproc_per_node", "2",
+                                        PPDSL, "run", str(f), "--steps", "2", "--verify", "--timeout", "30"),
+                              env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for node in (0, 1)]
+    try:
+        outputs = [p.communicate(timeout=LAUNCH_SECONDS)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    logs = [_logs(tmp_path / f"node{node}") for node in (0, 1)]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-1500:] for o in outputs) + logs[0][-2000:]
+    assert "verify: ok" in logs[0]  # rank 0 compares all 4 ranks' gradients
+    assert re.search(r"step 1: loss [0-9.]+", logs[1])  # rank 3, the last stage, on the second node
+
+
+def test_a_rank_that_dies_ends_every_rank_within_the_timeout(tmp_path: Path) -> None:
+    f = ROOT / "tests" / "runtime" / "schedules" / "2r_1f1b_batched.pps"
+    env = _env()
+    env["PPDSL_FAULT"] = "kill:1:2"
+    done = subprocess.run(_launcher(tmp_path / "logs", "--nproc_per_node", "2", PPDSL, "run", str(f), "--steps", "3",
+                                    "--timeout", "5", "--model", f"{HERE / 'faulty_model.py'}:build_stage"),
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
+    logs = _logs(tmp_path / "logs")
+    assert done.returncode != 0
+    # Rank 0 was waiting for the dead rank: it names it, whether its own timeout or the
+    # launcher's stop came first.
+    assert re.search(r"rank 0: timed out after 5 s at step 0, action 0\S+ \(.*rank 1\)", logs) or \
+        re.search(r"rank 1 .*(exit|-9|kill)", done.stdout + done.stderr + logs, re.I), logs[-3000:]
