@@ -25,7 +25,7 @@ import paddle.nn.functional as F
 from paddle import nn
 
 VOCAB = 256
-DIM, HEADS, BLOCKS = 32, 2, 4
+DIM, HEADS, BLOCKS = 32, 2, 8
 CONTEXT = 32   # tokens per sequence
 BATCH = 16     # sequences per step: splits into 1, 2, 4, 8 or 16 microbatches
 CORPUS = Path(__file__).with_name("corpus.txt")

@@ -171,5 +171,7 @@ def _peer_error(exc: RuntimeError, doing: str, peer: int) -> PeerError:
     if "TIMEOUT" in text or "Timed out" in text:
         return PeerError(f"the transport gave up {doing} rank {peer} (gloo's own 30 s limit): "
                          "the peer is stuck, dead, or waiting for something else")
+    if "Connection reset" in text or "Connection closed" in text:
+        return PeerError(f"lost rank {peer} while {doing} it (connection reset): rank {peer} died or was stopped")
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return PeerError(f"{doing} rank {peer} failed: {first[:300]}")

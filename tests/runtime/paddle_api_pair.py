@@ -30,26 +30,41 @@ def loss_fn(out: paddle.Tensor, target: paddle.Tensor) -> paddle.Tensor:
     return paddle.nn.functional.mse_loss(out, target)
 
 
+def paddle_schedule(layer: paddle.nn.Layer, rank: int) -> ScheduleFThenB:
+    stage = PipelineStage(layer, rank, 2)
+    schedule = ScheduleFThenB(stage, 4, loss_fn=loss_fn)
+    return schedule
+
+
+def ppdsl_schedule(layer: paddle.nn.Layer, rank: int, path: str) -> ScheduleFromFile:
+    stage = PipelineStage(layer, rank, 2)
+    schedule = ScheduleFromFile(path, stage, loss_fn, n_microbatches=4)
+    return schedule
+
+
+def train_step(schedule: ScheduleFThenB | ScheduleFromFile, rank: int, x: paddle.Tensor, y: paddle.Tensor,
+               losses: list[paddle.Tensor]) -> None:
+    if rank == 0:
+        schedule.step(x)
+    else:
+        schedule.step(target=y, losses=losses)
+
+
 def main(path: str, steps: int) -> None:
     dist.init_parallel_env()
     rank = dist.get_rank()
     fleet.auto.set_mesh(dist.ProcessMesh([0, 1], dim_names=["pp"]))  # Paddle's stages look their rank up here
     theirs_layer, ours_layer = layer(rank), layer(rank)
-    # The Paddle script...
-    theirs = ScheduleFThenB(PipelineStage(theirs_layer, rank, 2), M, loss_fn=loss_fn)
-    # ...and the one line that changes.
-    ours = ScheduleFromFile(path, PipelineStage(ours_layer, rank, 2), loss_fn, n_microbatches=M)
+    sides = (("paddle", paddle_schedule(theirs_layer, rank), theirs_layer),
+             ("ppdsl", ppdsl_schedule(ours_layer, rank, path), ours_layer))
     rng = np.random.default_rng(0)
     record: dict[str, list[object]] = {"paddle": [], "ppdsl": []}
     for _ in range(steps):
         x = paddle.to_tensor(rng.standard_normal((M * ROWS, WIDTH)).astype("float32"))
         y = paddle.to_tensor(rng.standard_normal((M * ROWS, WIDTH)).astype("float32"))
-        for name, sched, lay in (("paddle", theirs, theirs_layer), ("ppdsl", ours, ours_layer)):
+        for name, schedule, lay in sides:
             losses: list[paddle.Tensor] = []
-            if rank == 0:
-                sched.step(x)
-            else:
-                sched.step(target=y, losses=losses)
+            train_step(schedule, rank, x, y, losses)
             grads = [p.grad.numpy().tolist() for p in lay.parameters()]
             record[name].append({"losses": [float(v) for v in losses], "grads": grads})
             with paddle.no_grad():

@@ -84,7 +84,7 @@ def test_run_refuses_a_file_that_would_hang_on_gloo(capsys: pytest.CaptureFixtur
 
 def test_run_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err, _ = _run(capsys, str(HAND / "2r_zb_iw.pps"), "--model", "nocolon")
-    assert code == 2 and "MODULE:NAME" in err
+    assert code == 2 and "cannot import `nocolon`" in err
     code, _, err, _ = _run(capsys, str(HAND / "2r_zb_iw.pps"), str(HAND / "4r_fthenb.pps"))
     assert code == 2 and "same number of ranks" in err
 
@@ -180,7 +180,7 @@ def test_bad_model_and_loss_are_clear_errors(capsys: pytest.CaptureFixture[str],
     code, out, err, _ = _run(capsys, f, "-q", "--model", f"{faulty}:not_a_layer")
     assert code == 1 and "returned dict, not a paddle.nn.Layer" in err and "Traceback" not in err
     code, out, err, _ = _run(capsys, f, "-q", "--model", f"{HERE / 'three_stage_model.py'}:build_stage")
-    assert code == 1 and "NUM_STAGES=3" in err and "2 stages" in err
+    assert code == 2 and "NUM_STAGES=3" in err and "2 stages" in err  # refused before spawning
     code, out, err, _ = _run(capsys, f, "-q", "--loss", f"{faulty}:vector_loss")
     assert code == 1 and "must return a scalar" in err and "action 1F0" in err
 
@@ -206,3 +206,29 @@ def test_the_example_training_loop_uses_the_api_directly(tmp_path: Path) -> None
     assert outcome.code == 0, outcome.failure
     losses = [float(x) for x in re.findall(r"step \d+: loss ([0-9.]+)", (tmp_path / "rank1.log").read_text())]
     assert len(losses) == 8 and losses[-1] < losses[0]
+
+
+# --- checked before any process starts ----------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "nosuch.mod:fn"], "cannot import `nosuch.mod`"),
+    (["--model", "examples/my_model.py:"], "expected MODULE:NAME"),
+    (["--data", "examples/my_model.py:nope"], "has no `nope`"),
+    (["--optimizer", "rmsprop"], "choose one of sgd, momentum, adam, adamw"),
+])
+def test_bad_arguments_exit_2_before_spawning(argv: list[str], message: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err, seconds = _run(capsys, str(HAND / "2r_zb_iw.pps"), *argv)
+    assert code == 2 and message in err, err
+    assert "rank" not in err and seconds < 8  # no worker ever started (it takes longer to join)
+
+
+def test_one_rank_and_inference_programs_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    one = tmp_path / "one.pps"
+    one.write_text("pipeline ranks=1 microbatches=2\nrank 0: 0F0 0F1 0B0 0B1\n")
+    inference = tmp_path / "inference.pps"
+    inference.write_text("pipeline ranks=2 microbatches=2 mode=inference\nuse gpipe()\n")
+    code, out, err, _ = _run(capsys, str(one), "--steps", "2", "--verify", "-q")
+    assert code == 0 and re.search(r"one.pps: 2 steps, loss .* verify ok", out), out + err
+    code, out, err, _ = _run(capsys, str(inference), "--steps", "3", "-q")
+    assert code == 0 and "inference.pps: 3 steps" in out, out + err

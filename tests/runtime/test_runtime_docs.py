@@ -1,0 +1,44 @@
+"""docs/runtime.md: its drop-in snippets are the lines the side-by-side test runs, and each of
+its `ppdsl run` command lines is one the CLI accepts, with files that exist."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from ppdsl.cli import build_parser
+
+ROOT = Path(__file__).parents[2]
+DOC = (ROOT / "docs" / "runtime.md").read_text()
+
+
+def _blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", DOC, re.S)
+
+
+def test_the_drop_in_snippets_are_what_the_side_by_side_test_runs() -> None:
+    script = (Path(__file__).parent / "paddle_api_pair.py").read_text()
+    snippets = [b for b in _blocks("python") if "PipelineStage(" in b or "if rank == 0:" in b]
+    assert len(snippets) == 3
+    for block in snippets:
+        for line in block.splitlines():
+            line = line.strip().replace('"1f1b.pps"', "path")
+            if line:
+                assert line in script, line
+
+
+def test_every_documented_run_command_parses(tmp_path: Path) -> None:
+    parser, _ = build_parser()
+    commands = []
+    for block in _blocks("sh"):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("#")[0].strip()
+            if "ppdsl run" in line:
+                commands.append(shlex.split(line[line.index("ppdsl run") + len("ppdsl "):]))
+    assert any("examples/gpt/model.py" in c for c in commands)
+    for argv in commands:
+        args = parser.parse_args(argv)
+        for spec in (args.model, args.data, args.loss):
+            if spec and spec.startswith("examples/"):
+                assert (ROOT / spec.split(":")[0]).is_file(), spec

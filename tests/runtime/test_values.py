@@ -1,0 +1,76 @@
+"""Stage values (tensor, tuple, dict) across ranks and on one rank, and the header that
+describes them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ppdsl.cli import main
+from ppdsl.runtime import values as V
+
+paddle = pytest.importorskip("paddle")
+HERE = Path(__file__).parent
+MODEL = str(HERE / "values_model.py")
+
+
+def test_split_join_and_call_follow_paddles_convention() -> None:
+    layout, members = V.split({"h": 1, "mask": 2})
+    assert layout == V.Layout(V.DICT, ("h", "mask")) and layout.join(members) == {"h": 1, "mask": 2}
+    assert V.split((1, 2))[0].form == V.TUPLE and V.split(3) == (V.Layout(V.SINGLE), [3])
+    assert V.call(lambda *a, **k: (a, k), (1, 2), {"z": 0}) == ((1, 2), {"z": 0})
+    assert V.call(lambda *a, **k: (a, k), {"h": 1}) == ((), {"h": 1})
+    with pytest.raises(V.StageValueError, match="only string keys"):
+        V.split({1: 2})
+
+
+def test_a_header_round_trips_and_a_bad_one_is_refused() -> None:
+    from ppdsl.runtime.comm import DTYPES, MAX_DIMS, MAX_ELEMENTS, Transport
+
+    h = paddle.ones([2, 3], dtype="float32")
+    h.stop_gradient = False
+    mask = paddle.zeros([2], dtype="int64")
+    meta = V.describe((h, mask), True, "test")
+    got = V.parse_description(Transport.decode_header(Transport.encode_header(meta)), DTYPES, MAX_DIMS, MAX_ELEMENTS)
+    assert got.shapes == ((2, 3), (2,)) and got.dtypes == ("float32", "int64") and got.grads == (True, False)
+    with pytest.raises(V.StageValueError, match="more than the"):
+        V.parse_description({"form": "single", "keys": [], "members": [[[1 << 20, 1 << 20], "float32", False]]},
+                            DTYPES, MAX_DIMS, MAX_ELEMENTS)
+    with pytest.raises(V.StageValueError, match="garbled"):
+        V.parse_description({"form": "dict", "keys": ["a"], "members": []}, DTYPES, MAX_DIMS, MAX_ELEMENTS)
+    with pytest.raises(V.StageValueError, match="member 1 is a str"):
+        V.describe((h, "x"), True, "test")
+
+
+def test_dict_values_verify_across_ranks_and_on_one_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    files = []
+    for name, text in (("1f1b", "use 1f1b()"), ("zbv", "use zbv()"), ("il", "use interleaved_1f1b(virtual=2)")):
+        f = tmp_path / f"{name}.pps"
+        f.write_text(f"pipeline ranks=2 microbatches=4\n{text}\n")
+        files.append(str(f))
+    code = main(["run", *files, "--model", MODEL, "--steps", "2", "--verify", "--rtol", "0", "-q", "--timeout", "30"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert len(re.findall(r"2 steps, .*verify ok", out)) == 3, out
+    # On one rank a string member passes from stage 0 to stage 1 unchanged.
+    monkeypatch.setenv("PPDSL_VALUES_BAD", "1")
+    one = tmp_path / "one.pps"
+    one.write_text("pipeline ranks=1 microbatches=2 stages=2 placement=[0,0]\nrank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1\n")
+    code = main(["run", str(one), "--model", MODEL, "--steps", "2", "--verify", "-q"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "verify ok" in out, out + err
+
+
+def test_a_member_that_cannot_cross_ranks_is_refused_on_both(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PPDSL_VALUES_BAD", "1")
+    f = tmp_path / "g.pps"
+    f.write_text("pipeline ranks=2 microbatches=2\nuse gpipe()\n")
+    code = main(["run", str(f), "--model", MODEL, "--steps", "1", "-q", "--timeout", "20"])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert "member 'note' is a str, not a paddle.Tensor; only tensors can be sent to another rank" in err, err
+    assert "timed out" not in err
