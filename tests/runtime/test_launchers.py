@@ -42,6 +42,13 @@ def _logs(log_dir: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(log_dir.glob("workerlog.*")))
 
 
+def test_the_package_folder_runs_as_a_script(tmp_path: Path) -> None:
+    # What Paddle 3.3.1's launcher makes of `-m ppdsl`: `python ppdsl ...`, no package context.
+    done = subprocess.run([sys.executable, str(ROOT / "ppdsl"), "lint", str(ROOT / "schedules" / "1f1b.pps")],
+                          env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "ImportError" not in done.stderr, done.stderr
+
+
 def test_the_documented_single_node_form(tmp_path: Path) -> None:
     f = tmp_path / "zbv.pps"
     f.write_text("pipeline ranks=2 microbatches=4\nuse zbv()\n")

@@ -11,10 +11,11 @@ from ppdsl.cli import build_parser
 
 ROOT = Path(__file__).parents[2]
 DOC = (ROOT / "docs" / "runtime.md").read_text()
+CLI_DOC = (ROOT / "docs" / "cli.md").read_text()
 
 
-def _blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", DOC, re.S)
+def _blocks(lang: str, doc: str = DOC) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", doc, re.S)
 
 
 def test_the_drop_in_snippets_are_what_the_side_by_side_test_runs() -> None:
@@ -31,10 +32,10 @@ def test_the_drop_in_snippets_are_what_the_side_by_side_test_runs() -> None:
 def test_every_documented_run_command_parses(tmp_path: Path) -> None:
     parser, _ = build_parser()
     commands = []
-    for block in _blocks("sh"):
+    for block in _blocks("sh") + [b for b in _blocks("console", CLI_DOC) if "$ ppdsl run" in b]:
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("#")[0].strip()
-            if "ppdsl run" in line:
+            if "ppdsl run" in line and "FILE..." not in line:
                 commands.append(shlex.split(line[line.index("ppdsl run") + len("ppdsl "):]))
     assert any("examples/gpt/model.py" in c for c in commands)
     for argv in commands:
