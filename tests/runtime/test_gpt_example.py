@@ -31,7 +31,7 @@ def test_gpt_verifies_under_each_schedule(ranks: int, tmp_path: Path, capsys: py
 
 
 def test_gpt_loss_falls_under_zbv(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["run", str(ROOT / "schedules" / "zbv.pps"), "--model", GPT, "--steps", "12", "-q",
+    code = main(["run", str(ROOT / "schedules" / "zbv.pps"), "--model", GPT, "--steps", "6", "-q",
                  "--optimizer", "adam", "--lr", "3e-3"])
     out, err = capsys.readouterr()
     assert code == 0, out + err
