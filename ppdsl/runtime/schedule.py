@@ -125,6 +125,7 @@ class PipelineSchedule:
         self._inputs: list[Any] = []
         self._targets: list[Any] = []
         self._kwargs: list[dict[str, Any]] = []
+        self._keep_outputs = False
 
     # --- the step ---------------------------------------------------------------------------
     def step(self, *args: Any, target: Any = None, losses: list[Any] | None = None,
@@ -142,6 +143,7 @@ class PipelineSchedule:
         arguments) or a dict (keyword arguments)."""
         plan = self.plan
         self._reset()
+        self._keep_outputs = return_output  # else the last stage's outputs die with their backward
         paddle = self.paddle
         M = plan.microbatches
         try:
@@ -209,7 +211,8 @@ class PipelineSchedule:
             x = self._recv_x.pop((s, m))
         y = V.call(self.layers[s], x, self._kwargs[m])
         if s == plan.stages - 1:
-            self._outputs[m] = y
+            if self._keep_outputs:
+                self._outputs[m] = y
             if plan.training:
                 assert self.loss_fn is not None
                 loss = self.loss_fn(y, self._targets[m])

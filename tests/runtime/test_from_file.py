@@ -32,6 +32,8 @@ def test_identical_to_paddles_fthenb(order: str, tmp_path: Path) -> None:
         assert record["ppdsl"] == record["paddle"]  # losses and gradients, exactly
         if rank == 1:
             assert len(record["ppdsl"][1]["losses"]) == 4
+            outputs = record["outputs"]
+            assert len(outputs["ppdsl"]) == 16 and outputs["ppdsl"] == outputs["paddle"]
 
 
 def test_refuses_a_microbatch_count_the_file_does_not_have(tmp_path: Path) -> None:

@@ -74,3 +74,23 @@ def test_a_member_that_cannot_cross_ranks_is_refused_on_both(tmp_path: Path, cap
     assert code == 1
     assert "member 'note' is a str, not a paddle.Tensor; only tensors can be sent to another rank" in err, err
     assert "timed out" not in err
+
+
+def test_the_grouped_path_carries_dict_values_like_the_gloo_path(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    from ppdsl.load import load_program
+    from ppdsl.runtime.launcher import launch
+
+    f = str(HERE / "schedules" / "2r_1f1b_batched.pps")
+    outcome = launch([load_program(f)], [f], steps=0, timeout=60, quiet=True, keep_logs=str(tmp_path),
+                     command=[sys.executable, str(HERE / "grouped_path.py")])
+    assert outcome.code == 0, outcome.failure
+    for rank in (0, 1):
+        text = (tmp_path / f"rank{rank}.log").read_text()
+        line = next((x for x in text.splitlines() if x.startswith("RESULT ")), None)
+        assert line is not None, text[-2000:]
+        record = json.loads(line[len("RESULT "):])
+        assert record["nccl"] == record["gloo"] and record["gloo"][0]["grads"]
+        assert len(record["gloo"][1]["losses"]) == (4 if rank == 1 else 0)
