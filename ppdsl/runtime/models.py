@@ -16,6 +16,7 @@ A module may also set `NUM_STAGES = n` to say how many stages it can be cut into
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -98,7 +99,8 @@ def _import(module_name: str, what: str) -> Any:
             path = Path(module_name)
             if not path.is_file():
                 raise UsageError(f"--{what}: no such file {module_name}")
-            name = "_ppdsl_user_" + path.stem
+            # One module per file, not per file name: two `model.py` files are two modules.
+            name = "_ppdsl_user_" + path.stem + "_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
             if name in sys.modules:
                 return sys.modules[name]
             spec = importlib.util.spec_from_file_location(name, path)
