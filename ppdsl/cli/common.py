@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
@@ -30,6 +32,20 @@ def print_diagnostics(diagnostics: Iterable[Diagnostic], stream: TextIO | None =
         print(render_text(d, _source_line(d)), file=out)
 
 
+def refuse_overwriting(source: str, output: str | None) -> None:
+    """Writing a conversion or expansion over its own input would lose what only the input has
+    (comments, ranges, zips): refuse, whatever path (a symlink, a hard link, `./x`) names it."""
+    if output is None or output == "-" or source == "-":
+        return
+    try:
+        same = os.path.samefile(source, output)
+    except OSError:  # the output does not exist yet (or the input does not: load reports that)
+        return
+    if same:
+        raise UsageError(f"{output} is the input {source}: refusing to overwrite it, write the result "
+                         "to another file (the input's comments, ranges and zips would be lost)")
+
+
 def write_output(path: str | None, text: str) -> None:
     """Write to a file atomically (a crash never leaves half a schedule), or to stdout."""
     if path is None or path == "-":
@@ -45,3 +61,31 @@ def write_output(path: str | None, text: str) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise UsageError(f"{path}: {exc.strerror or exc}") from None
+
+
+# --- option values: argparse types, so a bad value is a usage error (exit 2) naming the option --
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= minimum."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, not `{text}`") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return convert
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not `{text}`") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, not `{text}`")
+    return value

@@ -19,9 +19,10 @@ from ..render.svg import render_html, render_svg
 from ..render.timeline import build
 from ..render.trace import render_trace
 from ..simulate import Simulation
-from .common import print_diagnostics, write_output
+from .common import print_diagnostics, whole_number, write_output
 from .simulate_cmd import add_common, diagnostics_for, load_and_simulate
 
+MIN_WIDTH = 20  # a lane label and a few cells
 MAX_PICTURE_STEPS = 200_000  # an SVG beyond this is megabytes no viewer draws well
 
 
@@ -31,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="OUT.json", help="write Chrome trace JSON (open in ui.perfetto.dev)")
     p.add_argument("--svg", metavar="OUT.svg", help="write an SVG picture")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page with hover details")
-    p.add_argument("--width", type=int, metavar="N",
+    p.add_argument("--width", type=whole_number(MIN_WIDTH), metavar="N",
                    help="terminal: characters per line (default: the terminal's); svg/html: pixels (default 1200)")
     p.add_argument("--title", help="title of the picture (default: the file name)")
     colour = p.add_mutually_exclusive_group()
@@ -42,8 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.width is not None and args.width < 20:
-        raise UsageError("--width must be at least 20")
     sim = load_and_simulate(args.file, args)
     problems = diagnostics_for(sim)
     print_diagnostics(problems)
