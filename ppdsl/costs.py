@@ -129,9 +129,14 @@ class CostModel:
             i = given.get("I", b - given["W"] if "W" in given else b / 2)
             w = given.get("W", b - i)
             if i < 0 or w < 0:
-                where = f" for stage {stage}" if stage is not None else ""
-                raise CostError("PPS351", f"`B={b:g}` is less than `I`/`W`{where} ({given.get('I', i):g}, {given.get('W', w):g})",
-                                "B", help="B is a full backward: it costs at least as much as I or W alone")
+                # Only a given I or W can exceed B (a missing one is what B leaves): cite that one.
+                part = "I" if given.get("I", 0.0) > b else "W"
+
+                def named(kind: str) -> str:  # the key as the user wrote it
+                    return f"{kind}_s{stage}" if f"{kind}_s{stage}" in self._values else kind
+
+                raise CostError("PPS351", f"`{named('B')}={b:g}` is less than `{named(part)}={given[part]:g}`",
+                                named("B"), help="B is a full backward: it costs at least as much as I or W alone")
         else:
             i = given.get("I", f)
             w = given.get("W", f)
@@ -341,6 +346,8 @@ def load_costs(spec: str, stages: int) -> CostModel:
     """
     from .load import read_text
 
+    if not spec.strip():
+        raise UsageError("--costs: empty; give costs such as F=1,B=2,comm=0.1 or a .json profile file")
     looks_like_file = spec.endswith(".json") or ("=" not in spec)
     if not looks_like_file:
         try:

@@ -23,7 +23,9 @@ from .common import print_diagnostics, whole_number, write_output
 from .simulate_cmd import add_common, diagnostics_for, load_and_simulate
 
 MIN_WIDTH = 20  # a lane label and a few cells
-MAX_PICTURE_STEPS = 200_000  # an SVG beyond this is megabytes no viewer draws well
+MAX_PICTURE_STEPS = 200_000
+# What each output writes, by file name ending (a name without one is taken as given).
+SUFFIXES = {"trace": (".json",), "svg": (".svg",), "html": (".html", ".htm")}  # an SVG beyond this is megabytes no viewer draws well
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,13 +45,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    outputs = [(args.trace, "trace"), (args.svg, "svg"), (args.html, "html")]
+    wanted = [(path, kind) for path, kind in outputs if path]
+    for path, kind in wanted:
+        suffix = Path(path).suffix.lower()
+        if path != "-" and suffix and suffix not in SUFFIXES[kind]:
+            raise UsageError(f"--{kind} {path}: writes {kind.upper() if kind != 'trace' else 'Chrome trace JSON'}, "
+                             f"not {suffix[1:]}: name the file {Path(path).with_suffix(SUFFIXES[kind][0])}")
     sim = load_and_simulate(args.file, args)
     problems = diagnostics_for(sim)
     print_diagnostics(problems)
     timeline = build(sim, problems)
     title = args.title or Path(args.file).name
-    outputs = [(args.trace, "trace"), (args.svg, "svg"), (args.html, "html")]
-    wanted = [(path, kind) for path, kind in outputs if path]
     if wanted and kind_too_big(sim, wanted):
         raise UsageError(f"{sim.program.action_count} actions are too many for a picture "
                          f"(limit {MAX_PICTURE_STEPS}); use --trace, which Perfetto handles at any size")

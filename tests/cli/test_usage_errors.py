@@ -81,3 +81,32 @@ def test_expand_refuses_to_write_over_its_input(tmp_path: Path, capsys: pytest.C
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_fmt_says_it_formats_pps_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = _write(tmp_path / "f.csv", "0F0,0B0\n")
+    assert main(["fmt", str(csv)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ppdsl fmt: error: {csv}: fmt formats .pps files; ")
+    assert f"ppdsl convert {csv} {tmp_path / 'f.pps'}" in err
+    assert csv.read_text() == "0F0,0B0\n"
+
+
+@pytest.mark.parametrize("flag, name, complaint", [
+    ("--svg", "out.png", "--svg out.png: writes SVG, not png: name the file out.svg"),
+    ("--html", "out.svg", "--html out.svg: writes HTML, not svg: name the file out.html"),
+    ("--trace", "out.svg", "--trace out.svg: writes Chrome trace JSON, not svg: name the file out.json"),
+])
+def test_show_refuses_a_picture_name_of_another_format(tmp_path: Path, flag: str, name: str, complaint: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / name
+    assert main(["show", str(SCHEDULES / "1f1b.pps"), flag, str(out)]) == 2
+    assert capsys.readouterr().err == f"ppdsl show: error: {flag} {out}: " + complaint.split(": ", 1)[1].replace(
+        "name the file out", f"name the file {tmp_path}/out") + "\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["out.svg", "OUT.SVG", "picture"])
+def test_show_writes_svg_under_a_matching_or_plain_name(tmp_path: Path, name: str) -> None:
+    assert main(["show", str(SCHEDULES / "1f1b.pps"), "--svg", str(tmp_path / name)]) == 0
+    assert (tmp_path / name).read_text().startswith("<svg")
