@@ -11,25 +11,28 @@ from pathlib import Path
 from typing import TextIO
 
 from ..diagnostics import Diagnostic, UsageError, render_text
+from ..load import read_bytes
 
-_TEXT_CACHE: dict[str, list[str]] = {}
-
-
-def _source_line(d: Diagnostic) -> str | None:
-    if d.path not in _TEXT_CACHE:
-        try:
-            # utf-8-sig: a byte-order mark is not part of line 1's columns (the parser drops it).
-            _TEXT_CACHE[d.path] = Path(d.path).read_text(encoding="utf-8-sig", errors="replace").splitlines()
-        except OSError:
-            _TEXT_CACHE[d.path] = []
-    lines = _TEXT_CACHE[d.path]
-    return lines[d.line - 1] if 0 < d.line <= len(lines) else None
+def _source_lines(path: str) -> list[str]:
+    """The lines of an input as the parser counts them (only `\n` ends a line), undecodable
+    bytes replaced: the excerpt of a PPS000 shows where the bad byte is."""
+    try:
+        data = read_bytes(path)
+    except UsageError:
+        return []
+    # utf-8-sig: a byte-order mark is not part of line 1's columns (the parser drops it).
+    text = data.decode("utf-8-sig", errors="replace")
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def print_diagnostics(diagnostics: Iterable[Diagnostic], stream: TextIO | None = None) -> None:
     out = stream or sys.stderr
+    lines: dict[str, list[str]] = {}  # per call: a file rewritten since (fmt) is read afresh
     for d in diagnostics:
-        print(render_text(d, _source_line(d)), file=out)
+        if d.path not in lines:
+            lines[d.path] = _source_lines(d.path)
+        text = lines[d.path]
+        print(render_text(d, text[d.line - 1] if 0 < d.line <= len(text) else None), file=out)
 
 
 def refuse_overwriting(source: str, output: str | None) -> None:
