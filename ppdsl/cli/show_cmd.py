@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
     if not wanted:
         colour = args.colour
+        if colour and not terminal.has_colour():
+            print("ppdsl show: --color needs rich, which is not installed: pip install 'ppdsl[show]' "
+                  "(drawing in plain text)", file=sys.stderr)
         if colour is None:
             colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         sys.stdout.write(terminal.render(sim, timeline, title, args.width, colour))

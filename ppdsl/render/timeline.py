@@ -85,10 +85,13 @@ class Slot:
 
     @property
     def short(self) -> str:
-        """`F3`, `SF3`, `RB0`, `F7+B3`, `<2>`: a label for narrow cells."""
-        step_kind = self.category
-        if step_kind == "OVERLAP" or step_kind == "BATCH":
-            return "+".join(_short_of(p) for p in _parts(self.text)) if step_kind == "OVERLAP" else f"<{self.text.count(' ') + 1}>"
+        """`F3`, `SF3`, `RB0`, `0F7+7B3`, `<2>`: a label for narrow cells.
+
+        An overlapped pair keeps its stages: `(0F7;7B3)` and `(7F7;0B3)` are different pairs."""
+        if self.category == "OVERLAP":
+            return "+".join(p.strip() for p in _parts(self.text))
+        if self.category == "BATCH":
+            return f"<{self.text.count(' ') + 1}>"
         return _short_of(self.text)
 
 
@@ -180,6 +183,11 @@ def colour_of(slot: Slot, chunks: int) -> str:
 def short_number(x: float) -> str:
     """A time or cost as the pictures label it: whole numbers plainly, others to 4 digits."""
     return str(int(x)) if x == int(x) else f"{x:.4g}"
+
+
+def plural(count: float, unit: str) -> str:
+    """`1 time unit`, `2 time units`, `0.5 time units`: a number and its unit, agreed."""
+    return f"{short_number(count)} {unit}{'' if count == 1 else 's'}"
 
 
 def max_chunks(sim: Simulation) -> int:
