@@ -35,6 +35,7 @@ from typing import Final
 from attrs import field, frozen
 
 from .diagnostics import Diagnostic, PpsError, UsageError
+from .english import plural
 from .ir import Kind, Overlap, Program
 from .semantics import Timing
 
@@ -112,7 +113,7 @@ class CostModel:
         for key in self._values:
             _, stage = _check_key(key)
             if stage is not None and stage >= stages:
-                raise CostError("PPS350", f"cost `{key}` names stage {stage} but the program has {stages} stages",
+                raise CostError("PPS350", f"cost `{key}` names stage {stage} but the program has {plural(stages, 'stage')}",
                                 key, help=f"stages are numbered 0..{stages - 1}")
 
     def kind_costs(self, stage: int | None = None) -> dict[str, float]:

@@ -187,6 +187,7 @@ class SourceMap:
     rows: tuple[Span | None, ...]
     steps: tuple[tuple[Segment, ...] | None, ...] = ()
     options: dict[str, Span] = field(factory=dict, repr=False)
+    format: str = "pps"  # or "csv": advice on fixing the input is worded for what it is
 
     def step_span(self, rank: int, index: int) -> Span:
         segments = self.steps[rank] if 0 <= rank < len(self.steps) else None

@@ -17,6 +17,7 @@ import sys
 
 from ..check import check, explain
 from ..diagnostics import Diagnostic, PpsError, UsageError, to_json
+from ..english import plural
 from ..load import load_program
 from ..semantics import MODELS
 from .common import positive_number, print_diagnostics, whole_number
@@ -70,14 +71,14 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "text":
             print_diagnostics(found, sys.stdout)
             if rest:
-                print(f"{path}: ... and {rest} more diagnostic{'s' * (rest != 1)} (see --max-errors)")
+                print(f"{path}: ... and {plural(rest, 'more diagnostic')} (see --max-errors)")
         else:
             shown.extend(found)
     if args.format == "json":
         print(to_json(shown))
     elif errors or warnings:
-        print(f"{errors} error{'s' * (errors != 1)} and {warnings} warning{'s' * (warnings != 1)} "
-              f"in {len(args.files)} file{'s' * (len(args.files) != 1)}", file=sys.stderr)
+        print(f"{plural(errors, 'error')} and {plural(warnings, 'warning')} in {plural(len(args.files), 'file')}",
+              file=sys.stderr)
     if status:
         return status
     return 1 if errors else 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import math
 
+from ..english import plural
 from ..simulate import Simulation
 from .timeline import CATEGORIES, COLOURS, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
@@ -70,8 +71,8 @@ def render_svg(sim: Simulation, timeline: Timeline, title: str, width: int = 120
     status = "" if sim.completed else "  (STUCK: cannot finish)"
     out.append(f'<text x="{left}" y="22" font-size="15" font-weight="bold">{_esc(title)}{_esc(status)}</text>')
     costs = " ".join(f"{k}={_num(v)}" for k, v in sim.costs.describe(p.stages).items())
-    sub = (f"makespan {_num(sim.makespan)} · bubble {100 * sim.bubble_ratio:.1f}% · {p.ranks} ranks, {p.stages} stages, "
-           f"{p.microbatches} microbatches · {sim.comm_model} · {costs}")
+    sub = (f"makespan {_num(sim.makespan)} · bubble {100 * sim.bubble_ratio:.1f}% · {plural(p.ranks, 'rank')}, "
+           f"{plural(p.stages, 'stage')}, {plural(p.microbatches, 'microbatch')} · {sim.comm_model} · {costs}")
     out.append(f'<text x="{left}" y="40" fill="#444">{_esc(sub)}</text>')
     # Lanes and the time grid.
     step = _nice_step(end)

@@ -15,9 +15,9 @@ import os
 import shutil
 from typing import Any
 
+from ..english import plural
 from ..simulate import Simulation
 from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
-from .timeline import plural
 from .timeline import short_number as _num
 
 
@@ -99,8 +99,8 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
     columns = len(lanes[0]) if lanes else 0
     chunks = max_chunks(sim)
     p = sim.program
-    head = (f"{title}: makespan {_num(sim.makespan)}, bubble {100 * sim.bubble_ratio:.1f}%, {p.ranks} ranks x "
-            f"{p.microbatches} microbatches, {sim.comm_model}" + ("" if sim.completed else "  STUCK: cannot finish"))
+    head = (f"{title}: makespan {_num(sim.makespan)}, bubble {100 * sim.bubble_ratio:.1f}%, {plural(p.ranks, 'rank')} x "
+            f"{plural(p.microbatches, 'microbatch')}, {sim.comm_model}" + ("" if sim.completed else "  STUCK: cannot finish"))
     out_lines: list[Any] = [head]
     for page in range(0, columns, per_page):
         stop = min(columns, page + per_page)
@@ -124,7 +124,7 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
         if stop < columns:
             out_lines.append("")
     legend = "  ".join(f"{_short_legend(c)}={CATEGORIES[c]}" for c in kinds_in(timeline))
-    notes = [f"legend: {legend}; 1 cell = {plural(quantum, 'time unit')}"]
+    notes = [f"legend: {legend}; 1 cell = {plural(quantum, 'time unit', _num(quantum))}"]
     if not use_colour and any(c1 - c0 > 1 for c0, c1 in _spans(lanes)):
         notes[0] += f"; `{PLAIN_FILL}` continues the step before it"
     free = sum(s.duration <= 0 for s in timeline.slots if s.category in ("SEND", "RECV", "BATCH"))

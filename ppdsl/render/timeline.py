@@ -185,10 +185,5 @@ def short_number(x: float) -> str:
     return str(int(x)) if x == int(x) else f"{x:.4g}"
 
 
-def plural(count: float, unit: str) -> str:
-    """`1 time unit`, `2 time units`, `0.5 time units`: a number and its unit, agreed."""
-    return f"{short_number(count)} {unit}{'' if count == 1 else 's'}"
-
-
 def max_chunks(sim: Simulation) -> int:
     return max((len(sim.program.stages_of(r)) for r in range(sim.program.ranks)), default=1)

@@ -15,6 +15,7 @@ from lark.exceptions import LarkError, UnexpectedInput
 
 from .. import placement as placement_mod
 from ..diagnostics import Diagnostic, PpsError
+from ..english import plural
 from ..generators import registry
 from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
@@ -220,10 +221,10 @@ class _Builder:
             bad = [r for r in value if r >= ranks]
             if not value or bad:
                 raise _Fail(self.error("PPS012", f"placement {list(value)} names rank {bad[0] if bad else '?'} "
-                                       f"but there are {ranks} ranks" if value else "placement is empty",
+                                       f"but there {'is' if ranks == 1 else 'are'} {plural(ranks, 'rank')}" if value else "placement is empty",
                                        s.line, s.column, help="list one rank per stage, each below `ranks`"))
             if stages is not None and len(value) != stages:
-                raise _Fail(self.error("PPS011", f"placement lists {len(value)} stages but the header says stages={stages}",
+                raise _Fail(self.error("PPS011", f"placement lists {plural(len(value), 'stage')} but the header says stages={stages}",
                                        s.line, s.column))
             return value
         if value not in placement_mod.NAMED:
@@ -410,14 +411,14 @@ class _Builder:
             raise _Fail(self.at(name_tok, err.code, err.message, err.help)) from None
         if "stages" in header_spans and stages != built.stages:
             raise _Fail(self.at_span(header_spans["stages"], "PPS011",
-                                     f"`{name_tok}` makes {built.stages} stages but the header says stages={stages}"))
+                                     f"`{name_tok}` makes {plural(built.stages, 'stage')} but the header says stages={stages}"))
         if placement_name is not None and "stages" not in header_spans:
             # A named shape without `stages=` takes the generator's stage count.
             explicit = placement_mod.NAMED[placement_name](ranks, built.stages)
         if explicit is not None and explicit != built.placement:
             given = f"`placement={placement_name}`" if placement_name else "the header's placement"
             raise _Fail(self.at_span(header_spans["placement"], "PPS011",
-                                     f"`{name_tok}` places its {built.stages} stages as {list(built.placement)}, "
+                                     f"`{name_tok}` places its {plural(built.stages, 'stage')} as {list(built.placement)}, "
                                      f"not as {given} ({list(explicit)})",
                                      help="drop `placement=` (the generator places its stages), "
                                           "or use a generator that makes this shape"))

@@ -41,7 +41,7 @@ EXAMPLES: dict[str, tuple[str, int | None, int | None, tuple[str, ...], dict[str
                ("rank 0 waits at step 3 `0SEND_F1` for rank 1", "which waits at step 3 `1SEND_B0` for rank 0"), {}),
     "PPS301": ("pipeline ranks=1 microbatches=4 memory=2\nrank 0: 0F0 0F1 0F2 0B0 0B1 0B2 0F3 0B3\n", 0, 2,
                ("rank 0", "3 live activations", "step 2", "limit of 2"), {}),
-    "PPS302": ("pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0\n", None, None, ("2 memory weights", "1 stages"),
+    "PPS302": ("pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0\n", None, None, ("2 memory weights", "1 stage"),
                {"memory_weights": [1.0, 2.0]}),
     "PPS401": ("pipeline ranks=1 microbatches=3\nrank 0: 0F1 0F0 0F2 0B0 0B1 0B2\n", 0, 1, ("`0F0` comes after `0F1`",), {}),
     "PPS402": ("pipeline ranks=2 microbatches=1 stages=1 placement=[0]\nrank 0: 0F0 0B0\nrank 1: _\n", 1, None,
