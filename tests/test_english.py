@@ -17,7 +17,8 @@ from ppdsl.syntax.parser import parse
 @pytest.mark.parametrize("count, noun, shown, expected", [
     (1, "step", None, "1 step"), (2, "step", None, "2 steps"), (0, "error", None, "0 errors"),
     (1.0, "time unit", "1", "1 time unit"), (0.5, "time unit", "0.5", "0.5 time units"),
-    (1024, "action", None, "1,024 actions"),
+    (1024, "action", None, "1,024 actions"), (8, "microbatch", None, "8 microbatches"),
+    (1, "microbatch", None, "1 microbatch"),
 ])
 def test_plural(count: float, noun: str, shown: str | None, expected: str) -> None:
     assert plural(count, noun, shown) == expected
