@@ -93,6 +93,12 @@ def test_utf16_gets_its_own_message(tmp_path: Path, capsys: pytest.CaptureFixtur
                          "`iconv -f UTF-16 -t UTF-8` converts it)")
 
 
+def test_language_md_shows_the_utf16_message_as_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = _lint(tmp_path, (HEADER + "rank 0: 0X0\n").encode("utf-16"), capsys)
+    page = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    assert f"x.pps:1:1: {lines[0].split(': ', 1)[1]}\n{lines[-1]}\n" in page
+
+
 def test_standard_input_gets_an_excerpt(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((HEADER + "rank 0: 0F0 0X0\n").encode())))
     assert main(["lint", "-"]) == 1

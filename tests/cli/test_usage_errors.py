@@ -59,7 +59,7 @@ def _links(tmp_path: Path, name: str) -> list[str]:
 def test_convert_refuses_to_write_over_its_input(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
     original = "# mine, with comments\npipeline ranks=2 microbatches=2\nrank 0: 0F{0..1} 0B{0..1}\nrank 1: [1F{0..1} 1B{0..1}]\n"
     if name.endswith(".csv"):
-        main(["convert", str(_write(tmp_path / "src.pps", original)), str(tmp_path / name)])
+        assert main(["convert", str(_write(tmp_path / "src.pps", original)), str(tmp_path / name)]) == 0
         original = (tmp_path / name).read_text()
     else:
         _write(tmp_path / name, original)
@@ -68,6 +68,8 @@ def test_convert_refuses_to_write_over_its_input(tmp_path: Path, name: str, caps
         assert main(["convert", str(tmp_path / name), out]) == 2
         assert "refusing to overwrite it" in capsys.readouterr().err
         assert (tmp_path / name).read_text() == original
+    other = tmp_path / ("other.pps" if name.endswith(".csv") else "other.csv")
+    assert main(["convert", str(tmp_path / name), str(other)]) == 0 and other.exists()
 
 
 def test_expand_refuses_to_write_over_its_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCHEDULES
+from conftest import ROOT, SCHEDULES
 from ppdsl import load_program, parse
 from ppdsl.cli import main
 from ppdsl.costs import CostModel
@@ -54,7 +54,7 @@ def test_a_two_cell_step_is_a_coloured_block_in_colour() -> None:
 
 def test_the_footer_counts_the_sends_it_leaves_out() -> None:
     program = lower(load_program(str(SCHEDULES / "1f1b.pps")))
-    sim = simulate(program, CostModel((("F", 1.0), ("B", 2.0))))
+    sim = simulate(program)  # the default costs
     timeline = build(sim)
     text = terminal.render(sim, timeline, "t", width=400, colour=False)
     comms = [s for s in timeline.slots if s.category in ("SEND", "RECV")]
@@ -63,6 +63,9 @@ def test_the_footer_counts_the_sends_it_leaves_out() -> None:
     assert any(re.search(r"\b[SR][FB]\d", lane) for lane in _lanes(text))
     assert (f"{len(free)} of the {len(comms)} sends/receives take no time under these costs and are not drawn "
             "(--costs comm=... gives them one)") in text.splitlines()
+    # docs/simulate.md quotes this footer for `ppdsl expand --comms schedules/1f1b.pps` at the default costs.
+    assert f"(`{len(free)} of the {len(comms)} sends/receives take no time ...`)" in (
+        ROOT / "docs" / "simulate.md").read_text(encoding="utf-8").replace("\n  ", " ")
     priced = simulate(program, CostModel((("F", 1.0), ("B", 2.0), ("comm", 0.5))))
     assert "not drawn" not in terminal.render(priced, build(priced), "t", width=400, colour=False)
 
