@@ -108,32 +108,35 @@ def visible(text: str) -> str:
 
 
 EXCERPT_CELLS = 150  # longer lines (generated rows can be huge) are cut around the caret
+EXCERPT_BEFORE = 60  # cells kept before the caret on a cut line
 
 
 def excerpt(source_line: str, column: int, end_column: int | None) -> tuple[str, int, int]:
     """The line as printed, the caret's offset in terminal cells, and its width (at least 1)."""
-    cells = [_shown(ch) for ch in source_line]
-    first = min(max(column - 1, 0), len(cells))
-    last = max(first + 1, min(end_column - 1, len(cells)) if end_column is not None else first + 1)
-    start = 0
-    if sum(w for _, w in cells) > EXCERPT_CELLS + 10:
-        # Start about 60 cells before the caret, then take what fits.
+    n = len(source_line)
+    first = min(max(column - 1, 0), n)
+    last = max(first + 1, min(end_column - 1, n) if end_column is not None else first + 1)
+    # Only characters that can be shown are looked at (a character takes at least one cell, but
+    # for combining marks): a row of a million actions costs no more than a short one.
+    lo, hi = (0, n) if n <= EXCERPT_CELLS + 10 else (max(0, first - EXCERPT_BEFORE), min(n, first + EXCERPT_CELLS))
+    cells = [_shown(ch) for ch in source_line[lo:hi]]
+    caret = first - lo
+    start, end = 0, len(cells)
+    if lo > 0 or hi < n or sum(w for _, w in cells) > EXCERPT_CELLS + 10:
         back = 0
-        start = first
-        while start > 0 and back + cells[start - 1][1] <= 60:
+        start = caret
+        while start > 0 and back + cells[start - 1][1] <= EXCERPT_BEFORE:
             start -= 1
             back += cells[start][1]
-    shown: list[str] = []
-    used = 0
-    end = start
-    while end < len(cells) and used + cells[end][1] <= EXCERPT_CELLS:
-        shown.append(cells[end][0])
-        used += cells[end][1]
-        end += 1
-    lead = "..." if start else ""
-    text = lead + "".join(shown) + ("..." if end < len(cells) else "")
-    caret_at = len(lead) + sum(w for _, w in cells[start:first])
-    width = sum(w for _, w in cells[first:min(last, end)])
+        used = 0
+        end = start
+        while end < len(cells) and used + cells[end][1] <= EXCERPT_CELLS:
+            used += cells[end][1]
+            end += 1
+    lead = "..." if lo + start > 0 else ""
+    text = lead + "".join(c for c, _ in cells[start:end]) + ("..." if lo + end < n else "")
+    caret_at = len(lead) + sum(w for _, w in cells[start:caret])
+    width = sum(w for _, w in cells[caret:min(last - lo, end)])
     return text, caret_at, max(1, min(width, 80))
 
 

@@ -112,3 +112,16 @@ def test_standard_input_of_a_real_process_gets_an_excerpt(tmp_path: Path) -> Non
                        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert r.returncode == 1
     assert r.stdout.splitlines()[1:3] == ["2 | rank 0: 0F0 0X0", " " * 16 + "^^^"]
+
+
+def test_an_excerpt_of_a_huge_row_costs_what_a_short_one_does() -> None:
+    import time
+
+    line = "rank 0: " + "0F0 " * 500_000 + "0X0"
+    column = len(line) - 2
+    t0 = time.perf_counter()
+    for _ in range(50):
+        text = render_text(Diagnostic("PPS003", "m", "x.pps", 2, column, column + 3), line).splitlines()
+    assert time.perf_counter() - t0 < 1.0  # 50 diagnostics; looking at every character takes seconds
+    assert text[1].startswith("2 | ...") and text[1].endswith("0X0") and text[2].endswith("^^^")
+    assert text[1][text[2].index("^"):] == "0X0"
