@@ -210,8 +210,9 @@ class SourceMap:
         return self.header
 
     def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
-        return lines[line - 1] if 0 < line <= len(lines) else ""
+        # Only `\n` ends a line, as the parser counts them (str.splitlines also breaks at \x0c).
+        lines = self.text.split("\n")
+        return lines[line - 1].removesuffix("\r") if 0 < line <= len(lines) else ""
 
 
 @frozen

@@ -44,6 +44,12 @@ def test_a_bad_costs_line_is_a_checker_error_on_that_line(line: str, code: str, 
     assert (d.code, d.message, d.line, d.column, d.end_column) == (code, message, 2, column, end)
 
 
+def test_a_form_feed_in_an_earlier_comment_does_not_move_the_location() -> None:
+    program = parse("pipeline ranks=2 microbatches=2\n# a\x0cb\ncosts F=1 Q=1\nuse 1f1b()\n", "x.pps")
+    (d,) = check(program)
+    assert (d.code, d.line, d.column, d.end_column) == ("PPS350", 3, 11, 14)
+
+
 def test_lint_fails_on_a_bad_costs_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "q.pps"
     path.write_text("pipeline ranks=2 microbatches=2\ncosts Q=1\nuse 1f1b()\n")
