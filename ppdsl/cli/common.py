@@ -36,8 +36,8 @@ def print_diagnostics(diagnostics: Iterable[Diagnostic], stream: TextIO | None =
 
 
 def refuse_overwriting(source: str, output: str | None) -> None:
-    """Writing a conversion or expansion over its own input would lose what only the input has
-    (comments, ranges, zips): refuse, whatever path (a symlink, a hard link, `./x`) names it."""
+    """Writing a result over an input would lose the input (a conversion or expansion also drops
+    its comments, ranges and zips): refuse, whatever path (a symlink, a hard link, `./x`) names it."""
     if output is None or output == "-" or source == "-":
         return
     try:
@@ -45,8 +45,8 @@ def refuse_overwriting(source: str, output: str | None) -> None:
     except OSError:  # the output does not exist yet (or the input does not: load reports that)
         return
     if same:
-        raise UsageError(f"{output} is the input {source}: refusing to overwrite it, write the result "
-                         "to another file (the input's comments, ranges and zips would be lost)")
+        raise UsageError(f"{output} is the input {source}: refusing to overwrite it; write the result "
+                         "to another file")
 
 
 def write_output(path: str | None, text: str) -> None:

@@ -19,7 +19,7 @@ from ..render.svg import render_html, render_svg
 from ..render.timeline import build
 from ..render.trace import render_trace
 from ..simulate import Simulation
-from .common import print_diagnostics, whole_number, write_output
+from .common import print_diagnostics, refuse_overwriting, whole_number, write_output
 from .simulate_cmd import add_common, diagnostics_for, load_and_simulate
 
 MIN_WIDTH = 20  # a lane label and a few cells
@@ -52,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
         if path != "-" and suffix and suffix not in SUFFIXES[kind]:
             raise UsageError(f"--{kind} {path}: writes {kind.upper() if kind != 'trace' else 'Chrome trace JSON'}, "
                              f"not {suffix[1:]}: name the file {Path(path).with_suffix(SUFFIXES[kind][0])}")
+    for path, _ in wanted:
+        for source in [args.file, *args.costs]:
+            refuse_overwriting(source, path)
     sim = load_and_simulate(args.file, args)
     problems = diagnostics_for(sim)
     print_diagnostics(problems)

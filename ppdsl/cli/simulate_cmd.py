@@ -17,7 +17,7 @@ from ..ir import Program
 from ..load import load_program
 from ..semantics import CommModel
 from ..simulate import Simulation, simulate, stuck_diagnostic
-from .common import print_diagnostics, write_output
+from .common import print_diagnostics, refuse_overwriting, write_output
 
 MODELS = tuple(m.value for m in CommModel)
 
@@ -62,6 +62,8 @@ def diagnostics_for(sim: Simulation) -> list[Diagnostic]:
 
 
 def run(args: argparse.Namespace) -> int:
+    for source in [*args.files, *args.costs]:  # a cost spec that is no file is no file on disk either
+        refuse_overwriting(source, args.output)
     sims: list[tuple[str, Simulation]] = []
     problems: list[Diagnostic] = []
     status = 0

@@ -112,3 +112,18 @@ def test_show_refuses_a_picture_name_of_another_format(tmp_path: Path, flag: str
 def test_show_writes_svg_under_a_matching_or_plain_name(tmp_path: Path, name: str) -> None:
     assert main(["show", str(SCHEDULES / "1f1b.pps"), "--svg", str(tmp_path / name)]) == 0
     assert (tmp_path / name).read_text().startswith("<svg")
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "{pps}", "-o", "{pps}"],
+    ["simulate", "{pps}", "--costs", "{json}", "-o", "{json}"],
+    ["show", "{pps}", "--trace", "{json}", "--costs", "{json}"],
+])
+def test_reports_and_pictures_are_not_written_over_an_input(tmp_path: Path, argv: list[str],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    pps = _write(tmp_path / "mine.pps", (SCHEDULES / "1f1b.pps").read_text())
+    profile = _write(tmp_path / "p.json", '{"ppdsl_profile": 1, "costs": {"F": 1}}\n')
+    before = pps.read_text(), profile.read_text()
+    assert main([a.format(pps=pps, json=profile) for a in argv]) == 2
+    assert "refusing to overwrite it" in capsys.readouterr().err
+    assert (pps.read_text(), profile.read_text()) == before
