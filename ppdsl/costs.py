@@ -30,6 +30,7 @@ import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Final
 
 from attrs import field, frozen
@@ -357,7 +358,12 @@ def load_costs(spec: str, stages: int) -> CostModel:
             return model
         except CostError as exc:
             raise UsageError(f"--costs: {exc.message}" + (f" ({exc.help})" if exc.help else "")) from None
-    text = read_text(spec)
+    if not spec.endswith(".json") and not Path(spec).exists():
+        raise UsageError(f"--costs {spec}: neither costs such as F=1,B=2,comm=0.1 nor a profile file")
+    try:
+        text = read_text(spec)
+    except UsageError as exc:
+        raise UsageError(f"--costs {exc}") from None
     try:
         model = parse_profile(text)
         model.table(stages)

@@ -55,3 +55,16 @@ def test_lint_fails_on_a_bad_costs_line(tmp_path: Path, capsys: pytest.CaptureFi
     path.write_text("pipeline ranks=2 microbatches=2\ncosts Q=1\nuse 1f1b()\n")
     assert main(["lint", str(path)]) == 1
     assert capsys.readouterr().out.startswith(f"{path}:2:7: error[PPS350]: unknown cost `Q`\n")
+
+
+@pytest.mark.parametrize("spec, message", [
+    (",", "--costs ,: neither costs such as F=1,B=2,comm=0.1 nor a profile file"),
+    ("F", "--costs F: neither costs such as F=1,B=2,comm=0.1 nor a profile file"),
+    ("missing.json", "--costs missing.json: no such file"),
+])
+def test_a_costs_flag_that_is_neither_costs_nor_a_file(tmp_path: Path, spec: str, message: str,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", str(SCHEDULES / "1f1b.pps"), "--costs", spec]) == 2
+    assert capsys.readouterr().err == f"ppdsl simulate: error: {message}\n"
