@@ -23,9 +23,9 @@ from .common import print_diagnostics, refuse_overwriting, whole_number, write_o
 from .simulate_cmd import add_common, diagnostics_for, load_and_simulate
 
 MIN_WIDTH = 20  # a lane label and a few cells
-MAX_PICTURE_STEPS = 200_000
+MAX_PICTURE_STEPS = 200_000  # an SVG beyond this is megabytes no viewer draws well
 # What each output writes, by file name ending (a name without one is taken as given).
-SUFFIXES = {"trace": (".json",), "svg": (".svg",), "html": (".html", ".htm")}  # an SVG beyond this is megabytes no viewer draws well
+SUFFIXES = {"trace": (".json",), "svg": (".svg",), "html": (".html", ".htm")}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

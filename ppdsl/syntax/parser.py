@@ -386,8 +386,8 @@ class _Builder:
         return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages)), stages
 
     def generate(self, use: Tree[Token], ranks: int, microbatches: int, stages: int | None,
-                 explicit: tuple[int, ...] | None,
-                 header_spans: dict[str, Span], inference: bool, placement_name: str | None
+                 explicit: tuple[int, ...] | None, header_spans: dict[str, Span], inference: bool,
+                 placement_name: str | None
                  ) -> tuple[tuple[tuple[Step, ...], ...], int, tuple[int, ...], Generated]:
         name_tok = use.children[0]
         assert isinstance(name_tok, Token)
