@@ -16,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..diagnostics import UsageError
+from ..english import plural
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Program
@@ -105,11 +106,12 @@ def run(args: argparse.Namespace) -> int:
         except _Refused as exc:
             print(exc, file=sys.stderr)
             return 1
+        from ..runtime.models import check_contract, check_forms
+
+        check_forms(args.model, args.data, args.loss, args.optimizer)
         if importlib.util.find_spec("paddle") is None:
             raise UsageError("PaddlePaddle is not installed: pip install 'ppdsl[paddle]' (CPU), "
                              "or paddlepaddle-gpu from Paddle's own index")
-        from ..runtime.models import check_contract
-
         args.model, args.data, args.loss = check_contract(args.model, args.data, args.loss, args.optimizer,
                                                           [p.stages for p in programs])
     if distributed:
@@ -126,8 +128,9 @@ def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
     first = programs[0]
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
-        print(f"ppdsl run: {what}: {first.ranks} ranks, {first.stages} stages, {first.microbatches} microbatches, "
-              f"{args.steps} steps (gloo, local processes)", file=out, flush=True)
+        print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}, {plural(first.stages, 'stage')}, "
+              f"{plural(first.microbatches, 'microbatch')}, "
+              f"{plural(args.steps, 'step')} (gloo, local processes)", file=out, flush=True)
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
                      keep_logs=args.logs, names=args.file)
     if outcome.failure is not None:
@@ -136,7 +139,7 @@ def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
     for index, file in enumerate(args.file):
         f = outcome.file(index)
         losses = [f.losses[s] for s in sorted(f.losses)]
-        summary = f"ppdsl run: {file}: {len(f.step_times) or len(losses)} steps"
+        summary = f"ppdsl run: {file}: {plural(len(f.step_times) or len(losses), 'step')}"
         if losses:
             summary += f", loss {losses[0]:.6f} -> {losses[-1]:.6f}"
         if f.step_time:

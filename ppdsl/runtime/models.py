@@ -46,10 +46,24 @@ def resolve(model: str | None, data: str | None, loss: str | None) -> tuple[str 
         if loss is None and callable(getattr(module, "loss", None)):
             loss = f"{model}:loss"
         model = f"{model}:build_stage"
-    for what, spec in (("data", data), ("loss", loss)):
-        if spec is not None and ":" not in spec:
-            raise UsageError(f"--{what} {spec}: expected MODULE:NAME (e.g. mypkg.model:{what})")
     return model, data, loss
+
+
+def check_forms(model: str | None, data: str | None, loss: str | None, optimizer: str) -> None:
+    """What the specs' spelling alone tells (no import, so no paddle needed); UsageError."""
+    for what, spec in (("model", model), ("data", data), ("loss", loss), ("optimizer", optimizer)):
+        if spec is None or (what == "optimizer" and spec in OPTIMIZERS):
+            continue
+        if ":" not in spec:
+            if what == "optimizer":
+                raise UsageError(f"--optimizer {spec}: unknown optimizer; choose one of {', '.join(OPTIMIZERS)}, "
+                                 "or MODULE:NAME of a factory taking the parameter list")
+            if what != "model":  # `--model MODULE` names the whole contract
+                raise UsageError(f"--{what} {spec}: expected MODULE:NAME (e.g. mypkg.model:{what})")
+            continue
+        module_name, _, attr = spec.rpartition(":")
+        if not module_name or not attr:
+            raise UsageError(f"--{what} {spec}: expected MODULE:NAME (e.g. mypkg.model:build_stage)")
 
 
 def check_contract(model: str | None, data: str | None, loss: str | None, optimizer: str,
@@ -57,14 +71,12 @@ def check_contract(model: str | None, data: str | None, loss: str | None, optimi
     """Everything about `--model/--data/--loss/--optimizer` that can be known without running:
     each imports and is callable, the optimizer is known, the model supports the schedules'
     stage counts. Returns the resolved specs; raises UsageError."""
+    check_forms(model, data, loss, optimizer)
     model, data, loss = resolve(model, data, loss)
     for what, spec in (("model", model), ("data", data), ("loss", loss)):
         if spec is not None:
             load_callable(spec, what)
     if optimizer not in OPTIMIZERS:
-        if ":" not in optimizer:
-            raise UsageError(f"--optimizer {optimizer}: unknown optimizer; choose one of {', '.join(OPTIMIZERS)}, "
-                             "or MODULE:NAME of a factory taking the parameter list")
         load_callable(optimizer, "optimizer")
     if model is not None:
         declared = getattr(module_of(model), "NUM_STAGES", None)
