@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..english import plural
 from ..ir import Program
 from .schedule import PipelineSchedule, SetupError
 
@@ -53,8 +54,8 @@ def stage_layers(stages: Any, program: Program, rank: int) -> dict[int, Any]:
         raise SetupError("give either PipelineStage objects or plain layers, not a mix")
     mine = program.stages_of(rank)
     if len(items) != len(mine):
-        raise SetupError(f"rank {rank} holds stages {list(mine)} of the schedule file, but {len(items)} "
-                         "layers were given")
+        raise SetupError(f"rank {rank} holds stages {list(mine)} of the schedule file, but got "
+                         f"{plural(len(items), 'layer')}")
     return dict(zip(mine, items))
 
 

@@ -43,3 +43,23 @@ def test_refuses_a_microbatch_count_the_file_does_not_have(tmp_path: Path) -> No
     f.write_text("pipeline ranks=1 microbatches=2\nrank 0: 0F0 0F1 0B0 0B1\n")
     with pytest.raises(SetupError, match="n_microbatches=4, but the schedule file has microbatches=2"):
         ScheduleFromFile(str(f), [], None, n_microbatches=4)
+
+
+def test_stages_are_placed_by_their_index_or_by_the_file() -> None:
+    from types import SimpleNamespace
+
+    from ppdsl.runtime import SetupError
+    from ppdsl.runtime.from_file import stage_layers
+    from ppdsl.syntax.parser import parse
+
+    program = parse("pipeline ranks=2 microbatches=4\nuse interleaved_1f1b(virtual=2)\n", "<t>")
+    assert program.stages_of(1) == (1, 3)
+    vpp = [SimpleNamespace(sublayer=f"layer{s}", stage_index=s, num_stages=4) for s in (3, 1)]  # ScheduleVPP's list
+    assert stage_layers(vpp, program, 1) == {1: "layer1", 3: "layer3"}
+    assert stage_layers(["a", "b"], program, 1) == {1: "a", 3: "b"}  # plain layers, in the file's order
+    with pytest.raises(SetupError, match="num_stages=2, but the schedule file has 4 stages"):
+        stage_layers(SimpleNamespace(sublayer="x", stage_index=0, num_stages=2), program, 0)
+    with pytest.raises(SetupError, match="holds stages \\[1, 3\\] of the schedule file, but got 1 layer"):
+        stage_layers(["a"], program, 1)
+    with pytest.raises(SetupError, match="not a mix"):
+        stage_layers([vpp[0], "b"], program, 1)
