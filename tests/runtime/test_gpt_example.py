@@ -3,19 +3,32 @@ at 2 and 4 ranks (stages pass a (hidden, mask) tuple; the mask goes forward only
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from ppdsl.cli import main
 
-pytest.importorskip("paddle")
+needs_paddle = pytest.mark.skipif(importlib.util.find_spec("paddle") is None, reason="needs paddle")
 ROOT = Path(__file__).parents[2]
 GPT = str(ROOT / "examples" / "gpt" / "model.py")
 SCHEDULES = ["1f1b()", "zb1p()", "interleaved_1f1b(virtual=2)", "zbv()"]
 
 
+def test_the_shipped_corpus_is_what_its_script_writes() -> None:
+    sys.path.insert(0, str(ROOT / "examples" / "gpt"))
+    try:
+        import make_corpus
+    finally:
+        sys.path.pop(0)
+    text = (ROOT / "examples" / "gpt" / "corpus.txt").read_text(encoding="ascii")
+    assert len(text) == make_corpus.SIZE and text == make_corpus.corpus()
+
+
+@needs_paddle
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_gpt_verifies_under_each_schedule(ranks: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = []
@@ -30,6 +43,7 @@ def test_gpt_verifies_under_each_schedule(ranks: int, tmp_path: Path, capsys: py
         assert re.search(rf"{re.escape(f)}: 2 steps, .*verify ok", out), out
 
 
+@needs_paddle
 def test_gpt_loss_falls_under_zbv(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", str(ROOT / "schedules" / "zbv.pps"), "--model", GPT, "--steps", "6", "-q",
                  "--optimizer", "adam", "--lr", "3e-3"])
