@@ -52,8 +52,9 @@ def test_the_package_folder_runs_as_a_script(tmp_path: Path) -> None:
 def test_the_documented_single_node_form(tmp_path: Path) -> None:
     f = tmp_path / "zbv.pps"
     f.write_text("pipeline ranks=2 microbatches=4\nuse zbv()\n")
+    # The GPT example named as a whole module: each rank resolves and checks it itself.
     done = subprocess.run(_launcher(tmp_path / "logs", "--nproc_per_node", "2", PPDSL, "run", str(f), "--steps", "2",
-                                    "--verify", "--timeout", "30"),
+                                    "--verify", "--timeout", "30", "--model", str(ROOT / "examples" / "gpt" / "model.py")),
                           env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
     logs = _logs(tmp_path / "logs")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:] + logs[-3000:]
