@@ -71,7 +71,8 @@ class PipelineSchedule:
 
         self.paddle = paddle
         self.rank = dist.get_rank() if rank is None else rank
-        self.backend = (backend or dist.get_backend()).lower()
+        # One process needs no process group; without one there is no backend to ask.
+        self.backend = (backend or (dist.get_backend() if dist.is_initialized() else "gloo")).lower()
         self.comm_model = comm_model_of(self.backend)
         # Lint (and lower) under the backend's own model before anything is sent.
         self.program = prepare(program, self.comm_model)

@@ -63,3 +63,27 @@ def test_stages_are_placed_by_their_index_or_by_the_file() -> None:
         stage_layers(["a"], program, 1)
     with pytest.raises(SetupError, match="not a mix"):
         stage_layers([vpp[0], "b"], program, 1)
+
+
+def test_one_rank_runs_in_a_plain_process_without_any_group() -> None:
+    import paddle
+
+    from ppdsl.runtime import ScheduleFromFile
+    from ppdsl.syntax.parser import parse
+
+    program = parse("pipeline ranks=1 microbatches=2 stages=2 placement=[0,0]\n"
+                    "rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1\n", "<t>")
+    paddle.seed(0)
+    layers = [paddle.nn.Linear(4, 4), paddle.nn.Linear(4, 1)]
+    schedule = ScheduleFromFile(program, layers, lambda o, t: ((o - t) ** 2).mean(), n_microbatches=2)
+    x, y = paddle.ones([4, 4]), paddle.zeros([4, 1])
+    losses: list[object] = []
+    out = schedule.step(x, target=y, losses=losses, return_output=True)
+    # The same two microbatches through the plain model, gradients summed (Paddle's convention).
+    grads = [p.grad.numpy().copy() for layer in layers for p in layer.parameters()]
+    for layer in layers:
+        layer.clear_gradients(set_to_zero=False)
+    for xm, ym in zip(paddle.split(x, 2), paddle.split(y, 2)):
+        ((layers[1](layers[0](xm)) - ym) ** 2).mean().backward()
+    assert len(losses) == 2 and list(out.shape) == [4, 1]
+    assert all((g == p.grad.numpy()).all() for g, p in zip(grads, (p for layer in layers for p in layer.parameters())))
