@@ -4,7 +4,8 @@
         --data examples/my_model.py:batches --loss examples/my_model.py:loss --steps 20 --optimizer adam --lr 1e-3
 
 The contract (docs/runtime.md): `build_stage(stage_index, num_stages)` returns the layer of
-one stage (one tensor in, one tensor out); `batches()` yields whole (inputs, targets) batches
+one stage (here one tensor in, one out; a stage may also pass a tuple or dict, see
+examples/gpt/model.py); `batches()` yields whole (inputs, targets) batches
 that split evenly into the schedule's microbatches; `loss(output, target)` returns a scalar.
 """
 

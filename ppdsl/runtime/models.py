@@ -4,7 +4,8 @@ A user's module provides three callables (named on the command line as `module:n
 `path/to/file.py:name`):
 
 - `build_stage(stage_index, num_stages) -> paddle.nn.Layer`: one pipeline stage. Its
-  `forward` takes one tensor and returns one tensor. Called with the same seed on every rank
+  `forward` takes and returns a stage value: a tensor, a tuple (the next stage's positional
+  arguments) or a dict (its keyword arguments); see values.py. Called with the same seed on every rank
   (and again for `--verify`), so the same stage gets the same initial weights everywhere.
 - `batches() -> Iterable[(inputs, targets)]`: whole batches, one per step; the runtime splits
   each along dimension 0 into the schedule's microbatches. Every rank calls it; the first
