@@ -39,8 +39,9 @@ from operator import add, and_, ge, mod, mul
 from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters
 from .check import analyse
-from .check.context import LOW, no_gc
-from .semantics import B, F, I, CommModel, Encoded, execute, remember
+from .semantics import CommModel, execute
+from .encoding import LOW, B, Encoded, F, I, remember
+from .gcpause import no_gc
 
 
 def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "rendezvous") -> Program:

@@ -26,7 +26,7 @@ from itertools import compress, repeat
 from operator import and_, ge, gt
 
 from ..diagnostics import Diagnostic
-from ..semantics import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F
+from ..encoding import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F
 from .context import ABSENT_LAST, Context
 
 FAMILY = "comms"

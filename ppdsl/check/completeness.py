@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..semantics import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F, W
+from ..encoding import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F, W
 from .context import SHIFT, Context, mb_ranges
 
 FAMILY = "completeness"

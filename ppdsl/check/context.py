@@ -2,7 +2,7 @@
 way to turn (rank, step) into a located diagnostic.
 
 Built once per `check()` call. The position table maps an action code (see
-`semantics.encode`) to its global index `rank << SHIFT | i` (i: index of the action in the
+`encoding.encode`) to its global index `rank << SHIFT | i` (i: index of the action in the
 rank's list of actions), so rules can ask "is `2RECV_F3` there, and before `2F3`?" with one
 list lookup, or ask it of every microbatch of every stage at once with a slice.
 """
@@ -10,36 +10,20 @@ list lookup, or ask it of every microbatch of every stage at once with a slice.
 from __future__ import annotations
 
 import bisect
-import gc
 import re
 from collections import deque
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 
 from ..diagnostics import Diagnostic, Severity
 from ..ir import Program, Span
-from ..semantics import CommModel, Encoded, Execution, encode
+from ..semantics import CommModel, Execution
+from ..encoding import COMM_KINDS, LOW as LOW, SHIFT as SHIFT, Encoded, encode
+from ..gcpause import no_gc as no_gc
 
-SHIFT = 32
-LOW = (1 << SHIFT) - 1
 # `x & ABSENT_LAST` keeps a position and turns -1 (absent) into a number past every position:
 # "is it later than ...?" is then false for an absent action, in one C-level map.
 ABSENT_LAST = (1 << 62) - 1
 _WORD = re.compile(r"\S+")
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: checking and lowering make hundreds of thousands of
-    small acyclic objects, and each generation-2 pass would rescan all of them (measured: it
-    made lowering 64 ranks x 1024 microbatches several times slower)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def mb_ranges(mbs: Sequence[int]) -> str:
@@ -107,7 +91,7 @@ class Context:
 
     @property
     def has_comms(self) -> bool:
-        return not self.kinds.isdisjoint((4, 5, 6, 7))
+        return not self.kinds.isdisjoint(COMM_KINDS)
 
     def locate(self, g: int) -> tuple[int, int]:
         """(rank, step) of a global index."""

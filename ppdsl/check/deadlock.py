@@ -24,7 +24,8 @@ from collections import deque
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..semantics import B, CommModel, F, I, W, completes, execute, wait_cycle
+from ..semantics import CommModel, completes, execute, wait_cycle
+from ..encoding import B, F, I, W
 from .context import SHIFT, Context
 
 FAMILY = "deadlock"

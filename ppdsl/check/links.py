@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..semantics import NO_PEER, RECV_F, SEND_F, peer_code
+from ..encoding import NO_PEER, RECV_F, SEND_F, peer_code
 from .context import Context
 
 FAMILY = "links"

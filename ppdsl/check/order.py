@@ -12,7 +12,7 @@ from itertools import repeat
 from operator import and_, lt
 
 from ..diagnostics import Diagnostic
-from ..semantics import B, F, I, W
+from ..encoding import B, F, I, W
 from .context import ABSENT_LAST, Context
 
 FAMILY = "order"

@@ -25,7 +25,7 @@ from operator import floordiv
 
 from ..diagnostics import Diagnostic
 from ..ir import Batch
-from ..semantics import B, I, RECV_B, SEND_B, W
+from ..encoding import B, I, RECV_B, SEND_B, W
 from .context import Context
 
 FAMILY = "structure"

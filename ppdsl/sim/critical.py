@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from attrs import frozen
 
 from ..ir import Action, Idle, Kind, Program, actions_of
-from ..semantics import Encoded, encode
+from ..encoding import Encoded, encode
 
 _Times = Sequence[Sequence[float | None]]
 

@@ -1,0 +1,416 @@
+"""The integer encoding of a program: the one statement of what each action waits for and which
+operation each send or receive meets. The engine (`semantics`), the completeness fast path,
+the critical path (`sim/critical.py`), the checker (`check/`), lowering and memory read it.
+
+Layout:
+- an action is a *code*, `code = sm << KIND_BITS | kind`, with `sm = stage * microbatches + mb`
+  and `kind` a `Kind` value (F=0, I=1, W=2, B=3, SEND_F=4, RECV_F=5, SEND_B=6, RECV_B=7,
+  UNSHARD.. stage-only). An action with a stage or microbatch out of range has INVALID_CODE;
+- a dependency is a *key*, `key = sm << SLOT_BITS | slot`, one per thing that completes: the
+  slots F_DONE, GRAD_DONE (B or I of that stage and microbatch), I_DONE, RECV_F_DONE,
+  RECV_B_DONE, MSG_F_SENT, MSG_B_SENT. Engines keep one flat list of completion per key;
+- what each code waits for: `input_offsets` (per sm, the key a forward and a backward wait for:
+  on the same rank or in a compute-only program the producer's key, else the receive's),
+  `comm_tables` for sends and receives (a send its producer, a buffered receive its send), and
+  `deps_of`, which spells the rule out per code for the paths that are not hot;
+- which code a send or receive meets: on each directed link the k-th receive takes the k-th
+  send (`Links`); where that agrees with the labels, `peer_code` gives it by arithmetic.
+
+`encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
+never in a module-level cache keyed by `id()`.
+"""
+
+from __future__ import annotations
+
+from itertools import compress, repeat
+from operator import add, and_, attrgetter, eq, floordiv, lshift, or_, rshift
+from typing import cast
+
+from .ir import Action, Batch, Idle, Kind, Program, Step, actions_of
+
+KIND_BITS = 4  # a code's low bits: the Kind value
+KIND_MASK = (1 << KIND_BITS) - 1
+SLOT_BITS = 3  # a key's low bits: which of the seven things of (stage, microbatch) completed
+SLOT_MASK = (1 << SLOT_BITS) - 1
+INVALID_CODE = -1  # an action out of range: no code (its kind bits read 15, no real kind)
+# A place in the program: `rank << SHIFT | i`, i the index of the action in its rank's codes
+# (the checker's position table, lowering).
+SHIFT = 32
+LOW = (1 << SHIFT) - 1
+
+# Kind numbers as plain ints (IntEnum arithmetic is slower on the hot paths).
+F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)
+SEND_F, RECV_F, SEND_B, RECV_B = int(Kind.SEND_F), int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
+KIND_OF: tuple[Kind, ...] = tuple(Kind(k) if k < len(Kind) else Kind.F for k in range(16))
+
+# Slots of a dependency key: key = sm << 3 | slot, where sm = stage * microbatches + mb.
+F_DONE, GRAD_DONE, I_DONE, RECV_F_DONE, RECV_B_DONE, MSG_F_SENT, MSG_B_SENT = range(7)
+# Engines size their table of keys past the end by one stage: the input of a send or receive
+# to a stage outside the pipeline lands there (a negative key wraps around to it) and never
+# completes; NO_KEY, its last key, is what a receive with nothing left on its link waits for.
+NO_KEY = -1
+# The kinds that move data between ranks (Kind values 4..7), as a tuple and as a set.
+COMM_KINDS: tuple[int, ...] = (SEND_F, RECV_F, SEND_B, RECV_B)
+_COMM_KINDS = frozenset(COMM_KINDS)
+SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", RECV_B_DONE: "RECV_B",
+              MSG_F_SENT: "SEND_F", MSG_B_SENT: "SEND_B"}
+
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+
+
+
+class Encoded:
+    """A program as integer codes, one list per rank, one code per action in written order.
+
+    `steps[r][i]` is the step index of action i of rank r (None when every step of the row is
+    one plain action, so i is the step). `groups[r]` maps the index of the first action of an
+    overlapped pair or a batch to (is_batch, member count). `invalid` lists actions whose
+    stage or microbatch is out of range (they get no code).
+    """
+
+    __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
+                 "_kinds", "_links")
+
+    def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None):
+        S, M = program.stages, program.microbatches
+        self.stages, self.microbatches = S, M
+        self.placement = program.placement
+        self.rows = program.rows
+        self._links: Links | None = None
+        self.codes: list[list[int]] = []
+        self.steps: list[list[int] | None] = []
+        self.groups: list[dict[int, tuple[bool, int]]] = []
+        self.invalid: list[tuple[int, int, Action]] = []
+        self._actions: list[list[Action]] | None = None
+        self._kinds: frozenset[int] | None = None
+        if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
+            self._kinds = kinds
+            self.codes = codes
+            self.steps = [None] * len(codes)
+            self.groups = [{} for _ in codes]
+            return
+        get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
+        for rank, row in enumerate(program.rows):
+            if row and set(map(type, row)) == {Action}:
+                try:
+                    stages_ok = 0 <= min(map(get_stage, row)) and max(map(get_stage, row)) < S
+                    mbs_ok = 0 <= min(map(get_mb, row)) and max(map(get_mb, row)) < M
+                except TypeError:  # a stage-only action (no microbatch): take the careful path
+                    stages_ok = mbs_ok = False
+                if stages_ok and mbs_ok:
+                    plain = cast("tuple[Action, ...]", row)
+                    self.codes.append([((a.stage * M + a.microbatch) << 4) + a.kind for a in plain])  # type: ignore[operator]
+                    self.steps.append(None)
+                    self.groups.append({})
+                    continue
+            self._careful(rank, row, S, M)
+
+    def _careful(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
+        codes: list[int] = []
+        steps: list[int] = []
+        groups: dict[int, tuple[bool, int]] = {}
+        for index, step in enumerate(row):
+            t = type(step)
+            if t is Idle:
+                continue
+            parts = actions_of(step)
+            if t is not Action:
+                groups[len(codes)] = (t is Batch, len(parts))
+            for a in parts:
+                m = 0 if a.microbatch is None else a.microbatch
+                if not (0 <= a.stage < S and 0 <= m < M and 0 <= a.kind < 16):
+                    self.invalid.append((rank, index, a))
+                    codes.append(INVALID_CODE)
+                else:
+                    codes.append(((a.stage * M + m) << 4) + a.kind)
+                steps.append(index)
+        self.codes.append(codes)
+        self.steps.append(steps)
+        self.groups.append(groups)
+
+    def step_of(self, rank: int, i: int) -> int:
+        steps = self.steps[rank]
+        return i if steps is None else steps[i]
+
+    def action(self, rank: int, i: int) -> Action:
+        """The Action object behind code i of a rank (for messages and timing callbacks)."""
+        return self.actions_of_rank(rank)[i]
+
+    def actions_of_rank(self, rank: int) -> list[Action]:
+        """The Action objects of a rank, one per code."""
+        if self._actions is None:
+            self._actions = [[a for s in row for a in actions_of(s)] for row in self.rows]
+        return self._actions[rank]
+
+    @property
+    def kinds(self) -> frozenset[int]:
+        """The kinds of action (Kind values) the program uses."""
+        if self._kinds is None:
+            found: set[int] = set()
+            for codes in self.codes:
+                found.update(map(and_, codes, repeat(15)))
+            found.discard(15)  # the -1 of an out-of-range action
+            self._kinds = frozenset(found)
+        return self._kinds
+
+    @property
+    def links(self) -> Links:
+        """Which operation each send and receive meets on its link (see `Links`)."""
+        if self._links is None:
+            self._links = Links(self)
+        return self._links
+
+    def meets(self, code: int) -> int:
+        """The code of the operation a send or receive `code` meets on its link (NO_PEER: none)."""
+        exceptions = self.links.meets
+        named = peer_code(code, self.microbatches)
+        return named if exceptions is None else exceptions.get(code, named)
+
+    def describe(self, code: int) -> str:
+        """`0SEND_F3`-style text of a code."""
+        sm, k = code >> 4, code & 15
+        stage, mb = divmod(sm, self.microbatches)
+        kind = KIND_OF[k]
+        return f"{stage}{kind.name}" if kind.stage_only else f"{stage}{kind.name}{mb}"
+
+
+# A send or receive with nothing to meet on its link (more sends than receives on it): its
+# peer is a code no rank ever posts, so it waits forever.
+NO_PEER = -1
+_IS_COMM = tuple(SEND_F <= k <= RECV_B for k in range(16))
+_IS_SEND = tuple(k in (SEND_F, SEND_B) for k in range(16))
+_IS_RECV = tuple(k in (RECV_F, RECV_B) for k in range(16))
+
+
+def named_deltas(M: int) -> list[int]:
+    """Per kind: `code + delta[kind]` is the operation a send or receive names as its peer."""
+    delta = [0] * 16
+    delta[SEND_F], delta[RECV_F] = (M << 4) + 1, -(M << 4) - 1
+    delta[SEND_B], delta[RECV_B] = -(M << 4) + 1, (M << 4) - 1
+    return delta
+
+
+class Links:
+    """The matching rule of every transport and model: on each directed link (sender rank,
+    receiver rank) the k-th receive posted takes the k-th message sent, whatever its label.
+    Paddle's send/recv and `batch_isend_irecv` on gloo and NCCL carry no tag. A rank posts its
+    operations in row order and a batch its members as written, so the k-th of each is fixed
+    by the text: forward activations and backward gradients that go the same way on a link
+    (a V placement) share its order.
+
+    `order[(src, dst)]` holds (the link's send codes in src's row order, its receive codes in
+    dst's row order). `meets` is None when on every link the k-th send is the peer the k-th
+    receive names (`peer_code`): matching by position and by name agree, and the engine's
+    arithmetic stands. Otherwise `meets` maps each code whose partner on the link differs from
+    the named one to that partner (NO_PEER: none), and `mismatches` gives, per such link, the
+    first position where they differ: (src, dst, k, send code, receive code), NO_PEER for the
+    side that has run out.
+    """
+
+    __slots__ = ("order", "meets", "mismatches")
+
+    def __init__(self, enc: Encoded):
+        S, M = enc.stages, enc.microbatches
+        placement = enc.placement
+        # Per `stage << 4 | kind` of a send or receive: the rank at the other end (-1: none).
+        other = [-1] * (S << 4)
+        for s in range(S):
+            if s + 1 < S:
+                other[s << 4 | SEND_F] = other[s << 4 | RECV_B] = placement[s + 1]
+            if s > 0:
+                other[s << 4 | RECV_F] = other[s << 4 | SEND_B] = placement[s - 1]
+        self.order: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        for r, codes in enumerate(enc.codes):
+            comm = list(compress(codes, map(_IS_COMM.__getitem__, map(and_, codes, repeat(15)))))
+            if not comm:
+                continue
+            kinds = list(map(and_, comm, repeat(15)))
+            stages = map(floordiv, map(rshift, comm, repeat(4)), repeat(M))
+            ends = list(map(other.__getitem__, map(or_, map(lshift, stages, repeat(4)), kinds)))
+            sending = list(map(_IS_SEND.__getitem__, kinds))
+            receiving = list(map(_IS_RECV.__getitem__, kinds))
+            for o in set(ends):
+                if o < 0:
+                    continue  # to or from a stage outside the pipeline: PPS207
+                here = list(map(eq, ends, repeat(o)))
+                sent = list(compress(comm, map(and_, here, sending)))
+                got = list(compress(comm, map(and_, here, receiving)))
+                if sent:
+                    self.order.setdefault((r, o), ([], []))[0].extend(sent)
+                if got:
+                    self.order.setdefault((o, r), ([], []))[1].extend(got)
+        delta = named_deltas(M)
+        self.meets: dict[int, int] | None = None
+        self.mismatches: list[tuple[int, int, int, int, int]] = []
+        for (src, dst), (sent, got) in sorted(self.order.items()):
+            named = list(map(add, sent, map(delta.__getitem__, map(and_, sent, repeat(15)))))
+            if named == got:
+                continue
+            meets: dict[int, int] = self.meets if self.meets is not None else {}
+            self.meets = meets
+            n = max(len(sent), len(got))
+            first = next((k for k in range(n) if k >= len(sent) or k >= len(got) or named[k] != got[k]), n)
+            self.mismatches.append((src, dst, first, sent[first] if first < len(sent) else NO_PEER,
+                                    got[first] if first < len(got) else NO_PEER))
+            for k in range(first, n):
+                sc = sent[k] if k < len(sent) else NO_PEER
+                rc = got[k] if k < len(got) else NO_PEER
+                if sc != NO_PEER and rc != sc + delta[sc & 15]:
+                    meets[sc] = rc
+                if rc != NO_PEER and sc != rc + delta[rc & 15]:
+                    meets[rc] = sc
+
+
+def comm_tables(M: int, buffered: bool) -> tuple[list[int], list[int | None], list[int]]:
+    """Per kind of send or receive, as the engines read them: `code + peer_delta[kind]` is the
+    peer its label names; it waits for the key `(sm << SLOT_BITS) + need_off[kind]` (None:
+    nothing; a send waits for its producer, and a buffered receive for its send); it completes
+    the key of slot `out_slot[kind]` of its own sm."""
+    peer_delta = named_deltas(M)
+    need_off: list[int | None] = [None] * 16
+    need_off[SEND_F], need_off[SEND_B] = F_DONE, GRAD_DONE
+    if buffered:
+        need_off[RECV_F], need_off[RECV_B] = -(M << 3) + MSG_F_SENT, (M << 3) + MSG_B_SENT
+    out_slot = [0] * 16
+    out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
+    return peer_delta, need_off, out_slot
+
+
+def sent_key(send: int) -> int:
+    """The key a send completes (in `buffered`, what the receive it meets waits for)."""
+    if send < 0:
+        return NO_KEY  # NO_PEER: nothing on the link to wait for
+    return ((send >> 4) << 3) | (MSG_F_SENT if send & 15 == SEND_F else MSG_B_SENT)
+
+
+def received_key(recv: int) -> int:
+    """The key a receive completes when it meets its send."""
+    return ((recv >> 4) << 3) | (RECV_F_DONE if recv & 15 == RECV_F else RECV_B_DONE)
+
+
+def encode(program: Program) -> Encoded:
+    """The encoding of `program`, made once and kept on the program itself (`Program.derived`):
+    the checker, the engine, lowering and the simulator all ask for it, and a program is
+    immutable, so the first answer stays right for the program's whole life."""
+    enc = program.derived.get(_KEY)
+    if enc is None:
+        enc = program.derived[_KEY] = Encoded(program)
+    assert isinstance(enc, Encoded)
+    return enc
+
+
+def remember(program: Program, enc: Encoded) -> None:
+    """Give `program` an encoding its maker built alongside the rows (lowering does)."""
+    program.derived[_KEY] = enc
+
+
+_KEY = "encoding"  # its entry in Program.derived
+
+
+def peer_code(code: int, microbatches: int) -> int:
+    """The code of the operation a send or receive names as its peer: SEND_F(s,m) <->
+    RECV_F(s+1,m), and SEND_B(s,m) <-> RECV_B(s-1,m). On a link whose order agrees with the
+    labels it is also the one it meets (`Encoded.meets` answers in general)."""
+    k = code & 15
+    sm = code >> 4
+    if k == SEND_F:
+        return ((sm + microbatches) << 4) | RECV_F
+    if k == RECV_F:
+        return ((sm - microbatches) << 4) | SEND_F
+    if k == SEND_B:
+        return ((sm - microbatches) << 4) | RECV_B
+    return ((sm + microbatches) << 4) | SEND_B
+
+
+
+
+def recv_offsets(M: int) -> list[int]:
+    """Per kind of send/receive: the offset from `(code >> 4) << 3` to the key the receive of
+    its pair completes (its own for a receive; its peer's for a send)."""
+    off = [0] * 16
+    off[RECV_F], off[RECV_B] = RECV_F_DONE, RECV_B_DONE
+    off[SEND_F], off[SEND_B] = (M << 3) + RECV_F_DONE, -(M << 3) + RECV_B_DONE
+    return off
+
+
+def input_offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
+             ) -> tuple[list[int | None], list[int | None], list[bool], list[bool]]:
+    """Per (stage, microbatch) `sm`: the offset from `sm << 3` to the key a forward waits for,
+    and to the gradient key a backward waits for (None: no such dependency); per stage,
+    whether that input crosses ranks with no receive (compute-only programs: the hand-off
+    costs a message time). Lists of shared small objects: the loop reads them in order."""
+    f_off: list[int | None] = []
+    b_off: list[int | None] = []
+    f_hop = [False] * S
+    b_hop = [False] * S
+    for s in range(S):
+        fo: int | None = None
+        bo: int | None = None
+        if s > 0:
+            if placement[s - 1] == placement[s] or not with_comms:
+                fo, f_hop[s] = -(M << 3) | F_DONE, placement[s - 1] != placement[s]
+            else:
+                fo = RECV_F_DONE
+        if s < S - 1:
+            if placement[s + 1] == placement[s] or not with_comms:
+                bo, b_hop[s] = (M << 3) | GRAD_DONE, placement[s + 1] != placement[s]
+            else:
+                bo = RECV_B_DONE
+        f_off += [fo] * M
+        b_off += [bo] * M
+    return f_off, b_off, f_hop, b_hop
+
+
+
+
+def deps_of(c: int, f_off: list[int | None], b_off: list[int | None], need_off: list[int | None],
+             f_hop_time: list[float] | None, b_hop_time: list[float] | None, meets: dict[int, int] | None
+             ) -> list[tuple[int, float]]:
+    """(key, implicit message time) of each dependency of action code c, as the loop sees them
+    (`meets`: the link partners that differ from the labelled ones, as in the loop)."""
+    k, sm = c & 15, c >> 4
+    base = sm << 3
+    out: list[tuple[int, float]] = []
+    if k == F:
+        if f_off[sm] is not None:
+            out.append((base + f_off[sm], 0.0 if f_hop_time is None else f_hop_time[c]))  # type: ignore[operator]
+    elif k == W:
+        out.append((base | I_DONE, 0.0))
+    elif k == B or k == I:
+        out.append((base, 0.0))
+        if b_off[sm] is not None:
+            out.append((base + b_off[sm], 0.0 if b_hop_time is None else b_hop_time[c]))  # type: ignore[operator]
+    elif k < 16 and need_off[k] is not None:
+        if meets is not None and k & 1 and c in meets:  # a buffered receive: the send it meets
+            out.append((sent_key(meets[c]), 0.0))
+        else:
+            out.append((base + need_off[k], 0.0))  # type: ignore[operator]
+    return out
+
+
+
+def compute_outputs(code: int) -> tuple[int, ...]:
+    """The keys a compute action completes (B and I: the gradient it sends back; I also
+    what its W waits for)."""
+    k = code & 15
+    sm3 = (code >> 4) << 3
+    if k == F:
+        return (sm3 | F_DONE,)
+    if k == B:
+        return (sm3 | GRAD_DONE,)
+    if k == I:
+        return (sm3 | GRAD_DONE, sm3 | I_DONE)
+    return ()
+
+
+
+def describe_key(key: int, microbatches: int) -> tuple[int, int, int, str]:
+    """(stage, microbatch, slot, text such as `1RECV_F3`) of a dependency key."""
+    sm, slot = key >> 3, key & 7
+    stage, mb = divmod(sm, microbatches)
+    return stage, mb, slot, f"{stage}{SLOT_NAMES[slot]}{mb}"
+
+
