@@ -23,7 +23,7 @@ never in a module-level cache keyed by `id()`.
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, eq, floordiv, lshift, or_, rshift
+from operator import add, and_, attrgetter, eq
 from typing import cast
 
 from .ir import Action, Batch, Idle, Kind, Program, Step, actions_of
@@ -74,7 +74,8 @@ class Encoded:
     __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
                  "_kinds", "_links")
 
-    def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None):
+    def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
+                 links: Links | None = None):
         S, M = program.stages, program.microbatches
         self.stages, self.microbatches = S, M
         self.placement = program.placement
@@ -88,6 +89,7 @@ class Encoded:
         self._kinds: frozenset[int] | None = None
         if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
             self._kinds = kinds
+            self._links = links
             self.codes = codes
             self.steps = [None] * len(codes)
             self.groups = [{} for _ in codes]
@@ -180,9 +182,6 @@ class Encoded:
 # A send or receive with nothing to meet on its link (more sends than receives on it): its
 # peer is a code no rank ever posts, so it waits forever.
 NO_PEER = -1
-_IS_COMM = tuple(SEND_F <= k <= RECV_B for k in range(16))
-_IS_SEND = tuple(k in (SEND_F, SEND_B) for k in range(16))
-_IS_RECV = tuple(k in (RECV_F, RECV_B) for k in range(16))
 
 
 def named_deltas(M: int) -> list[int]:
@@ -212,36 +211,41 @@ class Links:
 
     __slots__ = ("order", "meets", "mismatches")
 
+    @classmethod
+    def in_label_order(cls) -> Links:
+        """The links of a program whose maker puts every link in label order (lowering, whose
+        rows all follow one global order of exchanges): nothing differs, nothing to scan."""
+        links = cls.__new__(cls)
+        links.order, links.meets, links.mismatches = {}, None, []
+        return links
+
     def __init__(self, enc: Encoded):
         S, M = enc.stages, enc.microbatches
         placement = enc.placement
-        # Per `stage << 4 | kind` of a send or receive: the rank at the other end (-1: none).
-        other = [-1] * (S << 4)
+        # Per code: which end of which link it is, `other rank << 1 | is a send` (-1: not a send
+        # or receive, or one to a stage outside the pipeline, PPS207); one entry past the code
+        # space for INVALID_CODE. One lookup per code, then two scans per link of a row.
+        end = [-1] * ((S * M << 4) + 1)
         for s in range(S):
+            lo, hi = (s * M) << 4, ((s + 1) * M) << 4
             if s + 1 < S:
-                other[s << 4 | SEND_F] = other[s << 4 | RECV_B] = placement[s + 1]
+                end[lo + SEND_F:hi:16] = [placement[s + 1] << 1 | 1] * M
+                end[lo + RECV_B:hi:16] = [placement[s + 1] << 1] * M
             if s > 0:
-                other[s << 4 | RECV_F] = other[s << 4 | SEND_B] = placement[s - 1]
+                end[lo + RECV_F:hi:16] = [placement[s - 1] << 1] * M
+                end[lo + SEND_B:hi:16] = [placement[s - 1] << 1 | 1] * M
         self.order: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
         for r, codes in enumerate(enc.codes):
-            comm = list(compress(codes, map(_IS_COMM.__getitem__, map(and_, codes, repeat(15)))))
-            if not comm:
-                continue
-            kinds = list(map(and_, comm, repeat(15)))
-            stages = map(floordiv, map(rshift, comm, repeat(4)), repeat(M))
-            ends = list(map(other.__getitem__, map(or_, map(lshift, stages, repeat(4)), kinds)))
-            sending = list(map(_IS_SEND.__getitem__, kinds))
-            receiving = list(map(_IS_RECV.__getitem__, kinds))
-            for o in set(ends):
-                if o < 0:
-                    continue  # to or from a stage outside the pipeline: PPS207
-                here = list(map(eq, ends, repeat(o)))
-                sent = list(compress(comm, map(and_, here, sending)))
-                got = list(compress(comm, map(and_, here, receiving)))
-                if sent:
-                    self.order.setdefault((r, o), ([], []))[0].extend(sent)
-                if got:
-                    self.order.setdefault((o, r), ([], []))[1].extend(got)
+            ends = list(map(end.__getitem__, codes))
+            for e in set(ends):
+                if e < 0:
+                    continue
+                mine = list(compress(codes, map(eq, ends, repeat(e))))
+                o = e >> 1
+                if e & 1:
+                    self.order.setdefault((r, o), ([], []))[0].extend(mine)
+                else:
+                    self.order.setdefault((o, r), ([], []))[1].extend(mine)
         delta = named_deltas(M)
         self.meets: dict[int, int] | None = None
         self.mismatches: list[tuple[int, int, int, int, int]] = []

@@ -13,7 +13,9 @@ which only ever let more operations complete):
    after the exchanges that feed it (producer end <= consumer start, exchanges first on
    ties) and every exchange after the compute it carries (a compute ends after it starts).
 3. Each rank's row is exactly G restricted to that rank: its computes keep their order, and
-   an exchange appears on both of its ranks at the same place in G.
+   an exchange appears on both of its ranks at the same place in G. So on every link the
+   sends and the receives come in one order, G's: the k-th receive names the k-th send, as
+   the transports match them (`encoding.Links`), and PPS212 cannot arise.
 
 Run the rows: by induction over G, when every event before e has completed, e is at the
 head of the row of each rank it involves (those rows are projections of G), its inputs are
@@ -40,7 +42,7 @@ from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters
 from .check import analyse
 from .semantics import CommModel, execute
-from .encoding import LOW, B, Encoded, F, I, remember
+from .encoding import LOW, B, Encoded, F, I, Links, remember
 from .gcpause import no_gc
 
 
@@ -69,7 +71,8 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
     result = program.evolve(rows=rows, source=None, generated=None)
     if codes is not None:
         # The encoding lowering built alongside the rows (the checker then need not re-encode).
-        remember(result, Encoded(result, codes, ctx.enc.kinds | emitted))
+        # Its links are in label order by construction (point 3 above; a property test holds it).
+        remember(result, Encoded(result, codes, ctx.enc.kinds | emitted, Links.in_label_order()))
     return result
 
 
