@@ -72,7 +72,7 @@ class Encoded:
     """
 
     __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
-                 "_kinds", "_links")
+                 "_kinds", "_links", "_needs")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
                  links: Links | None = None):
@@ -81,6 +81,7 @@ class Encoded:
         self.placement = program.placement
         self.rows = program.rows
         self._links: Links | None = None
+        self._needs: dict[bool, Needs] = {}
         self.codes: list[list[int]] = []
         self.steps: list[list[int] | None] = []
         self.groups: list[dict[int, tuple[bool, int]]] = []
@@ -164,6 +165,13 @@ class Encoded:
         if self._links is None:
             self._links = Links(self)
         return self._links
+
+    def needs(self, buffered: bool) -> Needs:
+        """What each code waits for, under `buffered` or a model where sends block (see `Needs`)."""
+        table = self._needs.get(buffered)
+        if table is None:
+            table = self._needs[buffered] = Needs(self, buffered)
+        return table
 
     def meets(self, code: int) -> int:
         """The code of the operation a send or receive `code` meets on its link (NO_PEER: none)."""
@@ -329,8 +337,6 @@ def peer_code(code: int, microbatches: int) -> int:
     return ((sm + microbatches) << 4) | SEND_B
 
 
-
-
 def recv_offsets(M: int) -> list[int]:
     """Per kind of send/receive: the offset from `(code >> 4) << 3` to the key the receive of
     its pair completes (its own for a receive; its peer's for a send)."""
@@ -370,30 +376,63 @@ def input_offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
 
 
 
-def deps_of(c: int, f_off: list[int | None], b_off: list[int | None], need_off: list[int | None],
-             f_hop_time: list[float] | None, b_hop_time: list[float] | None, meets: dict[int, int] | None
-             ) -> list[tuple[int, float]]:
-    """(key, implicit message time) of each dependency of action code c, as the loop sees them
-    (`meets`: the link partners that differ from the labelled ones, as in the loop)."""
-    k, sm = c & 15, c >> 4
-    base = sm << 3
-    out: list[tuple[int, float]] = []
-    if k == F:
-        if f_off[sm] is not None:
-            out.append((base + f_off[sm], 0.0 if f_hop_time is None else f_hop_time[c]))  # type: ignore[operator]
-    elif k == W:
-        out.append((base | I_DONE, 0.0))
-    elif k == B or k == I:
-        out.append((base, 0.0))
-        if b_off[sm] is not None:
-            out.append((base + b_off[sm], 0.0 if b_hop_time is None else b_hop_time[c]))  # type: ignore[operator]
-    elif k < 16 and need_off[k] is not None:
-        if meets is not None and k & 1 and c in meets:  # a buffered receive: the send it meets
-            out.append((sent_key(meets[c]), 0.0))
-        else:
-            out.append((base + need_off[k], 0.0))  # type: ignore[operator]
-    return out
+class Needs:
+    """What each code waits for under one model, built once per encoding and model
+    (`Encoded.needs`): the tables the engines' hot loops read, and `of(code)`, the same rule
+    spelled out per code for everything that is not a hot loop (the engine's explanation of
+    a stuck run, the critical path, the checker's cycle search).
 
+    - `f_off[sm]`, `b_off[sm]`: offset from `sm << SLOT_BITS` to the key a forward, and a
+      backward's gradient input, waits for (None: none); `f_hop[stage]`, `b_hop[stage]`:
+      whether that input crosses ranks with no receive (a compute-only program);
+    - `peer_delta`, `need_off`, `out_slot` per kind of send or receive (`comm_tables`), and
+      `recv_off`: the key the receive of a matched pair completes, from a send or a receive;
+    - `meets`: the link partners that differ from the labelled ones (`Links`; None: none).
+    """
+
+    __slots__ = ("M", "buffered", "f_off", "b_off", "f_hop", "b_hop", "peer_delta", "need_off", "out_slot",
+                 "recv_off", "meets")
+
+    def __init__(self, enc: Encoded, buffered: bool):
+        S, M = enc.stages, enc.microbatches
+        with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
+        self.M, self.buffered = M, buffered
+        self.f_off, self.b_off, self.f_hop, self.b_hop = input_offsets(S, M, enc.placement, with_comms)
+        self.peer_delta, self.need_off, self.out_slot = comm_tables(M, buffered)
+        self.recv_off = recv_offsets(M)
+        self.meets = enc.links.meets if with_comms else None
+
+    def of(self, c: int) -> list[tuple[int, bool]]:
+        """(key, crosses ranks with no receive) of each thing code c waits for, as the
+        engines see them; a buffered receive waits for the send it meets on its link."""
+        k, sm = c & 15, c >> 4
+        base = sm << 3
+        if k == F:
+            off = self.f_off[sm]
+            return [] if off is None else [(base + off, self.f_hop[sm // self.M])]
+        if k == W:
+            return [(base | I_DONE, False)]
+        if k == B or k == I:
+            off = self.b_off[sm]
+            return [(base, False)] + ([] if off is None else [(base + off, self.b_hop[sm // self.M])])
+        need = self.need_off[k] if k < 16 else None
+        if need is None:
+            return []
+        if self.meets is not None and k & 1 and c in self.meets:
+            return [(sent_key(self.meets[c]), False)]
+        return [(base + need, False)]
+
+
+# What completes each slot of a key: the kinds whose action, of the key's stage and
+# microbatch, does (a gradient by the B or the I).
+PRODUCERS: dict[int, tuple[int, ...]] = {F_DONE: (F,), GRAD_DONE: (B, I), I_DONE: (I,), RECV_F_DONE: (RECV_F,),
+                                         RECV_B_DONE: (RECV_B,), MSG_F_SENT: (SEND_F,), MSG_B_SENT: (SEND_B,)}
+
+
+def producers(key: int) -> list[int]:
+    """The codes that can complete `key`, in the order to look for them."""
+    sm = key >> SLOT_BITS
+    return [(sm << KIND_BITS) | k for k in PRODUCERS[key & SLOT_MASK]]
 
 
 def compute_outputs(code: int) -> tuple[int, ...]:
@@ -408,7 +447,6 @@ def compute_outputs(code: int) -> tuple[int, ...]:
     if k == I:
         return (sm3 | GRAD_DONE, sm3 | I_DONE)
     return ()
-
 
 
 def describe_key(key: int, microbatches: int) -> tuple[int, int, int, str]:

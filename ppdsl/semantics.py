@@ -41,10 +41,8 @@ from collections.abc import Callable, Sequence
 
 from attrs import frozen
 
-from .encoding import (_COMM_KINDS, B, F, GRAD_DONE, I, I_DONE, KIND_MASK, MSG_B_SENT, MSG_F_SENT, NO_PEER, RECV_B,
-                       RECV_B_DONE, RECV_F, RECV_F_DONE, SEND_B, SEND_F, W, Encoded, F_DONE, comm_tables,
-                       compute_outputs, deps_of, encode, input_offsets, peer_code, received_key, recv_offsets,
-                       sent_key)
+from .encoding import (_COMM_KINDS, GRAD_DONE, I_DONE, KIND_MASK, NO_PEER, B, Encoded, F, I, RECV_B, RECV_F, SEND_B,
+                       SEND_F, W, compute_outputs, encode, peer_code, producers, received_key, sent_key)
 from .ir import Action, Overlap, Program
 
 
@@ -172,18 +170,16 @@ def completes(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, e
         raise ValueError("the program has out-of-range actions; check() reports them")
     if any(enc.groups) or any(steps is not None for steps in enc.steps):
         return _Engine(program, enc, model, UNIT).run().completed
-    return _completes_plain(enc, program.placement, model is CommModel.BUFFERED)
+    return _completes_plain(enc, model is CommModel.BUFFERED)
 
 
-def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -> bool:  # noqa: C901 - one hot loop
+def _completes_plain(enc: Encoded, buffered: bool) -> bool:  # noqa: C901 - one hot loop
     S, M = enc.stages, enc.microbatches
     R = len(enc.codes)
-    with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
-    f_off, b_off, _, _ = input_offsets(S, M, placement, with_comms)
-    peer_delta, need_off, out_slot = comm_tables(M, buffered)
-    recv_off = recv_offsets(M)
-    # Where a link's order differs from the labels: who meets whom (None: the labels say).
-    meets = enc.links.meets if with_comms else None
+    needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
+    f_off, b_off = needs.f_off, needs.b_off
+    peer_delta, need_off, out_slot, recv_off = needs.peer_delta, needs.need_off, needs.out_slot, needs.recv_off
+    meets = needs.meets  # where a link's order differs from the labels: who meets whom
     done = bytearray((S * M + M) << 3)  # 1 once a key is complete; padded as in the engine
     posted: dict[int, int] = {}  # code of a posted send/receive -> its rank
     waiters: dict[int, list[int]] = {}
@@ -276,7 +272,7 @@ class _Engine:
         self.enc = enc
         self.model = model
         self.timing = timing
-        self.meets: dict[int, int] | None = None  # set by run(): the link partners it used
+        self.needs = enc.needs(model is CommModel.BUFFERED)
 
     def _durations(self, with_comms: bool, f_hop: list[bool], b_hop: list[bool]
                    ) -> tuple[list[float], int, list[float] | None, list[float] | None]:
@@ -345,14 +341,11 @@ class _Engine:
         buffered = self.model is CommModel.BUFFERED
         with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
         unit = timing.is_unit
-        f_off, b_off, f_hop, b_hop = input_offsets(S, M, program.placement, with_comms)
-        dur, dur_mask, f_hop_time, b_hop_time = self._durations(with_comms, f_hop, b_hop)
-
-        peer_delta, need_off, out_slot = comm_tables(M, buffered)  # see encoding.comm_tables
-        recv_off = recv_offsets(M)
-        # Where a link's order differs from the labels: who meets whom (None: the labels say).
-        meets = enc.links.meets if with_comms else None
-        self.meets = meets
+        needs = self.needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
+        f_off, b_off = needs.f_off, needs.b_off
+        dur, dur_mask, f_hop_time, b_hop_time = self._durations(with_comms, needs.f_hop, needs.b_hop)
+        peer_delta, need_off, out_slot, recv_off = needs.peer_delta, needs.need_off, needs.out_slot, needs.recv_off
+        meets = needs.meets  # where a link's order differs from the labels: who meets whom
 
         # Completion time per key (-1: not yet). M microbatches' worth of keys past the end
         # that nothing writes: the input of a send or receive to a stage outside the pipeline
@@ -404,7 +397,9 @@ class _Engine:
                 wake(ok)
 
         def deps_here(c: int) -> list[tuple[int, float]]:
-            return deps_of(c, f_off, b_off, need_off, f_hop_time, b_hop_time, meets)
+            """(key, the implicit message time before it is usable) of what code c waits for."""
+            hops = f_hop_time if c & 15 == F else b_hop_time
+            return [(key, hops[c] if crosses and hops is not None else 0.0) for key, crosses in needs.of(c)]
 
         while work:
             r = popleft()
@@ -606,7 +601,7 @@ class _Engine:
                 ready[r] = t
 
         completed = all(pc[r] >= len(codes_of[r]) for r in range(R))
-        waits = () if completed else tuple(self._waits(pc, pending, posted, f_off, b_off, need_off, done))
+        waits = () if completed else tuple(self._waits(pc, pending, posted, done))
         step_starts, step_ends = self._per_step(starts, ends)
         makespan = max(map(_last_end, step_ends), default=0.0)
         return Execution(completed, step_starts, step_ends, waits, makespan)
@@ -636,7 +631,6 @@ class _Engine:
         return tuple(out_s), tuple(out_e)
 
     def _waits(self, pc: list[int], pending: list[int], posted: dict[int, tuple[int, float]],
-               f_off: list[int | None], b_off: list[int | None], need_off: list[int | None],
                done: list[float]) -> list[Wait]:
         """Where each unfinished rank waits, and for what: worked out after the run from where
         it stopped (the loop keeps no record of it)."""
@@ -661,8 +655,7 @@ class _Engine:
                 reason, key, index = "peer", enc.meets(codes[j]), j
             else:
                 for j in members:
-                    waiting = [key for key, _ in deps_of(codes[j], f_off, b_off, need_off, None, None, self.meets)
-                               if done[key] < 0]
+                    waiting = [key for key, _ in self.needs.of(codes[j]) if done[key] < 0]
                     if waiting:
                         reason, key, index = "data", waiting[0], j
                         break
@@ -681,16 +674,10 @@ class _Engine:
                 out.append(Wait(r, step, action, enc.describe(peer_code(codes[index], M)), None, "missing"))
                 continue
             # A data key: the action that completes it.
-            sm, slot = key >> 3, key & 7
-            producer_kinds = {F_DONE: (F,), GRAD_DONE: (B, I), I_DONE: (I,), RECV_F_DONE: (RECV_F,),
-                              RECV_B_DONE: (RECV_B,), MSG_F_SENT: (SEND_F,), MSG_B_SENT: (SEND_B,)}[slot]
-            on = None
-            text = enc.describe((sm << 4) | producer_kinds[0])
-            for k in producer_kinds:
-                if ((sm << 4) | k) in where:
-                    on = where[(sm << 4) | k]
-                    text = enc.describe((sm << 4) | k)
-                    break
+            made_by = producers(key)
+            found = next((c for c in made_by if c in where), None)
+            on = None if found is None else where[found]
+            text = enc.describe(made_by[0] if found is None else found)
             out.append(Wait(r, step, action, text, on, "data" if on is not None else "missing"))
         return out
 
