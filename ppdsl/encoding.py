@@ -192,12 +192,23 @@ class Encoded:
 NO_PEER = -1
 
 
+# The operation a send or receive names as its peer, per kind: (stage step, peer kind).
+# SEND_F(s,m) <-> RECV_F(s+1,m) carries an activation, SEND_B(s,m) <-> RECV_B(s-1,m) a gradient.
+PEER_OF_KIND: dict[int, tuple[int, int]] = {SEND_F: (1, RECV_F), RECV_F: (-1, SEND_F), SEND_B: (-1, RECV_B),
+                                            RECV_B: (1, SEND_B)}
+
+
 def named_deltas(M: int) -> list[int]:
     """Per kind: `code + delta[kind]` is the operation a send or receive names as its peer."""
     delta = [0] * 16
-    delta[SEND_F], delta[RECV_F] = (M << 4) + 1, -(M << 4) - 1
-    delta[SEND_B], delta[RECV_B] = -(M << 4) + 1, (M << 4) - 1
+    for k, (step, peer) in PEER_OF_KIND.items():
+        delta[k] = (step * M << KIND_BITS) + peer - k
     return delta
+
+
+def peer_stage(stage: int, kind: int) -> int:
+    """The stage on the other end of a send or receive of `stage` (maybe outside the pipeline)."""
+    return stage + PEER_OF_KIND[kind][0]
 
 
 class Links:
@@ -236,12 +247,10 @@ class Links:
         end = [-1] * ((S * M << 4) + 1)
         for s in range(S):
             lo, hi = (s * M) << 4, ((s + 1) * M) << 4
-            if s + 1 < S:
-                end[lo + SEND_F:hi:16] = [placement[s + 1] << 1 | 1] * M
-                end[lo + RECV_B:hi:16] = [placement[s + 1] << 1] * M
-            if s > 0:
-                end[lo + RECV_F:hi:16] = [placement[s - 1] << 1] * M
-                end[lo + SEND_B:hi:16] = [placement[s - 1] << 1 | 1] * M
+            for k in COMM_KINDS:
+                t = peer_stage(s, k)
+                if 0 <= t < S:
+                    end[lo + k:hi:16] = [placement[t] << 1 | (k in (SEND_F, SEND_B))] * M
         self.order: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
         for r, codes in enumerate(enc.codes):
             ends = list(map(end.__getitem__, codes))
@@ -326,15 +335,9 @@ def peer_code(code: int, microbatches: int) -> int:
     """The code of the operation a send or receive names as its peer: SEND_F(s,m) <->
     RECV_F(s+1,m), and SEND_B(s,m) <-> RECV_B(s-1,m). On a link whose order agrees with the
     labels it is also the one it meets (`Encoded.meets` answers in general)."""
-    k = code & 15
-    sm = code >> 4
-    if k == SEND_F:
-        return ((sm + microbatches) << 4) | RECV_F
-    if k == RECV_F:
-        return ((sm - microbatches) << 4) | SEND_F
-    if k == SEND_B:
-        return ((sm - microbatches) << 4) | RECV_B
-    return ((sm + microbatches) << 4) | SEND_B
+    k = code & KIND_MASK
+    step, peer = PEER_OF_KIND.get(k, (0, k))  # not a send or receive: itself
+    return code + (step * microbatches << KIND_BITS) + peer - k
 
 
 def recv_offsets(M: int) -> list[int]:

@@ -45,7 +45,7 @@ def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_me
     wanted = frozenset(r.FAMILY for r in RULES) if families is None else frozenset(families)
     memory_key = (max_memory, None if memory_weights is None else tuple(memory_weights))
     last = program.derived.get(_ANALYSIS)
-    if isinstance(last, _Analysis) and last.model is model and wanted <= last.families \
+    if isinstance(last, _Analysis) and (last.model is model or not wanted & _BY_MODEL) and wanted <= last.families \
             and ("memory" not in wanted or last.memory_key == memory_key):
         # The same immutable program analysed a moment ago (lint, then lower): reuse it.
         codes = {c for r in RULES if r.FAMILY in wanted for c in r.CODES}
@@ -60,6 +60,7 @@ def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_me
 
 
 _ANALYSIS = "analysis"  # its entry in Program.derived
+_BY_MODEL = frozenset(("deadlock",))  # the families whose verdict depends on the comm model
 
 
 @frozen
