@@ -26,7 +26,7 @@ from . import models
 from .comm import comm_model_of
 from .models import SetupFailure, build_stages, make_optimizer
 from .plan import Plan, compile_rank, count_actions
-from .preflight import Refused, prepare
+from .preflight import prepare
 from .watchdog import Reporter, Watchdog
 
 
@@ -73,7 +73,7 @@ class Setup:
         self.batches: Iterator[tuple[Any, Any]] | None = None
         try:
             self._build(cfg, file, rank, world, model)
-        except (UsageError, Refused, SetupFailure) as exc:
+        except (UsageError, SetupFailure) as exc:
             self.error = str(exc)
         except PpsError as exc:
             self.error = "the program does not pass lint: " + "; ".join(
