@@ -22,6 +22,7 @@ never in a module-level cache keyed by `id()`.
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import compress, repeat
 from operator import add, and_, attrgetter, eq
 from typing import cast
@@ -72,7 +73,7 @@ class Encoded:
     """
 
     __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
-                 "_kinds", "_links", "_needs")
+                 "_kinds", "_links", "_needs", "_pos", "_columns")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
                  links: Links | None = None):
@@ -82,6 +83,8 @@ class Encoded:
         self.rows = program.rows
         self._links: Links | None = None
         self._needs: dict[bool, Needs] = {}
+        self._pos: list[int] | None = None
+        self._columns: dict[int, list[int]] = {}
         self.codes: list[list[int]] = []
         self.steps: list[list[int] | None] = []
         self.groups: list[dict[int, tuple[bool, int]]] = []
@@ -158,6 +161,33 @@ class Encoded:
             found.discard(15)  # the -1 of an out-of-range action
             self._kinds = frozenset(found)
         return self._kinds
+
+    @property
+    def pos(self) -> list[int]:
+        """code -> place of its first occurrence (`rank << SHIFT | i`), -1 where the program
+        lacks it.
+
+        A list over the whole code space rather than a dict: a reader takes every (stage,
+        microbatch) of one kind as the slice `pos[kind::16]`, in C. Filled by scattering each
+        row backwards, so the first occurrence of a code is the one that stays."""
+        if self._pos is None:
+            pos = [-1] * (self.stages * self.microbatches << KIND_BITS)
+            setter = pos.__setitem__
+            for rank in range(len(self.codes) - 1, -1, -1):
+                codes = self.codes[rank]
+                base = rank << SHIFT
+                deque(map(setter, reversed(codes), range(base + len(codes) - 1, base - 1, -1)), maxlen=0)
+            if pos:
+                pos[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
+            self._pos = pos
+        return self._pos
+
+    def column(self, kind: int) -> list[int]:
+        """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""
+        col = self._columns.get(kind)
+        if col is None:
+            col = self._columns[kind] = self.pos[kind::16]
+        return col
 
     @property
     def links(self) -> Links:

@@ -42,7 +42,7 @@ from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters
 from .check import analyse
 from .semantics import CommModel, execute
-from .encoding import LOW, B, Encoded, F, I, Links, remember
+from .encoding import COMM_KINDS, LOW, B, Encoded, F, I, Links, encode, remember
 from .gcpause import no_gc
 
 
@@ -54,17 +54,18 @@ def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "r
 
 def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program:
     model = CommModel(comm_model)
-    diagnostics, ctx = analyse(program, CommModel.RENDEZVOUS, families=("structure", "completeness", "order", "deadlock"),
-                               stop_if_comms=True)
-    if ctx.has_comms:
+    enc = encode(program)
+    if not enc.kinds.isdisjoint(COMM_KINDS):
+        path = program.source.path if program.source is not None else "<input>"
         raise PpsError([Diagnostic("PPS220", "the program already has sends and receives; lowering needs a "
-                                   "compute-only program", ctx.path, help="lint it with `ppdsl lint` instead")])
+                                   "compute-only program", path, help="lint it with `ppdsl lint` instead")])
+    diagnostics, _ = analyse(program, CommModel.RENDEZVOUS, families=("structure", "completeness", "order", "deadlock"))
     errors = [d for d in diagnostics if d.is_error]
     if errors:
         raise PpsError(errors)
-    ex = ctx.execution
-    assert ex is not None and ex.completed
-    rows, codes, emitted = _lowered_rows(program, ctx.enc, ctx.column, ex.starts, ex.ends)
+    ex = execute(program, CommModel.RENDEZVOUS)  # the run the checker just made (kept on the program)
+    assert ex.completed
+    rows, codes, emitted = _lowered_rows(program, enc, enc.column, ex.starts, ex.ends)
     if fuse:
         rows = _fuse(program, rows, model)
         codes = None
@@ -72,7 +73,7 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
     if codes is not None:
         # The encoding lowering built alongside the rows (the checker then need not re-encode).
         # Its links are in label order by construction (point 3 above; a property test holds it).
-        remember(result, Encoded(result, codes, ctx.enc.kinds | emitted, Links.in_label_order()))
+        remember(result, Encoded(result, codes, enc.kinds | emitted, Links.in_label_order()))
     return result
 
 

@@ -35,12 +35,13 @@ def explain(code: str) -> str | None:
 
 
 def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_memory: float | None = None,
-            memory_weights: Sequence[float] | None = None, families: Sequence[str] | None = None,
-            stop_if_comms: bool = False) -> tuple[list[Diagnostic], Context]:
+            memory_weights: Sequence[float] | None = None, families: Sequence[str] | None = None
+            ) -> tuple[list[Diagnostic], Context]:
     """check() and the context it built (with the execution, when the program got that far).
 
-    `families` limits the rule families run; `stop_if_comms` returns at once, with no
-    diagnostics, for a program with communication (lowering refuses those anyway)."""
+    `families` limits the rule families run. The analysis is kept on the program
+    (`Program.derived`), so asking again (lint, then lower, then the runtime's plan) costs
+    nothing."""
     model = CommModel(comm_model)
     wanted = frozenset(r.FAMILY for r in RULES) if families is None else frozenset(families)
     memory_key = (max_memory, None if memory_weights is None else tuple(memory_weights))
@@ -52,8 +53,6 @@ def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_me
         return [d for d in last.found if d.code in codes], last.ctx
     with no_gc():
         ctx = Context(program, model, max_memory, memory_weights)
-        if stop_if_comms and ctx.has_comms:
-            return [], ctx
         found = _analyse(ctx, wanted)
     program.derived[_ANALYSIS] = _Analysis(model, wanted, memory_key, ctx, found)  # one per program: it holds the execution
     return found, ctx

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from ..diagnostics import Diagnostic, Severity
 from ..ir import Program, Span
@@ -53,36 +52,17 @@ class Context:
         # Filled by the rules, read by later ones.
         self.failed: set[str] = set()  # rule families that reported an error
         self.execution: Execution | None = None
-        self._pos: list[int] | None = None
-        self._columns: dict[int, list[int]] = {}
         self._span_cache: dict[int, tuple[list[int], list[list[tuple[int, int]] | None]]] = {}
 
     # -- tables ----------------------------------------------------------------------------
     @property
     def pos(self) -> list[int]:
-        """code -> global index of its first occurrence, -1 where the program lacks it.
-
-        A list over the whole code space rather than a dict: a rule reads every (stage,
-        microbatch) of one kind as the slice `pos[kind::16]`, in C. Filled by scattering each
-        row backwards, so the first occurrence of a code is the one that stays."""
-        if self._pos is None:
-            pos = [-1] * (self.S * self.M * 16)
-            setter = pos.__setitem__
-            for rank in range(len(self.enc.codes) - 1, -1, -1):
-                codes = self.enc.codes[rank]
-                base = rank << SHIFT
-                deque(map(setter, reversed(codes), range(base + len(codes) - 1, base - 1, -1)), maxlen=0)
-            if pos:
-                pos[-1] = -1  # an out-of-range action's code -1 landed here; no real code does (kind 15)
-            self._pos = pos
-        return self._pos
+        """code -> global index of its first occurrence, -1 where absent (`Encoded.pos`)."""
+        return self.enc.pos
 
     def column(self, kind: int) -> list[int]:
         """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""
-        col = self._columns.get(kind)
-        if col is None:
-            col = self._columns[kind] = self.pos[kind::16]
-        return col
+        return self.enc.column(kind)
 
     @property
     def kinds(self) -> frozenset[int]:
