@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, eq
+from operator import add, and_, attrgetter, eq, lt
 from typing import cast
 
 from .ir import Action, Batch, Idle, Kind, Program, Step, actions_of
@@ -250,7 +250,8 @@ class Links:
     (a V placement) share its order.
 
     `order[(src, dst)]` holds (the link's send codes in src's row order, its receive codes in
-    dst's row order). `meets` is None when on every link the k-th send is the peer the k-th
+    dst's row order), filled only when some link's order is not its label order (found from
+    the position table, `in_label_order`, without a scan in the usual case). `meets` is None when on every link the k-th send is the peer the k-th
     receive names (`peer_code`): matching by position and by name agree, and the engine's
     arithmetic stands. Otherwise `meets` maps each code whose partner on the link differs from
     the named one to that partner (NO_PEER: none), and `mismatches` gives, per such link, the
@@ -268,7 +269,17 @@ class Links:
         links.order, links.meets, links.mismatches = {}, None, []
         return links
 
-    def __init__(self, enc: Encoded):
+    def __init__(self, enc: Encoded, scan: bool = False):
+        """`scan`: read every row even when the position table shows label order (tests
+        compare the two ways)."""
+        self.order: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        self.meets: dict[int, int] | None = None
+        self.mismatches: list[tuple[int, int, int, int, int]] = []
+        if not scan and in_label_order(enc):
+            return  # the usual case, decided from the position table without a scan
+        self._scan(enc)
+
+    def _scan(self, enc: Encoded) -> None:
         S, M = enc.stages, enc.microbatches
         placement = enc.placement
         # Per code: which end of which link it is, `other rank << 1 | is a send` (-1: not a send
@@ -281,7 +292,6 @@ class Links:
                 t = peer_stage(s, k)
                 if 0 <= t < S:
                     end[lo + k:hi:16] = [placement[t] << 1 | (k in (SEND_F, SEND_B))] * M
-        self.order: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
         for r, codes in enumerate(enc.codes):
             ends = list(map(end.__getitem__, codes))
             for e in set(ends):
@@ -294,8 +304,6 @@ class Links:
                 else:
                     self.order.setdefault((o, r), ([], []))[1].extend(mine)
         delta = named_deltas(M)
-        self.meets: dict[int, int] | None = None
-        self.mismatches: list[tuple[int, int, int, int, int]] = []
         for (src, dst), (sent, got) in sorted(self.order.items()):
             named = list(map(add, sent, map(delta.__getitem__, map(and_, sent, repeat(15)))))
             if named == got:
@@ -328,6 +336,44 @@ def comm_tables(M: int, buffered: bool) -> tuple[list[int], list[int | None], li
     out_slot = [0] * 16
     out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
     return peer_delta, need_off, out_slot
+
+
+def in_label_order(enc: Encoded) -> bool:
+    """Whether on every link the k-th send is the one the k-th receive names, decided from the
+    position table: per link, the sends and receives it carries pair up by label (stage s's
+    `SEND_F`s with stage s+1's `RECV_F`s, a stage's `SEND_B`s with the previous one's
+    `RECV_B`s), and the order holds when sorting the pairs by the send's place also sorts them
+    by the receive's. False also when it cannot say that way (an action missing or repeated):
+    then `Links` scans the rows."""
+    S, M = enc.stages, enc.microbatches
+    pos = enc.pos
+    if len(pos) - pos.count(-1) != sum(map(len, enc.codes)) - len(enc.invalid):
+        return False  # an action appears twice: the position table holds only its first place
+    pairs: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+    for s in range(S):
+        for send in (SEND_F, SEND_B):
+            step, recv = PEER_OF_KIND[send]
+            t = s + step
+            if not 0 <= t < S:
+                continue
+            sent = pos[((s * M) << KIND_BITS) + send:((s + 1) * M) << KIND_BITS:16]
+            got = pos[((t * M) << KIND_BITS) + recv:((t + 1) * M) << KIND_BITS:16]
+            if sent.count(-1) == M and got.count(-1) == M:
+                continue  # no such hand-off in the program
+            if -1 in sent or -1 in got:
+                return False  # a send without its receive, or the reverse
+            into = pairs.setdefault((enc.placement[s], enc.placement[t]), ([], []))
+            into[0].extend(sent)
+            into[1].extend(got)
+    for sent, got in pairs.values():
+        if not all(map(lt, sent, sent[1:])):
+            by_send = sorted(range(len(sent)), key=sent.__getitem__)
+            got = list(map(got.__getitem__, by_send))
+        if not all(map(lt, got, got[1:])):
+            return False
+    # Sends and receives with no partner stage (PPS207) are on no link; the rows' other
+    # sends and receives are all in `pairs` (each appears once), so every link was seen.
+    return True
 
 
 def sent_key(send: int) -> int:
