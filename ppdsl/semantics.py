@@ -9,7 +9,12 @@ receive waits according to the communication model:
   has met its peer (NCCL's group calls). Operations outside batches behave as in rendezvous.
 - `buffered`: a send completes at once; a receive waits for its send (PyTorch's simulator).
 
-Data dependencies (stage s of microbatch m):
+Which send a receive meets is the same in every model, as on the transports: on each directed
+link (sender rank, receiver rank) the k-th receive posted takes the k-th message sent, batch
+members counted in written order (`encoding.Links`). When that is not the send the receive's
+label names, the run goes on with the data in the wrong place (the checker's PPS212).
+
+Data dependencies (stage s of microbatch m; the tables are `encoding.Needs`):
 - `F(s,m)` needs `F(s-1,m)`;
 - `B(s,m)` and `I(s,m)` need `F(s,m)` and the input gradient of stage s+1 (`B` or `I` of s+1);
 - `W(s,m)` needs `I(s,m)`.

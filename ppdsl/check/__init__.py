@@ -8,6 +8,9 @@ otherwise also be a deadlock).
 
 Each family is one module with a docstring that documents its codes, `FAMILY`, `CODES`,
 `REQUIRES` and `check(ctx) -> Iterator[Diagnostic]`; the registry is explicit, as in yamllint.
+The rules read the program's encoding (`ppdsl/encoding.py`: codes, positions, links, what each
+code waits for) and the engine (`semantics`); the analysis is kept on the program, so lint,
+then lower, then the runtime's plan analyse a program once.
 """
 
 from __future__ import annotations
