@@ -9,15 +9,19 @@ Layout:
 - a dependency is a *key*, `key = sm << SLOT_BITS | slot`, one per thing that completes: the
   slots F_DONE, GRAD_DONE (B or I of that stage and microbatch), I_DONE, RECV_F_DONE,
   RECV_B_DONE, MSG_F_SENT, MSG_B_SENT. Engines keep one flat list of completion per key;
-- what each code waits for: `input_offsets` (per sm, the key a forward and a backward wait for:
-  on the same rank or in a compute-only program the producer's key, else the receive's),
-  `comm_tables` for sends and receives (a send its producer, a buffered receive its send), and
-  `deps_of`, which spells the rule out per code for the paths that are not hot;
-- which code a send or receive meets: on each directed link the k-th receive takes the k-th
-  send (`Links`); where that agrees with the labels, `peer_code` gives it by arithmetic.
+- what each code waits for: `Needs`, one per encoding and model (`Encoded.needs`), built from
+  `input_offsets` (per sm, the key a forward and a backward wait for: on the same rank or in a
+  compute-only program the producer's key, else the receive's) and `comm_tables` (a send waits
+  for its producer, a buffered receive for its send); `Needs.of(code)` spells the rule out per
+  code, and `PRODUCERS`/`producers(key)` say what completes a key;
+- which code a send or receive names: `PEER_OF_KIND` (`peer_code`, `named_deltas`), and which
+  it meets: on each directed link the k-th receive takes the k-th send (`Links`; where that
+  differs from the names, `Links.meets` holds the exceptions);
+- where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence).
 
 `encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
-never in a module-level cache keyed by `id()`.
+never in a module-level cache keyed by `id()`. The hot loops of the engine spell the shifts
+and masks as literals (a named constant would cost a global lookup per action).
 """
 
 from __future__ import annotations
@@ -57,10 +61,8 @@ SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", R
               MSG_F_SENT: "SEND_F", MSG_B_SENT: "SEND_B"}
 
 
-
 # --------------------------------------------------------------------------------------------
 # Encoding
-
 
 
 class Encoded:
@@ -451,8 +453,6 @@ def input_offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
         f_off += [fo] * M
         b_off += [bo] * M
     return f_off, b_off, f_hop, b_hop
-
-
 
 
 class Needs:
