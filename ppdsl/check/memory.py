@@ -15,8 +15,10 @@ PPS302 - memory weights given for another number of stages than the program has.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+
 from .. import memory
 from ..diagnostics import Diagnostic
+from ..english import plural
 from .context import Context
 
 FAMILY = "memory"
@@ -32,7 +34,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     limit = ctx.max_memory if ctx.max_memory is not None else ctx.program.memory_limit
     weights = ctx.memory_weights
     if weights is not None and len(weights) != ctx.S:
-        yield ctx.diag("PPS302", f"{len(weights)} memory weights for {ctx.S} stages", help="give one weight per stage")
+        yield ctx.diag("PPS302", f"{plural(len(weights), 'memory weight')} for {plural(ctx.S, 'stage')}", help="give one weight per stage")
         return
     if limit is None:
         return
