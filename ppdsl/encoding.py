@@ -60,6 +60,21 @@ _COMM_KINDS = frozenset(COMM_KINDS)
 SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", RECV_B_DONE: "RECV_B",
               MSG_F_SENT: "SEND_F", MSG_B_SENT: "SEND_B"}
 
+# The dependency rule, as data (stage s, microbatch m), read by `Needs`, `comm_tables`,
+# `input_offsets` and the checker's order rules:
+# - a compute needs from its own stage and microbatch: (the kind needed, the kind needing it),
+#   through the slot the needed kind completes (B and I need the F; W needs the I);
+LOCAL_NEEDS: tuple[tuple[int, int], ...] = ((F, B), (F, I), (I, W))
+OWN_SLOT: dict[int, int] = {F: F_DONE, I: I_DONE}
+# - a forward needs the F of stage s-1, a backward (B or I) the gradient of stage s+1; when
+#   that stage is on another rank and the program has sends and receives, it waits instead for
+#   its own receive, which completes this slot:
+INPUT_FROM_RECEIVE: dict[int, int] = {F: RECV_F_DONE, B: RECV_B_DONE, I: RECV_B_DONE}
+# - a send needs what it sends: the slot of its own (stage, microbatch) its producer completes;
+#   a receive completes its slot, and a send the MSG slot a buffered receive waits for.
+SEND_NEEDS: dict[int, int] = {SEND_F: F_DONE, SEND_B: GRAD_DONE}
+COMPLETES: dict[int, int] = {SEND_F: MSG_F_SENT, RECV_F: RECV_F_DONE, SEND_B: MSG_B_SENT, RECV_B: RECV_B_DONE}
+
 
 # --------------------------------------------------------------------------------------------
 # Encoding
@@ -332,11 +347,14 @@ def comm_tables(M: int, buffered: bool) -> tuple[list[int], list[int | None], li
     the key of slot `out_slot[kind]` of its own sm."""
     peer_delta = named_deltas(M)
     need_off: list[int | None] = [None] * 16
-    need_off[SEND_F], need_off[SEND_B] = F_DONE, GRAD_DONE
-    if buffered:
-        need_off[RECV_F], need_off[RECV_B] = -(M << 3) + MSG_F_SENT, (M << 3) + MSG_B_SENT
     out_slot = [0] * 16
-    out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
+    for k in COMM_KINDS:
+        out_slot[k] = COMPLETES[k]
+        if k in SEND_NEEDS:
+            need_off[k] = SEND_NEEDS[k]
+        elif buffered:  # a receive waits for the MSG slot of the send its label names
+            step, send = PEER_OF_KIND[k]
+            need_off[k] = (step * M << SLOT_BITS) + COMPLETES[send]
     return peer_delta, need_off, out_slot
 
 
@@ -444,12 +462,12 @@ def input_offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
             if placement[s - 1] == placement[s] or not with_comms:
                 fo, f_hop[s] = -(M << 3) | F_DONE, placement[s - 1] != placement[s]
             else:
-                fo = RECV_F_DONE
+                fo = INPUT_FROM_RECEIVE[F]
         if s < S - 1:
             if placement[s + 1] == placement[s] or not with_comms:
                 bo, b_hop[s] = (M << 3) | GRAD_DONE, placement[s + 1] != placement[s]
             else:
-                bo = RECV_B_DONE
+                bo = INPUT_FROM_RECEIVE[B]
         f_off += [fo] * M
         b_off += [bo] * M
     return f_off, b_off, f_hop, b_hop
@@ -489,11 +507,10 @@ class Needs:
         if k == F:
             off = self.f_off[sm]
             return [] if off is None else [(base + off, self.f_hop[sm // self.M])]
-        if k == W:
-            return [(base | I_DONE, False)]
-        if k == B or k == I:
-            off = self.b_off[sm]
-            return [(base, False)] + ([] if off is None else [(base + off, self.b_hop[sm // self.M])])
+        if k == W or k == B or k == I:
+            out = [(base | OWN_SLOT[needed], False) for needed, needer in LOCAL_NEEDS if needer == k]
+            off = None if k == W else self.b_off[sm]
+            return out if off is None else out + [(base + off, self.b_hop[sm // self.M])]
         need = self.need_off[k] if k < 16 else None
         if need is None:
             return []

@@ -26,7 +26,8 @@ from itertools import compress, repeat
 from operator import and_, ge, gt
 
 from ..diagnostics import Diagnostic
-from ..encoding import COMM_KINDS, PEER_OF_KIND, B, F, I, RECV_B, RECV_F, SEND_B, SEND_F
+from ..encoding import (COMM_KINDS, COMPLETES, INPUT_FROM_RECEIVE, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, B, F, I,
+                        RECV_B, RECV_F, SEND_B, SEND_F)
 from .context import ABSENT_LAST, Context
 
 FAMILY = "comms"
@@ -113,7 +114,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     # (structure holds), so global indices compare as positions in one row. An absent
     # producer or consumer is PPS103's business: it never counts as late here.
     kinds = ctx.kinds
-    for k, producer in ((SEND_F, F), (SEND_B, B), (SEND_B, I)):
+    for k, producer in ((k, p) for k, slot in SEND_NEEDS.items() for p in PRODUCERS[slot]):
         if producer not in kinds:
             continue
         for sm in _later(col[producer], col[k], M):
@@ -122,7 +123,8 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             yield ctx.diag("PPS205", f"{ctx.text(code)} at step {step} sends what {ctx.text(sm << 4 | producer)} "
                            f"computes later, at step {ctx.locate(col[producer][sm])[1]}", rank, step,
                            help="move the send after the compute")
-    for k, consumer in ((RECV_F, F), (RECV_B, B), (RECV_B, I)):
+    for k, consumer in ((k, c) for k in (RECV_F, RECV_B) for c, slot in INPUT_FROM_RECEIVE.items()
+                        if slot == COMPLETES[k]):
         if consumer not in kinds:
             continue
         for sm in _later(col[k], col[consumer], M):
