@@ -279,7 +279,7 @@ class Links:
     __slots__ = ("order", "meets", "mismatches")
 
     @classmethod
-    def in_label_order(cls) -> Links:
+    def by_construction(cls) -> Links:
         """The links of a program whose maker puts every link in label order (lowering, whose
         rows all follow one global order of exchanges): nothing differs, nothing to scan."""
         links = cls.__new__(cls)
@@ -531,18 +531,19 @@ def producers(key: int) -> list[int]:
     return [(sm << KIND_BITS) | k for k in PRODUCERS[key & SLOT_MASK]]
 
 
+# Per compute kind, the slots its action completes: PRODUCERS read the other way.
+_OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
+    tuple(slot for slot, kinds in PRODUCERS.items() if k in kinds) for k in (F, I, W, B))
+
+
 def compute_outputs(code: int) -> tuple[int, ...]:
     """The keys a compute action completes (B and I: the gradient it sends back; I also
     what its W waits for)."""
-    k = code & 15
-    sm3 = (code >> 4) << 3
-    if k == F:
-        return (sm3 | F_DONE,)
-    if k == B:
-        return (sm3 | GRAD_DONE,)
-    if k == I:
-        return (sm3 | GRAD_DONE, sm3 | I_DONE)
-    return ()
+    k = code & KIND_MASK
+    if k > B:
+        return ()
+    sm3 = (code >> KIND_BITS) << SLOT_BITS
+    return tuple(sm3 | slot for slot in _OUTPUT_SLOTS[k])
 
 
 def describe_key(key: int, microbatches: int) -> tuple[int, int, int, str]:

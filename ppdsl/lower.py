@@ -73,7 +73,7 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
     if codes is not None:
         # The encoding lowering built alongside the rows (the checker then need not re-encode).
         # Its links are in label order by construction (point 3 above; a property test holds it).
-        remember(result, Encoded(result, codes, enc.kinds | emitted, Links.in_label_order()))
+        remember(result, Encoded(result, codes, enc.kinds | emitted, Links.by_construction()))
     return result
 
 
