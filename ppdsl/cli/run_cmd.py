@@ -59,15 +59,12 @@ def _programs(files: list[str], model: CommModel) -> list[Program]:
     """Each file loaded, linted under `model`, lowered and compiled for every rank."""
     from ..load import load_program
     from ..runtime.plan import compile_rank
-    from ..runtime.preflight import Refused, prepare
+    from ..runtime.preflight import prepare
 
     programs: list[Program] = []
     for file in files:
         program = load_program(file)
-        try:
-            program = prepare(program, model)
-        except Refused as exc:
-            raise _Refused(f"ppdsl run: {file}: refused: {exc}") from None
+        program = prepare(program, model)
         for rank in range(program.ranks):
             compile_rank(program, rank)
         if programs and program.ranks != programs[0].ranks:
@@ -75,10 +72,6 @@ def _programs(files: list[str], model: CommModel) -> list[Program]:
                              "files run together must have the same number of ranks")
         programs.append(program)
     return programs
-
-
-class _Refused(Exception):
-    """The file lints but would hang under the backend's model (exit 1)."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,18 +87,14 @@ def run(args: argparse.Namespace) -> int:
     if not distributed or "PPDSL_REPORT_FD" not in os.environ:
         # Everything checkable alone is checked before any process (or, under Paddle's
         # launcher, any process group) starts: exit 1 for a bad file, 2 for a bad argument.
-        try:
-            if distributed:
-                from ..runtime.comm import comm_model_of
-                from ..runtime.worker import backend_from_env
+        if distributed:
+            from ..runtime.comm import comm_model_of
+            from ..runtime.worker import backend_from_env
 
-                model = comm_model_of(backend_from_env())
-            else:
-                model = CommModel.RENDEZVOUS  # local processes talk over gloo
-            programs = _programs(args.file, model)
-        except _Refused as exc:
-            print(exc, file=sys.stderr)
-            return 1
+            model = comm_model_of(backend_from_env())
+        else:
+            model = CommModel.RENDEZVOUS  # local processes talk over gloo
+        programs = _programs(args.file, model)
         from ..runtime.models import check_contract, check_forms
 
         check_forms(args.model, args.data, args.loss, args.optimizer)
