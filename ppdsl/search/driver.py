@@ -134,7 +134,7 @@ def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidat
     tries = [Policy(default_limits(problem)), Policy(default_limits(problem), reserve=False)]
     n1 = candidates // 5
     for k in range(n1):
-        if stop():
+        if k >= len(tries) and stop():  # the plain policies always run: a result even at once
             return best
         policy = tries[k] if k < len(tries) else random_policy(problem, rng)
         order = run(problem, policy)
@@ -220,9 +220,16 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     shapes = (1, 2) if stages_per_rank == "auto" else (int(stages_per_rank),)
     named = named_results(ranks, microbatches, costs)
     results: list[tuple[float, int, Problem, _Best]] = []
+    done_best, done_count = math.inf, 0
     for k, v in enumerate(shapes):
         problem = make_problem(ranks, microbatches, v, limit, costs)
-        best = search_shape(problem, named, seed + k, budget(problem), deadline, progress, started)
+        report: Progress | None = None
+        if progress is not None:
+            def report(best: float, elapsed: float, count: int, b: float = done_best, c: int = done_count) -> None:
+                assert progress is not None
+                progress(min(best, b), elapsed, count + c)
+        best = search_shape(problem, named, seed + k, budget(problem), deadline, report, started)
+        done_best, done_count = min(done_best, best.makespan), done_count + best.count
         if best.rows is not None:
             results.append((best.makespan, v, problem, best))
     if not results:  # pragma: no cover - every shape finishes at the smallest limit

@@ -15,7 +15,7 @@ from ..generators import registry
 from ..ir import Action, Kind, Program
 from ..simulate import simulate
 from .listsched import FWD, GRAD, WGT
-from .problem import EPSILON, Problem
+from .problem import EPSILON, Problem, cuts_of, reshape
 
 # Arguments a generator is tried with besides its defaults (the search's shapes hold <= 2 stages a rank).
 VARIANTS: dict[str, tuple[dict[str, object], ...]] = {"interleaved_1f1b": ({"virtual": 2},),
@@ -33,6 +33,9 @@ class NamedResult:
 def named_results(ranks: int, microbatches: int, costs: CostModel) -> list[NamedResult]:
     """Every named generator that accepts this size, priced under `costs`, shortest first."""
     out = []
+    cuts = cuts_of(costs, ranks)
+    if cuts is None:
+        raise ValueError("per-stage costs name a stage past two a rank")
     for spec in registry.REGISTRY.values():
         for args in VARIANTS.get(spec.name, ({},)):
             try:
@@ -41,7 +44,7 @@ def named_results(ranks: int, microbatches: int, costs: CostModel) -> list[Named
                 continue
             program = Program(ranks, built.stages, microbatches, built.placement, built.rows)
             weights = [1.0 / n for n in shares_of(program)]
-            sim = simulate(program, costs, memory_weights=weights)
+            sim = simulate(program, reshape(costs, cuts, built.stages), memory_weights=weights)
             if sim.completed:
                 out.append(NamedResult(spec.name, program, sim.makespan, max(sim.peak_memory)))
     out.sort(key=lambda n: (n.makespan, n.peak, n.name))

@@ -58,7 +58,10 @@ def make_problem(ranks: int, microbatches: int, stages_per_rank: int, limit: flo
     """A problem for `costs` as `ppdsl simulate` reads them (a rank's share divided among its stages)."""
     placement = shape(ranks, stages_per_rank)
     stages = len(placement)
-    table = costs.table(stages, [stages_per_rank] * stages)
+    cuts = cuts_of(costs, ranks)
+    if cuts is None:
+        raise ValueError("per-stage costs name a stage past two a rank")
+    table = reshape(costs, cuts, stages).table(stages, [stages_per_rank] * stages)
     cost = tuple((row[Kind.F], row[Kind.I], row[Kind.W], row[Kind.B]) for row in table)
     return Problem(ranks, microbatches, placement, cost, costs.message_time, limit, split)
 
@@ -74,3 +77,50 @@ def rank_weights(placement: Sequence[int], ranks: int) -> list[float]:
     for r in placement:
         held[r] += 1
     return [1.0 / held[r] for r in placement]
+
+
+def cuts_of(costs: CostModel, ranks: int) -> int | None:
+    """How many equal cuts of the model the per-stage keys of `costs` describe: 0 (none), one
+    a rank (loop stages, the highest named below `ranks`) or two a rank (V stages); None if
+    a key names a stage past 2 x ranks."""
+    highest = -1
+    for key, _ in costs.items:
+        head, sep, tail = key.partition("_s")
+        if sep and tail.isdigit():
+            highest = max(highest, int(tail))
+    if highest < 0:
+        return 0
+    if highest < ranks:
+        return ranks
+    return 2 * ranks if highest < 2 * ranks else None
+
+
+def reshape(costs: CostModel, given: int, stages: int) -> CostModel:
+    """Per-stage costs measured on `given` equal cuts of the model, for `stages` equal cuts.
+
+    Stage s of `stages` holds the layers of cut s * given // stages (when there are more
+    stages than cuts, a share of them) or the sum of the cuts it holds (when fewer): a model
+    whose first layers are heavier stays so whatever the shape.
+    """
+    if given in (0, stages):
+        return costs
+    plain = tuple((k, v) for k, v in costs.items if "_s" not in k)
+    per: dict[tuple[str, int], float] = {}
+    for key, value in costs.items:
+        head, sep, tail = key.partition("_s")
+        if sep:
+            per[(head, int(tail))] = value
+    items = list(plain)
+    base = costs.kind_costs()
+    for kind in ("F", "B", "I", "W"):
+        if not any(k == kind for k, _ in per):
+            continue
+        for s in range(stages):
+            if stages > given:
+                cut = s * given // stages
+                value = per.get((kind, cut), base[kind]) * given / stages
+            else:
+                ratio = given // stages
+                value = sum(per.get((kind, c), base[kind] * stages / given) for c in range(s * ratio, (s + 1) * ratio))
+            items.append((f"{kind}_s{s}", value))
+    return CostModel(tuple(items), costs.unit)
