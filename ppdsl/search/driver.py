@@ -25,7 +25,7 @@ from ..ir import Kind, Program, Step, make_action
 from .listsched import FWD, GRAD, Order, Policy, default_limits, random_policy, run
 from .local import improve
 from .named import NamedResult, best_fitting, named_results, seed_rows
-from .problem import EPSILON, Problem, make_problem
+from .problem import EPSILON, Problem, cuts_of, make_problem
 from .replay import peaks, replay
 
 # Candidates priced per shape, and how many action-steps that may cost at most (a big pipeline
@@ -56,6 +56,7 @@ class Found:
     stopped_early: bool
     start: str  # what the winning order grew from
     named: NamedResult | None  # the best named generator within the limit, for comparison
+    cuts: int  # how many stages the per-stage costs number (see problem.reshape)
 
 
 @frozen
@@ -211,18 +212,24 @@ def can_fuse(problem: Problem) -> bool:
 
 
 def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages_per_rank: str = "auto",
-           time_limit: float | None = None, progress: Progress | None = None, seed: int = 0) -> Found | Infeasible:
-    """Search; `stages_per_rank` is "1", "2" or "auto" (both)."""
+           time_limit: float | None = None, progress: Progress | None = None, seed: int = 0,
+           cuts: int | None = None) -> Found | Infeasible:
+    """Search; `stages_per_rank` is "1", "2" or "auto" (both). `cuts`: how many stages the
+    per-stage costs number (default: `problem.cuts_of`, one or two a rank by the highest key)."""
+    if cuts is None:
+        cuts = cuts_of(costs, ranks)
+        if cuts is None:
+            raise ValueError("per-stage costs name a stage past two a rank")
     started = time.monotonic()
     if limit < SMALLEST_LIMIT - EPSILON:
         return Infeasible(limit, SMALLEST_LIMIT)
     deadline = started + time_limit if time_limit is not None else None
     shapes = (1, 2) if stages_per_rank == "auto" else (int(stages_per_rank),)
-    named = named_results(ranks, microbatches, costs)
+    named = named_results(ranks, microbatches, costs, cuts)
     results: list[tuple[float, int, Problem, _Best]] = []
     done_best, done_count = math.inf, 0
     for k, v in enumerate(shapes):
-        problem = make_problem(ranks, microbatches, v, limit, costs)
+        problem = make_problem(ranks, microbatches, v, limit, costs, cuts=cuts)
         report: Progress | None = None
         if progress is not None:
             def report(best: float, elapsed: float, count: int, b: float = done_best, c: int = done_count) -> None:
@@ -239,10 +246,10 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     assert best.rows is not None
     program = to_program(problem, best.rows, can_fuse(problem))
     bound = max(lower_bound(problem), 0.0) if len(shapes) == 1 else min(
-        lower_bound(make_problem(ranks, microbatches, s, limit, costs)) for s in shapes)
+        lower_bound(make_problem(ranks, microbatches, s, limit, costs, cuts=cuts)) for s in shapes)
     stopped = deadline is not None and time.monotonic() > deadline
     method = "heuristic: named-generator seeds, list scheduling, priority search, local search over orders"
     peak = max(peaks(problem, best.rows))
     return Found(program, makespan, 0.0, peak, limit, v, method, makespan <= bound + EPSILON, bound,
                  sum(r[3].count for r in results), time.monotonic() - started, stopped, best.start,
-                 best_fitting(named, limit))
+                 best_fitting(named, limit), cuts)

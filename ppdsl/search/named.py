@@ -30,12 +30,14 @@ class NamedResult:
     peak: float  # in the search's unit
 
 
-def named_results(ranks: int, microbatches: int, costs: CostModel) -> list[NamedResult]:
-    """Every named generator that accepts this size, priced under `costs`, shortest first."""
+def named_results(ranks: int, microbatches: int, costs: CostModel, cuts: int | None = None) -> list[NamedResult]:
+    """Every named generator that accepts this size, priced under `costs` (per-stage keys
+    numbering `cuts` stages, see `problem.reshape`), shortest first."""
     out = []
-    cuts = cuts_of(costs, ranks)
     if cuts is None:
-        raise ValueError("per-stage costs name a stage past two a rank")
+        cuts = cuts_of(costs, ranks)
+        if cuts is None:
+            raise ValueError("per-stage costs name a stage past two a rank")
     for spec in registry.REGISTRY.values():
         for args in VARIANTS.get(spec.name, ({},)):
             try:

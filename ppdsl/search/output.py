@@ -16,7 +16,7 @@ from ..lower import lower
 from ..simulate import simulate
 from ..syntax.printer import print_program
 from .driver import Found
-from .problem import EPSILON, cuts_of, rank_weights, reshape, stage_limit
+from .problem import EPSILON, rank_weights, reshape, stage_limit
 
 
 def _number(x: float) -> str:
@@ -25,8 +25,7 @@ def _number(x: float) -> str:
 
 def finish(found: Found, costs: CostModel) -> Found:
     """The result with its program carrying the header's memory limit and the costs, verified."""
-    cuts = cuts_of(costs, found.program.ranks) or 0
-    costs = reshape(costs, cuts, found.program.stages)
+    costs = reshape(costs, found.cuts, found.program.stages)
     program = found.program.evolve(memory_limit=stage_limit(found.limit, found.stages_per_rank),
                                    costs=tuple(costs.items))
     sim = simulate(program, costs, memory_weights=rank_weights(program.placement, program.ranks))

@@ -54,13 +54,14 @@ def shape(ranks: int, stages_per_rank: int) -> tuple[int, ...]:
 
 
 def make_problem(ranks: int, microbatches: int, stages_per_rank: int, limit: float,
-                 costs: CostModel = DEFAULT, split: bool = True) -> Problem:
+                 costs: CostModel = DEFAULT, split: bool = True, cuts: int | None = None) -> Problem:
     """A problem for `costs` as `ppdsl simulate` reads them (a rank's share divided among its stages)."""
     placement = shape(ranks, stages_per_rank)
     stages = len(placement)
-    cuts = cuts_of(costs, ranks)
     if cuts is None:
-        raise ValueError("per-stage costs name a stage past two a rank")
+        cuts = cuts_of(costs, ranks)
+        if cuts is None:
+            raise ValueError("per-stage costs name a stage past two a rank")
     table = reshape(costs, cuts, stages).table(stages, [stages_per_rank] * stages)
     cost = tuple((row[Kind.F], row[Kind.I], row[Kind.W], row[Kind.B]) for row in table)
     return Problem(ranks, microbatches, placement, cost, costs.message_time, limit, split)

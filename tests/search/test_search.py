@@ -136,3 +136,44 @@ def test_time_limit_returns_the_best_so_far_with_progress(tmp_path: Path, capsys
     assert "stopped at the time limit" in out.read_text()
     assert "ppdsl search: best makespan" in captured.err
     assert main(["lint", str(out)]) == 0
+
+
+# --- in the language -----------------------------------------------------------------------
+
+def test_use_search_expands_to_the_found_schedule_cached(tmp_path: Path) -> None:
+    from ppdsl.search import use
+
+    f = tmp_path / "s.pps"
+    f.write_text("pipeline ranks=2 microbatches=4\ncosts comm=0.05\nuse search(max_memory=1.5, shape=v)\n")
+    use._cached.cache_clear()
+    program = load_program(str(f))
+    assert program.stages == 4 and program.generated is not None and program.generated.name == "search"
+    assert not [d for d in check(program) if d.is_error]
+    again = load_program(str(f))
+    assert again == program and use._cached.cache_info().hits == 1
+    found = _search(2, 4, 1.5, parse_inline("comm=0.05,overlap=1"), shape="2")
+    assert simulate(program).makespan == pytest.approx(found.makespan)
+
+
+@pytest.mark.parametrize("call,message", [
+    ("search()", "needs `max_memory=L`"),
+    ("search(max_memory=0.5)", "smallest feasible is 1"),
+    ("search(max_memory=2, shape=x)", "must be one of loop, v, auto"),
+    ("search(max_memory=2, depth=3)", "has no argument `depth`"),
+])
+def test_use_search_errors_are_located(tmp_path: Path, call: str, message: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "bad.pps"
+    f.write_text(f"pipeline ranks=2 microbatches=2\nuse {call}\n")
+    assert main(["lint", str(f)]) == 1
+    out = capsys.readouterr().out
+    assert f"{f}:2:" in out and message in out
+
+
+def test_use_search_with_per_stage_costs_needs_a_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "s.pps"
+    f.write_text("pipeline ranks=2 microbatches=2\ncosts F_s0=2\nuse search(max_memory=2)\n")
+    assert main(["lint", str(f)]) == 1
+    assert "shape=loop" in capsys.readouterr().out
+    f.write_text("pipeline ranks=2 microbatches=2\ncosts F_s3=2\nuse search(max_memory=2, shape=v)\n")
+    assert main(["lint", str(f)]) == 0
