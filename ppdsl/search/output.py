@@ -46,7 +46,7 @@ def header_comment(found: Found, costs: CostModel) -> str:
     shape = "loop, 1 stage per rank" if found.stages_per_rank == 1 else "V, 2 stages per rank"
     given = " ".join(f"{k}={_number(v)}" for k, v in costs.items) or "defaults (F=1, I=W=1, free messages)"
     lines = [
-        f"found by `ppdsl search` in {found.seconds:.1f} s ({found.candidates} candidates priced)",
+        f"found by `ppdsl search` ({found.candidates} candidates priced)",
         f"makespan {_number(found.makespan)}, bubble {found.bubble:.1%}, peak memory {_number(found.peak)} "
         f"(limit {_number(found.limit)})",
         f"memory unit: one microbatch's activations of a rank's whole share of the model "
