@@ -32,7 +32,7 @@ from .replay import peaks, replay
 # gets fewer candidates, so 16 x 64 finishes in minutes, not hours).
 CANDIDATES = 6000
 ACTION_STEPS = 1_500_000
-MIN_CANDIDATES = 300
+MIN_CANDIDATES = 800
 # The smallest limit any shape can run under: a microbatch's forward activations of one rank's
 # whole share stay live until its backward (a V rank holds both chunks at its turn).
 SMALLEST_LIMIT = 1.0

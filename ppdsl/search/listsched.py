@@ -39,6 +39,7 @@ class Policy:
     eager_w: bool = False
     noise: float = 0.0
     seed: int = 0
+    priority_only: bool = False  # with a bias: the bias alone ranks candidates, not their class
 
 
 @frozen
@@ -84,6 +85,8 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
     backward_first = policy.backward_first
     # With `bias`, each candidate scores its class (backward, forward, W) plus its own bias.
     g_base, f_base = (2.0, 1.0) if backward_first else (1.0, 2.0)
+    if policy.priority_only:
+        g_base = f_base = 0.0
 
     # the message time into stage s from the stage before (forward) and after (gradient)
     hop_f = [0.0] + [0.0 if placement[s - 1] == placement[s] else comm for s in range(1, S)]

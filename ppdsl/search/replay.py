@@ -14,6 +14,12 @@ from .problem import Problem
 
 def replay(problem: Problem, rows: Sequence[Sequence[int]]) -> float | None:
     """The makespan of `rows`, or None when they cannot finish (an input never comes)."""
+    ends = finish_times(problem, rows)
+    return None if ends is None else max(ends)
+
+
+def finish_times(problem: Problem, rows: Sequence[Sequence[int]]) -> list[float] | None:
+    """When each rank finishes its row, or None when the rows cannot finish."""
     P, M, S = problem.ranks, problem.microbatches, problem.stages
     placement = problem.placement
     comm = problem.comm
@@ -73,7 +79,7 @@ def replay(problem: Problem, rows: Sequence[Sequence[int]]) -> float | None:
                 progress = True
     if any(p != n for p, n in zip(pos, lengths)):
         return None
-    return max(free)
+    return free
 
 
 def peaks(problem: Problem, rows: Sequence[Sequence[int]]) -> list[float]:
