@@ -22,6 +22,8 @@ from attrs import frozen
 
 from ..costs import CostModel
 from ..ir import Kind, Program, Step, make_action
+from .exact import MAX_PAIRS, pairs, solve
+from .exact import available as exact_available
 from .listsched import FWD, GRAD, Order, Policy, default_limits, random_policy, run
 from .local import improve
 from .named import NamedResult, best_fitting, named_results, seed_rows
@@ -33,6 +35,10 @@ from .replay import peaks, replay
 CANDIDATES = 6000
 ACTION_STEPS = 1_500_000
 MIN_CANDIDATES = 800
+EXACT_SECONDS = 5.0  # per shape, for the MILP on a small problem
+# A result within this relative gap of a lower bound is reported optimal: HiGHS's own default
+# gap, far below any difference two real costs make.
+PROOF_TOLERANCE = 1e-4
 # The smallest limit any shape can run under: a microbatch's forward activations of one rank's
 # whole share stay live until its backward (a V rank holds both chunks at its turn).
 SMALLEST_LIMIT = 1.0
@@ -213,9 +219,10 @@ def can_fuse(problem: Problem) -> bool:
 
 def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages_per_rank: str = "auto",
            time_limit: float | None = None, progress: Progress | None = None, seed: int = 0,
-           cuts: int | None = None) -> Found | Infeasible:
+           cuts: int | None = None, exact: bool = True) -> Found | Infeasible:
     """Search; `stages_per_rank` is "1", "2" or "auto" (both). `cuts`: how many stages the
-    per-stage costs number (default: `problem.cuts_of`, one or two a rank by the highest key)."""
+    per-stage costs number (default: `problem.cuts_of`, one or two a rank by the highest key).
+    `exact`: also run the MILP (`exact.py`) on small problems when scipy is installed."""
     if cuts is None:
         cuts = cuts_of(costs, ranks)
         if cuts is None:
@@ -241,15 +248,36 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
             results.append((best.makespan, v, problem, best))
     if not results:  # pragma: no cover - every shape finishes at the smallest limit
         raise AssertionError(f"no schedule found at memory limit {limit}")
+    method = "heuristic: named-generator seeds, list scheduling, priority search, local search over orders"
+    bounds = {v: lower_bound(problem) for _, v, problem, _ in results}
+    if exact and all(pairs(problem) <= MAX_PAIRS for _, _, problem, _ in results) and exact_available():
+        method += "; exact MILP (scipy HiGHS) on each shape"
+        for entry in results:
+            _, v, problem, best = entry
+            left = EXACT_SECONDS if deadline is None else min(EXACT_SECONDS, deadline - time.monotonic())
+            if left <= 0:
+                break
+            answer = solve(problem, left, best.makespan)
+            if answer is None:
+                continue
+            bounds[v] = max(bounds[v], answer.bound)
+            # Only a proven optimum replaces the heuristic's order: a time-limited MILP's
+            # incumbent would make the result depend on the machine's load.
+            if answer.optimal and answer.rows is not None:
+                t = replay(problem, answer.rows)
+                if t is not None and t < best.makespan - EPSILON and max(peaks(problem, answer.rows)) <= limit + EPSILON:
+                    best.rows, best.makespan, best.start = answer.rows, t, "exact MILP"
+            best.count += 1
+        results = [(b.makespan, v, p, b) for _, v, p, b in results]
     results.sort(key=lambda x: (x[0], x[1]))
     makespan, v, problem, best = results[0]
     assert best.rows is not None
     program = to_program(problem, best.rows, can_fuse(problem))
-    bound = max(lower_bound(problem), 0.0) if len(shapes) == 1 else min(
-        lower_bound(make_problem(ranks, microbatches, s, limit, costs, cuts=cuts)) for s in shapes)
+    # Every shape considered must be bounded for the result to be proven optimal.
+    bound = min(bounds[s] if s in bounds else lower_bound(make_problem(ranks, microbatches, s, limit, costs, cuts=cuts))
+                for s in shapes)
     stopped = deadline is not None and time.monotonic() > deadline
-    method = "heuristic: named-generator seeds, list scheduling, priority search, local search over orders"
     peak = max(peaks(problem, best.rows))
-    return Found(program, makespan, 0.0, peak, limit, v, method, makespan <= bound + EPSILON, bound,
+    return Found(program, makespan, 0.0, peak, limit, v, method, makespan <= bound + PROOF_TOLERANCE * max(1.0, makespan), bound,
                  sum(r[3].count for r in results), time.monotonic() - started, stopped, best.start,
                  best_fitting(named, limit), cuts)

@@ -67,7 +67,7 @@ def expand_use(ranks: int, microbatches: int, args: Mapping[str, object],
 def _cached(ranks: int, microbatches: int, limit: float, shape: str, key: tuple[tuple[str, float], ...],
             costs: CostModel) -> Built:
     # Per-stage keys on a file's costs line number the program's own stages.
-    result = search(ranks, microbatches, costs, limit, shape, cuts=ranks * (2 if shape == "2" else 1))
+    result = search(ranks, microbatches, costs, limit, shape, cuts=ranks * (2 if shape == "2" else 1), exact=False)
     if not isinstance(result, Found):
         raise GeneratorError("PPS022", f"no schedule fits max_memory={limit:g}: the smallest feasible is "
                              f"{result.smallest:g}", "max_memory")

@@ -21,8 +21,8 @@ from ppdsl.simulate import simulate
 UNIT = CostModel((("overlap", 0.0),))
 
 
-def _search(p: int, m: int, limit: float, costs: CostModel = UNIT, shape: str = "auto") -> Found:
-    found = search(p, m, costs, limit, shape)
+def _search(p: int, m: int, limit: float, costs: CostModel = UNIT, shape: str = "auto", exact: bool = False) -> Found:
+    found = search(p, m, costs, limit, shape, exact=exact)
     assert isinstance(found, Found)
     return finish(found, costs)
 
@@ -177,3 +177,26 @@ def test_use_search_with_per_stage_costs_needs_a_shape(tmp_path: Path, capsys: p
     assert "shape=loop" in capsys.readouterr().out
     f.write_text("pipeline ranks=2 microbatches=2\ncosts F_s3=2\nuse search(max_memory=2, shape=v)\n")
     assert main(["lint", str(f)]) == 0
+
+
+# --- the exact MILP (scipy, optional) ------------------------------------------------------
+
+def test_milp_proves_a_small_case_optimal() -> None:
+    pytest.importorskip("scipy")
+    from ppdsl.search.exact import solve
+
+    problem = make_problem(3, 3, 2, 2, UNIT)
+    answer = solve(problem, 60)
+    assert answer is not None and answer.optimal and answer.rows is not None
+    from ppdsl.search.replay import peaks, replay
+
+    assert replay(problem, answer.rows) == pytest.approx(answer.makespan)
+    assert max(peaks(problem, answer.rows)) <= 2
+    found = _search(3, 3, 2, exact=True)
+    assert found.optimal and "exact MILP" in found.method
+    assert found.makespan == pytest.approx(answer.makespan)
+
+
+def test_without_the_milp_the_method_says_heuristic_only() -> None:
+    found = search(3, 3, UNIT, 2, exact=False)
+    assert isinstance(found, Found) and "MILP" not in found.method
