@@ -26,7 +26,7 @@ from ..limits import MAX_MICROBATCHES, MAX_RANKS, MAX_SEARCH_ACTIONS
 from ..search.driver import Found, search
 from ..search.output import finish, to_json, to_text
 from ..search.problem import cuts_of
-from .common import write_output
+from .common import refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     costs = DEFAULT
     if args.costs:
+        refuse_overwriting(args.costs, args.output)
         costs = load_costs(args.costs, 2 * args.ranks)
         if cuts_of(costs, args.ranks) is None:  # pragma: no cover - load_costs bounds stages by 2P
             raise UsageError("--costs: a per-stage key names a stage past two a rank")

@@ -106,6 +106,10 @@ def test_cli_json_and_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     data = json.loads(out)
     assert data["found"] is True and data["peak_memory"] <= 2 and "pipeline ranks=2" in data["schedule"]
     assert "(unit: ms)" in data["schedule"]
+    before = profile.read_text()
+    assert main(["search", "--ranks", "2", "--microbatches", "3", "--max-memory", "2", "--costs", str(profile),
+                 "-o", str(profile)]) == 2
+    assert profile.read_text() == before and "refusing to overwrite" in capsys.readouterr().err
 
 
 def test_cli_infeasible_says_the_smallest_limit(capsys: pytest.CaptureFixture[str]) -> None:
