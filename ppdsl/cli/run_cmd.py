@@ -16,6 +16,8 @@ import sys
 
 from ..diagnostics import UsageError
 
+MAX_THREADS = 1024
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", nargs="+",
@@ -36,6 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", metavar="OUT.json", help="write measured per-action times (ppdsl simulate --costs)")
     p.add_argument("--sum-grads", action="store_true",
                    help="sum microbatch gradients instead of averaging them (Paddle's own behaviour)")
+    p.add_argument("--no-split-backward", action="store_true",
+                   help="run I as paddle.grad with the graph kept and W as a second backward, instead of "
+                        "deferring the Linear layers' weight gradients to W")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="intra-op threads per local rank (default: cores / ranks, at least 1)")
     p.add_argument("--logs", metavar="DIR", help="keep each rank's log in DIR")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
@@ -45,6 +52,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError("--steps must be at least 1")
     if not args.timeout > 0:
         raise UsageError("--timeout must be positive")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
     for name in ("model", "data", "loss"):
         spec = getattr(args, name)
         if spec is not None and ":" not in spec:
@@ -67,7 +76,7 @@ def _launch(args: argparse.Namespace) -> int:
 
     from ..ir import Program
     from ..load import load_program
-    from ..runtime.launcher import launch
+    from ..runtime.launcher import launch, threads_per_rank
     from ..runtime.plan import compile_rank
     from ..runtime.preflight import Refused, prepare
     from ..semantics import CommModel
@@ -91,12 +100,14 @@ def _launch(args: argparse.Namespace) -> int:
                          "or paddlepaddle-gpu from Paddle's own index")
     out = sys.stdout
     first = programs[0]
+    threads, why = threads_per_rank(first.ranks, args.threads)
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
         print(f"ppdsl run: {what}: {first.ranks} ranks, {first.stages} stages, {first.microbatches} microbatches, "
-              f"{args.steps} steps (gloo, local processes)", file=out, flush=True)
+              f"{args.steps} steps (gloo, local processes, {threads} thread{'s' * (threads > 1)} each: {why})",
+              file=out, flush=True)
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
-                     keep_logs=args.logs, names=args.file)
+                     keep_logs=args.logs, names=args.file, threads=threads)
     if outcome.failure is not None:
         print(f"ppdsl run: failed: {outcome.failure}", file=sys.stderr)
         return 1
@@ -125,7 +136,7 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             argv += [f"--{name}", value]
-    for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads")):
+    for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads"), ("--no-split-backward", "no_split_backward")):
         if getattr(args, name):
             argv.append(flag)
     return argv
