@@ -81,10 +81,16 @@ def _check_value(key: str, value: float) -> None:
 
 @frozen
 class CostModel:
-    """Validated cost keys in the order given (later ones win), and the time unit's name."""
+    """Validated cost keys in the order given (later ones win), and the time unit's name.
+
+    `measured_comm`: the `comm` time was measured on explicit sends and receives (a runtime
+    profile), which occupy both ranks; a compute-only program is then simulated lowered
+    (`lowered_for`), as the runtime runs it, so that the measured time lands where it was spent.
+    """
 
     items: tuple[tuple[str, float], ...] = ()
     unit: str = "unit"
+    measured_comm: bool = False
     _values: dict[str, float] = field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -103,7 +109,7 @@ class CostModel:
     def merged(self, other: CostModel) -> CostModel:
         """These costs overridden by `other`'s keys (and its unit when it names one)."""
         unit = other.unit if other.unit != "unit" else self.unit
-        return CostModel(self.items + other.items, unit)
+        return CostModel(self.items + other.items, unit, self.measured_comm or other.measured_comm)
 
     def get(self, key: str) -> float | None:
         return self._values.get(key)
@@ -240,14 +246,15 @@ def parse_profile(text: str) -> CostModel:
     if version != PROFILE_VERSION:
         raise CostError("PPS352", f"`ppdsl_profile` must be {PROFILE_VERSION}, not {json.dumps(version)}", "ppdsl_profile",
                         help="the first key of a profile names its format version")
-    unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "source", "notes"})
+    unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "memory", "source", "notes"})
     if unknown:
         raise CostError("PPS352", f"unknown profile key `{unknown[0]}`", unknown[0],
-                        help="a profile holds ppdsl_profile, unit, costs, actions (and free-form source, notes)")
+                        help="a profile holds ppdsl_profile, unit, costs, actions (and free-form memory, source, notes)")
     unit = data.get("unit", "unit")
     if not isinstance(unit, str) or unit not in UNITS:
         raise CostError("PPS352", f"unknown time unit {json.dumps(unit)}", "unit", help="use one of " + ", ".join(UNITS))
     items = _aggregate(data.get("actions", []))
+    measured_comm = any(key == "comm" for key, _ in items)
     costs = data.get("costs", {})
     if not isinstance(costs, dict):
         raise CostError("PPS352", "`costs` must be an object of KEY: number", "costs")
@@ -256,11 +263,12 @@ def parse_profile(text: str) -> CostModel:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise CostError("PPS351", f"cost `{key}` must be a number, not {json.dumps(value)}", key)
         items.append((key, float(value)))
-    return CostModel(tuple(items), unit)
+    return CostModel(tuple(items), unit, measured_comm)
 
 
 def _aggregate(actions: object) -> list[tuple[str, float]]:
-    """Measured actions -> per-stage median durations (`F_s0`...) and a median `comm`."""
+    """Measured actions -> per-stage median durations (`F_s0`...) and a median `comm`
+    (present only when the actions hold sends or receives)."""
     if not isinstance(actions, list):
         raise CostError("PPS352", "`actions` must be a list of measured actions", "actions")
     compute: dict[tuple[str, int], list[float]] = {}
@@ -367,12 +375,17 @@ def resolve(program: Program, specs: Iterable[str] = ()) -> CostModel:
     return model
 
 
-def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterable[Mapping[str, object]] = ()) -> str:
-    """A profile file's text: what the runtime writes from measured times."""
+def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterable[Mapping[str, object]] = (),
+                 memory: Iterable[Mapping[str, object]] = ()) -> str:
+    """A profile file's text: what the runtime writes from measured times (and, per rank, the
+    memory it measured: informative, the simulator does not read it)."""
     data: dict[str, object] = {"ppdsl_profile": PROFILE_VERSION, "unit": unit}
     if costs:
         data["costs"] = dict(costs)
     acts = list(actions)
     if acts:
         data["actions"] = acts
+    mem = list(memory)
+    if mem:
+        data["memory"] = mem
     return json.dumps(data, indent=2) + "\n"

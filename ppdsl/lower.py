@@ -43,6 +43,14 @@ from .check.context import LOW, no_gc
 from .semantics import B, F, I, CommModel, Encoded, execute, remember
 
 
+def needs_lowering(program: Program) -> bool:
+    """True when stages on different ranks exchange data but the program has no send/recv."""
+    if program.has_comms:
+        return False
+    P = program.placement
+    return any(P[s] != P[s + 1] for s in range(program.stages - 1))
+
+
 def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "rendezvous") -> Program:
     """Insert sends and receives; raise PpsError when the program is not a sound compute-only one."""
     with no_gc():

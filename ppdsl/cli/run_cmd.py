@@ -124,7 +124,9 @@ def _launch(args: argparse.Namespace) -> int:
         print(summary, file=out)
     if args.profile and outcome.profile is not None:
         print(f"ppdsl run: wrote {args.profile} ({outcome.profile.get('actions')} measured actions)"
-              + _simulated_vs_measured(args.profile, programs[-1], outcome.file(len(programs) - 1).step_time), file=out)
+              + _simulated_vs_measured(args.profile, args.file[-1], outcome.file(len(programs) - 1).step_time), file=out)
+        for m in outcome.profile.get("memory", []):
+            print(memory_line(m), file=out)
     return outcome.code
 
 
@@ -142,20 +144,31 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def _simulated_vs_measured(path: str, program: object, measured: float | None) -> str:
-    """How far `ppdsl simulate` with the written profile is from the measured step time."""
-    from pathlib import Path
+def memory_line(m: dict[str, object]) -> str:
+    """One rank's measured memory next to the checker's prediction."""
+    line = (f"ppdsl run: rank {m['rank']}: peak {m['peak_microbatches']} live microbatch graphs "
+            f"(checker predicts {m['predicted_microbatches']}), {_mib(m['peak_bytes'])} in tensors kept between actions")
+    if "allocator_peak_bytes" in m:
+        line += f", allocator peak {_mib(m['allocator_peak_bytes'])}"
+    return line
 
-    from ..costs import CostError, parse_profile
-    from ..ir import Program
-    from ..simulate import simulate
 
-    if not measured or not isinstance(program, Program):
+def _mib(n: object) -> str:
+    return f"{float(n) / 2**20:.2f} MiB" if isinstance(n, (int, float)) else "?"
+
+
+def _simulated_vs_measured(path: str, file: str, measured: float | None) -> str:
+    """How far `ppdsl simulate FILE --costs PATH` (the same function) is from the measured step."""
+    from ..costs import CostError
+    from ..diagnostics import PpsError
+    from .simulate_cmd import simulate_file
+
+    if not measured:
         return ""
     try:
-        sim = simulate(program, parse_profile(Path(path).read_text(encoding="utf-8")), "rendezvous")
-    except (CostError, OSError):
+        sim = simulate_file(file, [path], "rendezvous")
+    except (CostError, OSError, PpsError, UsageError):
         return ""
     us = measured * 1e6
-    return (f"; simulated step {sim.makespan:.0f} us vs measured {us:.0f} us "
-            f"({(sim.makespan - us) / us * 100:+.0f}%)")
+    return (f"; ppdsl simulate {file} --costs {path}: makespan {sim.makespan:.0f} us vs measured step {us:.0f} us "
+            f"({(sim.makespan - us) / us * 100:+.1f}%)")

@@ -26,7 +26,8 @@ from typing import Any, TextIO
 from attrs import define, field
 
 from ..ir import Program
-from .plan import compile_rank, needs_lowering
+from ..lower import needs_lowering
+from .plan import compile_rank
 
 STARTUP_SECONDS = 60.0  # importing paddle and joining the group, on a busy machine
 GRACE_SECONDS = 2.0

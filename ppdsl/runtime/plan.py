@@ -12,6 +12,7 @@ from attrs import frozen
 
 from ..diagnostics import UsageError
 from ..ir import Action, Batch, Idle, Kind, Overlap, Program
+from ..lower import needs_lowering
 from ..syntax.printer import print_program
 
 # Interpreter op codes. Compute kinds keep Kind's values; the rest are the runtime's own.
@@ -93,14 +94,6 @@ def _check_action(a: Action, rank: int, program: Program) -> None:
         if peer_of(a, P) == rank:
             raise UsageError(f"`{a}` on rank {rank} sends between two stages of the same rank; "
                              "stages on one rank hand data over locally, without send/recv")
-
-
-def needs_lowering(program: Program) -> bool:
-    """True when stages on different ranks exchange data but the program has no send/recv."""
-    if program.has_comms:
-        return False
-    P = program.placement
-    return any(P[s] != P[s + 1] for s in range(program.stages - 1))
 
 
 def _op(a: Action, rank: int, program: Program) -> Op:

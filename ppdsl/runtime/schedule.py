@@ -95,6 +95,7 @@ class PipelineSchedule:
         # Called with (step, op index) before each op: the launcher's crash report reads it.
         self.mark: Callable[[int, int], None] | None = None
         self.timings: dict[str, list[float]] = {}
+        self.started: dict[str, list[float]] = {}  # perf_counter at each start (same clock on one machine)
         self.memory = LiveMemory()
         self.deferred: DeferredGrads | None = None
         self.split_warnings: list[str] = []
@@ -175,17 +176,23 @@ class PipelineSchedule:
         try:
             if self.profile or self.mark is not None:
                 timings = self.timings if self.profile else None
+                started = self.started
                 mark = self.mark
                 clock = time.perf_counter
                 step = self.step_index
                 memory = self.memory if self.profile else None
+                # An action's time runs from the end of the one before: the interpreter's own
+                # work between two actions belongs to the rank's timeline too.
+                t0 = clock()
                 for i, (handler, op) in enumerate(self._compiled):
                     if mark is not None:
                         mark(step, i)
-                    t0 = clock()
                     handler(op)
                     if timings is not None:
-                        timings.setdefault(op.label, []).append(clock() - t0)
+                        t1 = clock()
+                        timings.setdefault(op.label, []).append(t1 - t0)
+                        started.setdefault(op.label, []).append(t0)
+                        t0 = t1
                     if memory is not None:
                         memory.observe(self)
             else:
