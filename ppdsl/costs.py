@@ -15,7 +15,9 @@ Keys (the same on the `.pps` `costs` line, after `--costs`, and in a profile's `
   a program without explicit communication). `bytes` and `bandwidth` (bytes per time unit)
   add `bytes / bandwidth` to every message.
 - `overlap`: for an overlapped pair `(F;B)`, the fraction of the shorter part hidden under the
-  longer one: 1 (the default) makes the pair cost the longer of the two, 0 their sum.
+  longer one: 0 (the default) makes the pair cost the sum of its parts, which is what a runtime
+  that runs them one after the other (ppdsl's own) takes; 1 the longer of the two, for a
+  runtime that really overlaps them (compute of one with communication of the other).
 
 Durations are in one unit of your choosing; a profile file can name it (`"unit": "ms"`).
 A JSON profile (`ppdsl simulate --costs profile.json`) holds measured times; see
@@ -172,7 +174,7 @@ class CostModel:
 
     @property
     def overlap_fraction(self) -> float:
-        return self._values.get("overlap", 1.0)
+        return self._values.get("overlap", 0.0)
 
     def pair_time(self, a: float, b: float) -> float:
         """An overlapped pair whose parts cost a and b."""
