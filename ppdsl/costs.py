@@ -269,8 +269,9 @@ def parse_profile(text: str) -> CostModel:
 
 
 def _aggregate(actions: object) -> list[tuple[str, float]]:
-    """Measured actions -> per-stage median durations (`F_s0`...) and a median `comm`
-    (present only when the actions hold sends or receives)."""
+    """Measured actions -> per-stage mean durations (`F_s0`...) and a mean `comm` (present
+    only when the actions hold sends or receives). Means, not medians: a step is a sum of
+    actions, and the mean of a sum is the sum of the means, noisy machine or not."""
     if not isinstance(actions, list):
         raise CostError("PPS352", "`actions` must be a list of measured actions", "actions")
     compute: dict[tuple[str, int], list[float]] = {}
@@ -294,9 +295,9 @@ def _aggregate(actions: object) -> list[tuple[str, float]]:
             if isinstance(stage, bool) or not isinstance(stage, int) or stage < 0:
                 raise CostError("PPS352", f"{where}: `stage` must be a whole number >= 0, not {json.dumps(stage)}", "stage")
             compute.setdefault((kind, stage), []).append(float(duration))
-    items = [(f"{kind}_s{stage}", statistics.median(v)) for (kind, stage), v in sorted(compute.items())]
+    items = [(f"{kind}_s{stage}", statistics.fmean(v)) for (kind, stage), v in sorted(compute.items())]
     if comm:
-        items.append(("comm", statistics.median(comm)))
+        items.append(("comm", statistics.fmean(comm)))
     return items
 
 

@@ -93,8 +93,9 @@ def test_profile_aggregates_measured_actions(tmp_path: Path) -> None:
     ])
     model = parse_profile(text)
     assert model.unit == "ms"
-    assert model.table(2)[0][Kind.F] == 1.2  # median
+    assert model.table(2)[0][Kind.F] == pytest.approx(5.2 / 3)  # the mean: a step is a sum of actions
     assert model.table(2)[1][Kind.B] == 4.0 and model.message_time == 0.2
+    assert model.measured_comm  # message times measured on explicit sends and receives
     assert model.kind_costs()["W"] == 0.5
     path = tmp_path / "p.json"
     path.write_text(text)
