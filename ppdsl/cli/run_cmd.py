@@ -125,8 +125,9 @@ def _launch(args: argparse.Namespace) -> int:
     if args.profile and outcome.profile is not None:
         print(f"ppdsl run: wrote {args.profile} ({outcome.profile.get('actions')} measured actions)"
               + _simulated_vs_measured(args.profile, args.file[-1], outcome.file(len(programs) - 1).step_time), file=out)
-        for m in outcome.profile.get("memory", []):
-            print(memory_line(m), file=out)
+        for index, file in enumerate(args.file):
+            for m in outcome.file(index).memory:
+                print(memory_line(m, file if len(args.file) > 1 else ""), file=out)
     return outcome.code
 
 
@@ -144,9 +145,10 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def memory_line(m: dict[str, object]) -> str:
+def memory_line(m: dict[str, object], file: str = "") -> str:
     """One rank's measured memory next to the checker's prediction."""
-    line = (f"ppdsl run: rank {m['rank']}: peak {m['peak_microbatches']} live microbatch graphs "
+    where = f"{file}: " if file else ""
+    line = (f"ppdsl run: {where}rank {m['rank']}: peak {m['peak_microbatches']} live microbatch graphs "
             f"(checker predicts {m['predicted_microbatches']}), {_mib(m['peak_bytes'])} in tensors kept between actions")
     if "allocator_peak_bytes" in m:
         line += f", allocator peak {_mib(m['allocator_peak_bytes'])}"
@@ -161,7 +163,7 @@ def _simulated_vs_measured(path: str, file: str, measured: float | None) -> str:
     """How far `ppdsl simulate FILE --costs PATH` (the same function) is from the measured step."""
     from ..costs import CostError
     from ..diagnostics import PpsError
-    from .simulate_cmd import simulate_file
+    from .simulate_cmd import num, simulate_file
 
     if not measured:
         return ""
@@ -170,5 +172,5 @@ def _simulated_vs_measured(path: str, file: str, measured: float | None) -> str:
     except (CostError, OSError, PpsError, UsageError):
         return ""
     us = measured * 1e6
-    return (f"; ppdsl simulate {file} --costs {path}: makespan {sim.makespan:.0f} us vs measured step {us:.0f} us "
+    return (f"; ppdsl simulate {file} --costs {path}: makespan {num(sim.makespan)} us vs measured step {us:.0f} us "
             f"({(sim.makespan - us) / us * 100:+.1f}%)")

@@ -55,6 +55,7 @@ class FileOutcome:
     step_time: float | None = None
     step_times: list[float] = field(factory=list)
     actions: dict[int, int] = field(factory=dict)
+    memory: list[dict[str, Any]] = field(factory=list)  # per rank, with --profile
 
 
 @define
@@ -307,6 +308,7 @@ def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[i
             f.step_times = list(e.get("step_times", []))
     elif kind == "profile":
         outcome.profile = e
+        f.memory = list(e.get("memory", []))
     elif kind == "warning":
         message = f"rank {rank}: {e.get('message')}"
         if message not in outcome.warnings:  # once per layer, however many files run

@@ -71,7 +71,7 @@ def pair_messages(actions: list[dict[str, Any]]) -> None:
         a.pop("_spans", None)
 
 
-def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter) -> None:
+def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: int = 0) -> None:
     import paddle.distributed as dist
 
     mine = local_actions(sched.timings, cfg.warmup, sched.started)
@@ -98,4 +98,4 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter) -> None:
     text = profile_json({}, unit="us", actions=actions, memory=memories)
     with open(cfg.profile, "w", encoding="utf-8") as f:
         f.write(text)
-    reporter.send("profile", path=cfg.profile, actions=len(actions), memory=memories)
+    reporter.send("profile", file=file, path=cfg.profile, actions=len(actions), memory=memories)

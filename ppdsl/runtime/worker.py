@@ -289,7 +289,7 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
     if cfg.profile:
         from .profile import gather_profile
 
-        gather_profile(sched, cfg, rank, reporter)
+        gather_profile(sched, cfg, rank, reporter, index)
     return 1 if verifier is not None and verifier.failure is not None else 0
 
 
