@@ -294,6 +294,8 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
 
 
 def run_from_args(args: Any) -> int:
+    if getattr(args, "threads", None) and "PPDSL_THREADS" not in os.environ:  # under Paddle's launcher
+        os.environ["PPDSL_THREADS"] = str(args.threads)
     cfg = RunConfig(files=tuple(args.file), steps=args.steps, model=args.model, data=args.data, loss=args.loss,
                     optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
                     verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads,
