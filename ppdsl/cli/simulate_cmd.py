@@ -107,9 +107,11 @@ def run(args: argparse.Namespace) -> int:
 # --- text reports ---------------------------------------------------------------------------
 
 def num(x: float) -> str:
-    """Short and exact enough: 22, 6752.8, 0.125."""
+    """Short and exact enough: 22, 6752.8, 0.125, and 1023170 (a measured step in us), not 1.02317e+06."""
     if x == int(x) and abs(x) < 1e15:
         return str(int(x))
+    if 1e6 <= abs(x) < 1e15:
+        return f"{x:.0f}"
     return f"{x:.6g}"
 
 
