@@ -19,6 +19,7 @@ and several stages share a process, hence the keyed store, one per `PipelineSche
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,14 +90,9 @@ def accumulate_weight_grad(weight: Any, x: Any, dy: Any) -> None:
             grad.add_(g)
 
 
-_matmul_class: Any = None
-
-
+@functools.cache
 def _split_matmul() -> Any:
     """The PyLayer class, made once on first use (paddle is imported lazily)."""
-    global _matmul_class
-    if _matmul_class is not None:
-        return _matmul_class
     paddle = _paddle()
     base: Any = paddle.autograd.PyLayer
 
@@ -106,6 +102,7 @@ def _split_matmul() -> Any:
             ctx.save_for_backward(x, weight)
             ctx.store = store
             ctx.has_bias = bias is not None
+            ctx.bias_grad = bias is not None and not bias.stop_gradient
             return paddle.nn.functional.linear(x, weight, bias)
 
         @staticmethod
@@ -115,9 +112,8 @@ def _split_matmul() -> Any:
             dx = None if x.stop_gradient else paddle.matmul(dy, weight, transpose_y=True)
             if not ctx.has_bias:
                 return dx, None
-            return dx, None, paddle.sum(_rows(dy), axis=0)
+            return dx, None, paddle.sum(_rows(dy), axis=0) if ctx.bias_grad else None
 
-    _matmul_class = SplitMatmul
     return SplitMatmul
 
 
@@ -125,10 +121,7 @@ def _switched_forward(layer: Any, store: DeferredGrads) -> Any:
     matmul = _split_matmul()
 
     def forward(x: Any) -> Any:
-        bias = layer.bias
-        if bias is None:
-            return matmul.apply(x, layer.weight, None, store)
-        return matmul.apply(x, layer.weight, bias, store)
+        return matmul.apply(x, layer.weight, layer.bias, store)
 
     return forward
 
