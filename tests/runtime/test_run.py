@@ -80,12 +80,16 @@ def test_verify_every_shipped_schedule_on_4_ranks(capsys: pytest.CaptureFixture[
     _memory_as_predicted(out, files, 4)
 
 
-def test_split_backward_opt_out_and_a_layer_it_cannot_defer(capsys: pytest.CaptureFixture[str]) -> None:
+def test_split_backward_opt_out_is_exact(capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
     code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", "0", "-q", "--no-split-backward")
     assert code == 0, err
     _verified(out, files)
     assert "warning" not in err
+
+
+def test_a_linear_the_split_cannot_defer_warns_once_and_stays_exact(capsys: pytest.CaptureFixture[str]) -> None:
+    files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
     code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", "0", "-q", "--model",
                              f"{HERE / 'scaled_linear_model.py'}:build_stage")
     assert code == 0, err
