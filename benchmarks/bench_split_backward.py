@@ -109,11 +109,11 @@ def worker(args: argparse.Namespace) -> None:
             dist.barrier()
             run(name)
             sched.profile = False
-    actions: dict[str, list[float]] = {}
+    actions: dict[str, list[float]] = {}  # "1f1b F", "zb1p I", ... of this rank's stage
     for name in ("1f1b", "zb1p"):
         for label, durations in layers[name + "/sched"].timings.items():
-            if label.startswith("1") and label[1] in "BIW" and label[2:].isdigit():
-                actions.setdefault(label[1], []).extend(durations)
+            if label[0] == str(rank) and label[1] in "FBIW" and label[2:].isdigit():
+                actions.setdefault(f"{name} {label[1]}", []).extend(durations)
     gathered: list[object] = []
     dist.all_gather_object(gathered, {"rank": rank, "times": times, "actions": actions, "diff": diff,
                                       "threads": os.environ.get("PPDSL_THREADS")})
@@ -147,13 +147,14 @@ def main() -> int:
         return 1
     per = {name: [max(r["times"][name][i] for r in results) for i in range(args.rounds)] for name in SIDES}
     med = {name: statistics.median(v) for name, v in per.items()}
-    acts = next(r["actions"] for r in results if r["rank"] == 1)
-    b, i, w = (statistics.median(acts[k]) for k in "BIW")
+    acts = {r["rank"]: {k: statistics.median(v) for k, v in r["actions"].items()} for r in results}
+    b, i, w = acts[1]["1f1b B"], acts[1]["zb1p I"], acts[1]["zb1p W"]
     print(f"machine: {cores()} cores; 2 ranks x {threads} intra-op thread(s); model: each rank 2 x Linear(768) + GELU, "
           f"float32, 8 microbatches of {args.rows} rows; {args.rounds} rounds x {args.steps} steps, alternating")
     for name in SIDES:
         print(f"  {name:13s} {med[name] * 1e3:9.2f} ms/step  (rounds: {', '.join(f'{t * 1e3:.1f}' for t in per[name])})")
-    print(f"stage 1: median B {b * 1e3:.2f} ms, I {i * 1e3:.2f} ms, W {w * 1e3:.2f} ms")
+    for stage in (0, 1):
+        print(f"stage {stage}: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(acts[stage].items())))
     def ratio(a: str, b: str) -> float:
         """Median over rounds of a / b within the round: load that drifts between rounds cancels."""
         return statistics.median(x / y for x, y in zip(per[a], per[b]))
