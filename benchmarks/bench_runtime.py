@@ -116,7 +116,7 @@ def worker(args: argparse.Namespace) -> None:
         run_ppdsl()
     profiled_step = (time.perf_counter() - t0) / args.steps
     inside = sum(sum(v) for v in ours.timings.values()) / (args.steps + 0)
-    actions = local_actions(ours.timings, 0)
+    actions = local_actions(ours.timings, 0, ours.started)
     gathered: list[object] = []
     dist.all_gather_object(gathered, {"rank": rank, "times": times, "dispatch": dispatch, "actions": actions,
                                       "profiled_step": profiled_step, "inside": inside, "n_actions": n_actions,
@@ -161,6 +161,7 @@ def main() -> int:
         worker(args)
         return 0
     from ppdsl.costs import parse_profile, profile_json
+    from ppdsl.runtime.profile import pair_messages
     from ppdsl.runtime.preflight import prepare
     from ppdsl.semantics import CommModel
     from ppdsl.simulate import simulate
@@ -190,6 +191,7 @@ def main() -> int:
           f"({n_actions} actions per step over both ranks)")
     if args.profile:
         actions = [dict(a, rank=r["rank"]) for r in results for a in r["actions"]]
+        pair_messages(actions)  # as `ppdsl run --profile` does: one machine, one clock
         text = profile_json({}, unit="us", actions=actions)
         Path(args.profile).write_text(text, encoding="utf-8")
         sim = simulate(program, parse_profile(text), "rendezvous")
