@@ -20,7 +20,8 @@ from ..diagnostics import Diagnostic, sorted_unique
 from ..ir import Program
 from ..semantics import CommModel
 from . import completeness, comms, deadlock, memory, order, structure, warnings
-from .context import Context, no_gc
+from ..ir import no_gc
+from .context import Context
 
 RULES: tuple[ModuleType, ...] = (structure, completeness, order, comms, deadlock, memory, warnings)
 

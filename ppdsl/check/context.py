@@ -10,11 +10,8 @@ list lookup, or ask it of every microbatch of every stage at once with a slice.
 from __future__ import annotations
 
 import bisect
-import gc
-import re
 from collections import deque
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from ..diagnostics import Diagnostic, Severity
 from ..ir import Program, Span
@@ -25,21 +22,6 @@ LOW = (1 << SHIFT) - 1
 # `x & ABSENT_LAST` keeps a position and turns -1 (absent) into a number past every position:
 # "is it later than ...?" is then false for an absent action, in one C-level map.
 ABSENT_LAST = (1 << 62) - 1
-_WORD = re.compile(r"\S+")
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: checking and lowering make hundreds of thousands of
-    small acyclic objects, and each generation-2 pass would rescan all of them (measured: it
-    made lowering 64 ranks x 1024 microbatches several times slower)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def mb_ranges(mbs: Sequence[int]) -> str:
@@ -137,16 +119,10 @@ class Context:
         if k < 0:
             return source.step_span(rank, step)
         seg = segments[k]
-        if seg.run is None:
-            return Span(seg.line, seg.column)
-        if words[k] is None:
-            words[k] = [(m.start(), m.end()) for m in _WORD.finditer(seg.run)]
         w = words[k]
-        assert w is not None
-        j = step - seg.first
-        if 0 <= j < len(w):
-            return Span(seg.line, seg.column + w[j][0], seg.column + w[j][1])
-        return Span(seg.line, seg.column)
+        if w is None:
+            w = words[k] = seg.offsets()
+        return seg.span(step - seg.first, w)
 
     def diag(self, code: str, message: str, rank: int | None = None, step: int | None = None,
              help: str | None = None, notes: Sequence[str] = (), warning: bool = False) -> Diagnostic:

@@ -6,7 +6,6 @@ row) and hands flat runs of tokens to `scan`.
 
 from __future__ import annotations
 
-import gc
 import math
 from typing import Union
 
@@ -16,7 +15,7 @@ from lark.exceptions import LarkError, UnexpectedInput
 from .. import placement as placement_mod
 from ..diagnostics import Diagnostic, PpsError
 from ..generators import registry
-from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
+from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step, no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from . import scan
 from .errors import lark_error_to_diagnostic
@@ -426,10 +425,5 @@ def parse(text: str, path: str = "<input>") -> Program:
     builder = _Builder(text, path)
     # Hundreds of thousands of small immutable objects: generational GC would rescan them all
     # several times over for nothing.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with no_gc():
         return builder.build()
-    finally:
-        if enabled:
-            gc.enable()

@@ -1,12 +1,79 @@
 """`ir.Program` -> explicit `.pps` text (what `ppdsl expand` prints).
 
 Every step is written out; `parse(print_program(p)) == p` for every program.
+
+Actions are written through `ActionText`, which keeps the text of each `[stage][kind]` prefix
+and each microbatch number it has made: a row of plain actions becomes text by C-level maps
+over the row and two dictionary lookups per action, not `Action.__str__` and an enum lookup
+per action (which cost as much as parsing the file). `formats/torch_csv.py` writes its cells
+through the same class with its dialect's names.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress, repeat
+from operator import add, attrgetter, is_not
+
 from .. import placement as placement_mod
-from ..ir import Program
+from ..ir import Action, Batch, Idle, Kind, Program, Step
+
+_STAGE_KIND = attrgetter("stage", "kind")
+_MICRO = attrgetter("microbatch")
+
+
+class ActionText:
+    """Token text for actions, with the pieces cached: `ActionText().action(a) == str(a)`."""
+
+    def __init__(self, names: Mapping[Kind, str] | None = None):
+        self._names = {k: k.name for k in Kind} if names is None else dict(names)
+        self._prefix: dict[tuple[int, Kind], str] = {}  # (stage, kind) -> "12SEND_F"
+        self._micro: dict[int | None, str] = {None: ""}
+
+    def action(self, a: Action) -> str:
+        key = (a.stage, a.kind)
+        prefix = self._prefix.get(key)
+        if prefix is None:
+            prefix = self._prefix[key] = f"{a.stage}{self._names[a.kind]}"
+        micro = self._micro.get(a.microbatch)
+        if micro is None:
+            micro = self._micro[a.microbatch] = str(a.microbatch)
+        return prefix + micro
+
+    def actions(self, actions: Sequence[Action]) -> list[str]:
+        """The text of each of a run of plain actions, in one pass of C-level maps."""
+        keys = list(map(_STAGE_KIND, actions))
+        micros = list(map(_MICRO, actions))
+        prefix, micro = self._prefix, self._micro
+        for stage, kind in set(keys).difference(prefix):
+            prefix[stage, kind] = f"{stage}{self._names[kind]}"
+        for mb in set(micros).difference(micro):
+            micro[mb] = str(mb)
+        return list(map(add, map(prefix.__getitem__, keys), map(micro.__getitem__, micros)))
+
+    def steps(self, row: Sequence[Step], other: Callable[[Step, int], str]) -> list[str]:
+        """The text of each step of a row: runs of plain actions here, any other step by `other(step, index)`."""
+        odd = list(compress(range(len(row)), map(is_not, map(type, row), repeat(Action))))
+        if not odd:
+            return self.actions(row)  # type: ignore[arg-type]
+        out: list[str] = []
+        start = 0
+        for i in odd:
+            out.extend(self.actions(row[start:i]))  # type: ignore[arg-type]
+            out.append(other(row[i], i))
+            start = i + 1
+        out.extend(self.actions(row[start:]))  # type: ignore[arg-type]
+        return out
+
+    def pps_step(self, step: Step, index: int = 0) -> str:
+        """A step that is not a plain action, as `.pps` writes it."""
+        if type(step) is Idle:
+            return "_"
+        if type(step) is Batch:
+            return "<" + " ".join(map(self.action, step.parts)) + ">"
+        if type(step) is Action:
+            return self.action(step)
+        return "(" + ";".join(map(self.action, step.parts)) + ")"  # type: ignore[union-attr]
 
 
 def _number(value: float) -> str:
@@ -34,6 +101,7 @@ def print_program(program: Program, comment: str | None = None) -> str:
     if program.costs:
         lines.append("costs " + " ".join(f"{k}={_number(v)}" for k, v in program.costs))
     lines.append("")
+    text = ActionText()
     for rank, row in enumerate(program.rows):
-        lines.append(f"rank {rank}: " + " ".join(map(str, row)) if row else f"rank {rank}:")
+        lines.append(f"rank {rank}: " + " ".join(text.steps(row, text.pps_step)) if row else f"rank {rank}:")
     return "\n".join(lines) + "\n"
