@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import not_
 from typing import ClassVar, cast
 
@@ -279,7 +279,7 @@ def _shape(reader: _Reader, rows: list[list[Step]], cells: int, source: SourceMa
     stages = max(ranks_of) + 1
     microbatches = max_micro + 1
     if len(ranks_of) < stages:
-        missing = [s for s in range(stages) if s not in ranks_of][:8]
+        missing = list(islice((s for s in range(stages) if s not in ranks_of), 8))
         listed = ", ".join(map(str, missing)) + (", ..." if stages - len(ranks_of) > len(missing) else "")
         span = _first_span(rows, source, lambda a: a.stage == stages - 1)
         raise _error(path, span.line, span.column, f"stage {stages - 1} makes {stages:,} stages, but stage{'s' * (len(missing) > 1)} "
@@ -288,7 +288,7 @@ def _shape(reader: _Reader, rows: list[list[Step]], cells: int, source: SourceMa
                      code="PPS016")
     if stages * microbatches > max(cells, SMALL_SHAPE):
         span = _first_span(rows, source, lambda a: a.microbatch == max_micro)
-        raise _error(path, span.line, span.column, f"microbatch {max_micro} makes {stages:,} stages x {microbatches:,} "
+        raise _error(path, span.line, span.column, f"microbatch {max_micro} makes {stages:,} stage{'s' * (stages != 1)} x {microbatches:,} "
                      f"microbatches, more than the file's {cells:,} cells can cover (each needs a forward)",
                      help="a typo? microbatches are numbered from 0", code="PPS015")
     return stages, microbatches, tuple(ranks_of[s] for s in range(stages))
