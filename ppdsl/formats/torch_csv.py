@@ -8,13 +8,11 @@ Two dialects, told apart by their tables only:
 - legacy: `B` is backward-input when a `W` for the same stage and microbatch follows, and
   `BW` is a full backward.
 
-Reading is built for files of a million cells. A row is split at its commas and each cell at
-its trailing digits by C-level string methods over the whole row (`str.rstrip` mapped over the
-cells), so a cell costs two dictionary lookups: one for its `[stage][kind]` prefix and one for
-its microbatch digits, both learned (parsed and bounded by `limits.py`) the first time they
-are seen. The actions of a row are then made by `ir.make_actions` in one go. A row that does
-not fit that shape (blanks around cells, overlapped pairs, anything malformed) is read again
-cell by cell, which is also where every error is located. No number sizes anything before it
+Reading is built for files of a million cells. A row is split at its commas and read by the
+parser's `syntax.scan.TokenReader` (C-level string methods over the whole row, two dictionary
+lookups per cell, actions made in bulk; each distinct prefix and number parsed and bounded by
+`limits.py` once). A row that does not fit that shape (blanks around cells, overlapped pairs,
+anything malformed) is read again cell by cell, which is also where every error is located. No number sizes anything before it
 is checked: stage and microbatch numbers against the limits when first seen, the count of rows
 and cells before a row is split, and the stage x microbatch space against the file's cells.
 """
@@ -31,14 +29,12 @@ from ..diagnostics import Diagnostic, PpsError, Severity
 from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step, actions_of, make_action, make_actions, no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..syntax.printer import ActionText
-from ..syntax.scan import number, shown
+from ..syntax.scan import TokenReader, number, shown
 
-_PREFIX_RE = re.compile(r"(\d+)([A-Z_]+)\Z")
 _CELL_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
 _OVERLAP_RE = re.compile(r"\(([^;()]*);([^;()]*)\)(?:OVERLAP_F_B)?\Z")
 # A backward or weight cell anywhere in the text (inside a pair too): what dialect detection reads.
 _BACKWARD_RE = re.compile(r"(?<!\w)(\d+)(BW|B|W)(\d+)(?!\w)")
-_DIGITS = "0123456789"
 # A file this small may name stage x microbatch pairs it does not cover (the checker then says
 # which are missing); past it, the pairs are bounded by the cells, each needing a forward.
 SMALL_SHAPE = 65_536
@@ -88,75 +84,18 @@ class _Located(Exception):
 
 
 class _Reader:
-    """One file's read. Caches what each distinct prefix and microbatch string means."""
+    """One file's read: plain rows through a `TokenReader`, the rest cell by cell."""
 
     def __init__(self, dialect: type[CurrentDialect]):
         self.dialect = dialect
         self.names = dict(dialect.read_names)
         if dialect is LegacyDialect:
-            self.names["B"] = Kind.I  # provisional: resolve_legacy() decides per (stage, microbatch)
-        # `[stage][kind]` prefix -> its stage and kind; "" is an idle cell's prefix.
-        self.stage_of: dict[str, int | None] = {"": None}
-        self.kind_of: dict[str, Kind | None] = {"": None}
-        # Microbatch digits -> number; "" is no microbatch (idle cells, stage-only kinds).
-        self.micro_of: dict[str, int | None] = {"": None}
-        # The shape the cells imply: stage -> first rank holding it, and the largest microbatch.
-        self.rank_of: dict[int, int] = {}
-        self.max_micro = -1
-
-    # -- the fast path ---------------------------------------------------------------------
-    def learn_prefix(self, prefix: str) -> bool:
-        m = _PREFIX_RE.match(prefix)
-        if m is None:
-            return False
-        kind = self.names.get(m.group(2))
-        stage = number(m.group(1))
-        if kind is None or stage >= MAX_STAGES:
-            return False
-        self.stage_of[prefix], self.kind_of[prefix] = stage, kind
-        return True
-
-    def learn_micro(self, digits: str) -> bool:
-        value = number(digits)
-        if value >= MAX_MICROBATCHES:
-            return False
-        self.micro_of[digits] = value
-        return True
+            self.names["B"] = Kind.I  # provisional: _resolve_legacy() decides per (stage, microbatch)
+        self.tokens = TokenReader(self.names, MAX_STAGES, MAX_MICROBATCHES, "", IDLE)
 
     def fast_row(self, rank: int, line: str) -> list[Step] | None:
         """The steps of a row of plain cells, or None when the row needs the careful path."""
-        cells = line.split(",")
-        prefixes = list(map(str.rstrip, cells, repeat(_DIGITS)))
-        micros = list(map(str.removeprefix, cells, prefixes))
-        kind_of, micro_of = self.kind_of, self.micro_of
-        if not all(map(self.learn_prefix, set(prefixes).difference(kind_of))):
-            return None
-        if not all(map(self.learn_micro, set(micros).difference(micro_of))):
-            return None
-        # A kind that needs a microbatch has one; a stage-only kind and an idle cell have none.
-        for prefix in set(compress(prefixes, micros)):
-            kind = kind_of[prefix]
-            if kind is None or kind.stage_only:
-                return None
-        if "" in micros:
-            for prefix in set(compress(prefixes, map(not_, micros))):
-                kind = kind_of[prefix]
-                if kind is not None and not kind.stage_only:
-                    return None
-        # Every prefix and microbatch is known and checked now; "" (idle) gives a placeholder.
-        stages = cast("Iterable[int]", map(self.stage_of.__getitem__, prefixes))
-        kinds = cast("Iterable[Kind]", map(kind_of.__getitem__, prefixes))
-        row = cast("list[Step]", make_actions(stages, kinds, map(micro_of.__getitem__, micros), len(cells)))
-        if "" in cells:
-            for i in compress(range(len(cells)), map(not_, cells)):
-                row[i] = IDLE
-        for stage in set(map(self.stage_of.__getitem__, prefixes)):
-            if stage is not None:
-                self.rank_of.setdefault(stage, rank)
-        micros_seen = set(map(micro_of.__getitem__, micros))
-        micros_seen.discard(None)
-        self.max_micro = max(self.max_micro, max(cast("set[int]", micros_seen), default=-1))
-        return row
+        return cast("list[Step] | None", self.tokens.steps(line.split(","), rank))
 
     # -- the careful path: one cell at a time, every problem located ------------------------
     def action(self, cell: str, column: int) -> Action:
@@ -198,11 +137,12 @@ class _Reader:
             else:
                 row.append(self.action(cell, at))
             column += len(raw) + 1
+        tokens = self.tokens
         for step in row:
             for a in actions_of(step):
-                self.rank_of.setdefault(a.stage, rank)
-                if a.microbatch is not None and a.microbatch > self.max_micro:
-                    self.max_micro = a.microbatch
+                tokens.stage_ranks.setdefault(a.stage, rank)
+                if a.microbatch is not None and a.microbatch > tokens.max_micro:
+                    tokens.max_micro = a.microbatch
         return row
 
 
@@ -273,7 +213,7 @@ def _read(text: str, path: str, dialect: str | None) -> Program:
 
 def _shape(reader: _Reader, rows: list[list[Step]], cells: int, source: SourceMap, path: str) -> tuple[int, int, tuple[int, ...]]:
     """Stage count, microbatch count and placement, as the cells imply them, each bounded."""
-    ranks_of, max_micro = reader.rank_of, reader.max_micro
+    ranks_of, max_micro = reader.tokens.stage_ranks, reader.tokens.max_micro
     if not ranks_of:
         raise _error(path, 1, 1, "the CSV holds no actions")
     stages = max(ranks_of) + 1

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, repeat
-from operator import add, attrgetter, is_not
+from operator import add, attrgetter, getitem, is_not
 
 from .. import placement as placement_mod
 from ..ir import Action, Batch, Idle, Kind, Program, Step
 
-_STAGE_KIND = attrgetter("stage", "kind")
+_STAGE = attrgetter("stage")
+_KIND = attrgetter("kind")
 _MICRO = attrgetter("microbatch")
 
 
@@ -27,29 +28,35 @@ class ActionText:
 
     def __init__(self, names: Mapping[Kind, str] | None = None):
         self._names = {k: k.name for k in Kind} if names is None else dict(names)
-        self._prefix: dict[tuple[int, Kind], str] = {}  # (stage, kind) -> "12SEND_F"
+        # kind -> stage -> "12SEND_F"; microbatch -> "3" (None -> "").
+        self._prefix: dict[Kind, dict[int, str]] = {k: {} for k in Kind}
         self._micro: dict[int | None, str] = {None: ""}
 
     def action(self, a: Action) -> str:
-        key = (a.stage, a.kind)
-        prefix = self._prefix.get(key)
+        by_stage = self._prefix[a.kind]
+        prefix = by_stage.get(a.stage)
         if prefix is None:
-            prefix = self._prefix[key] = f"{a.stage}{self._names[a.kind]}"
+            prefix = by_stage[a.stage] = f"{a.stage}{self._names[a.kind]}"
         micro = self._micro.get(a.microbatch)
         if micro is None:
             micro = self._micro[a.microbatch] = str(a.microbatch)
         return prefix + micro
 
     def actions(self, actions: Sequence[Action]) -> list[str]:
-        """The text of each of a run of plain actions, in one pass of C-level maps."""
-        keys = list(map(_STAGE_KIND, actions))
+        """The text of each of a run of plain actions, in C-level passes over the run."""
+        kinds = list(map(_KIND, actions))
+        stages = list(map(_STAGE, actions))
         micros = list(map(_MICRO, actions))
-        prefix, micro = self._prefix, self._micro
-        for stage, kind in set(keys).difference(prefix):
-            prefix[stage, kind] = f"{stage}{self._names[kind]}"
+        table, micro = self._prefix, self._micro
+        distinct_stages = set(stages)
+        for kind in set(kinds):  # fill what the run needs: few kinds x its stages
+            by_stage = table[kind]
+            for stage in distinct_stages.difference(by_stage):
+                by_stage[stage] = f"{stage}{self._names[kind]}"
         for mb in set(micros).difference(micro):
             micro[mb] = str(mb)
-        return list(map(add, map(prefix.__getitem__, keys), map(micro.__getitem__, micros)))
+        prefixes = map(getitem, map(table.__getitem__, kinds), stages)
+        return list(map(add, prefixes, map(micro.__getitem__, micros)))
 
     def steps(self, row: Sequence[Step], other: Callable[[Step, int], str]) -> list[str]:
         """The text of each step of a row: runs of plain actions here, any other step by `other(step, index)`."""
