@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import bisect
 import enum
-import gc
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from itertools import repeat
 from typing import Final, Literal, Union
 
@@ -104,21 +102,6 @@ def make_action(stage: int, kind: Kind, microbatch: int | None) -> Action:
     _set_kind(a, kind)
     _set_mb(a, microbatch)
     return a
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: reading, checking and lowering make hundreds of
-    thousands of small acyclic objects, and each generation-2 pass would rescan all of them
-    (measured: it made lowering 64 ranks x 1024 microbatches several times slower, and reading
-    a CSV of 262,144 actions 1.4x slower)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def make_actions(stages: Iterable[int], kinds: Iterable[Kind], microbatches: Iterable[int | None], count: int) -> list[Action]:

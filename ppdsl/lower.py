@@ -37,9 +37,9 @@ from itertools import compress, repeat
 from operator import add, and_, ge, mod, mul
 
 from .diagnostics import Diagnostic, PpsError
-from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters, no_gc
+from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters
 from .check import analyse
-from .check.context import LOW
+from .check.context import LOW, no_gc
 from .semantics import B, F, I, CommModel, Encoded, execute, remember
 
 

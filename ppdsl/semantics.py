@@ -38,8 +38,8 @@ import enum
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import repeat
-from operator import and_, attrgetter
+from itertools import compress, repeat
+from operator import and_, attrgetter, is_
 from typing import cast
 
 from attrs import frozen
@@ -183,16 +183,19 @@ class Encoded:
             return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
         for rank, row in enumerate(program.rows):
-            if row and set(map(type, row)) == {Action}:
+            types = set(map(type, row))
+            if Action in types and types <= _PLAIN_OR_IDLE:
+                # Idle steps (a CSV's empty cells) carry no code: drop them, keep the step indices.
+                steps = None if len(types) == 1 else list(compress(range(len(row)), map(is_, map(type, row), repeat(Action))))
+                plain = cast("Sequence[Action]", row if steps is None else [row[i] for i in steps])
                 try:
-                    stages_ok = 0 <= min(map(get_stage, row)) and max(map(get_stage, row)) < S
-                    mbs_ok = 0 <= min(map(get_mb, row)) and max(map(get_mb, row)) < M
+                    stages_ok = 0 <= min(map(get_stage, plain)) and max(map(get_stage, plain)) < S
+                    mbs_ok = 0 <= min(map(get_mb, plain)) and max(map(get_mb, plain)) < M
                 except TypeError:  # a stage-only action (no microbatch): take the careful path
                     stages_ok = mbs_ok = False
                 if stages_ok and mbs_ok:
-                    plain = cast("tuple[Action, ...]", row)
                     self.codes.append([((a.stage * M + a.microbatch) << 4) + a.kind for a in plain])  # type: ignore[operator]
-                    self.steps.append(None)
+                    self.steps.append(steps)
                     self.groups.append({})
                     continue
             self._careful(rank, row, S, M)
@@ -251,6 +254,9 @@ class Encoded:
         stage, mb = divmod(sm, self.microbatches)
         kind = KIND_OF[k]
         return f"{stage}{kind.name}" if kind.stage_only else f"{stage}{kind.name}{mb}"
+
+
+_PLAIN_OR_IDLE = frozenset((Action, Idle))
 
 
 # The last few encodings made, by program identity: check() then lower() then check() of the

@@ -20,8 +20,7 @@ from ..diagnostics import Diagnostic, sorted_unique
 from ..ir import Program
 from ..semantics import CommModel
 from . import completeness, comms, deadlock, memory, order, structure, warnings
-from ..ir import no_gc
-from .context import Context
+from .context import Context, no_gc
 
 RULES: tuple[ModuleType, ...] = (structure, completeness, order, comms, deadlock, memory, warnings)
 

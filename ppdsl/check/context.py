@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from ..diagnostics import Diagnostic, Severity
 from ..ir import Program, Span
+from ..gcpause import no_gc as no_gc
 from ..semantics import CommModel, Encoded, Execution, encode
 
 SHIFT = 32

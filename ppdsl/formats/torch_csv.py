@@ -26,7 +26,8 @@ from operator import not_
 from typing import ClassVar, cast
 
 from ..diagnostics import Diagnostic, PpsError, Severity
-from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step, actions_of, make_action, make_actions, no_gc
+from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step, actions_of, make_action, make_actions
+from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..syntax.printer import ActionText
 from ..syntax.scan import TokenReader, number, shown

@@ -15,7 +15,8 @@ from lark.exceptions import LarkError, UnexpectedInput
 from .. import placement as placement_mod
 from ..diagnostics import Diagnostic, PpsError
 from ..generators import registry
-from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step, no_gc
+from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
+from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from . import scan
 from .errors import lark_error_to_diagnostic
