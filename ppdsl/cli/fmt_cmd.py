@@ -13,7 +13,6 @@ import sys
 
 from ..diagnostics import PpsError, UsageError
 from ..load import read_text
-from ..syntax.formatter import format_text
 from .common import print_diagnostics, write_output
 
 
@@ -24,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..syntax.formatter import format_text  # Lark: imported by the command that needs it
+
     status = 0
     for path in args.files:
         try:
