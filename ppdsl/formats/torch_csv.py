@@ -245,7 +245,7 @@ def _first_span(rows: list[list[Step]], source: SourceMap, wanted: Callable[[Act
 
 def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Diagnostic]]:
     """Program -> CSV text, plus warnings for what the format cannot express."""
-    text_of = ActionText(DIALECTS[dialect].write_names)
+    text_of = ActionText.for_program(program, DIALECTS[dialect].write_names)
     warnings: list[Diagnostic] = []
     path = program.source.path if program.source else "<program>"
     # Legacy `B` reads back as backward-input only when a `W` for it follows; a lone one

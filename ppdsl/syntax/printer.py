@@ -26,11 +26,21 @@ _MICRO = attrgetter("microbatch")
 class ActionText:
     """Token text for actions, with the pieces cached: `ActionText().action(a) == str(a)`."""
 
-    def __init__(self, names: Mapping[Kind, str] | None = None):
+    def __init__(self, names: Mapping[Kind, str] | None = None, stages: int = 0, microbatches: int = 0):
+        """`stages` and `microbatches` fill the tables up front (each row then needs no pass to
+        find what is missing); give them when the program is at least that large."""
         self._names = {k: k.name for k in Kind} if names is None else dict(names)
         # kind -> stage -> "12SEND_F"; microbatch -> "3" (None -> "").
-        self._prefix: dict[Kind, dict[int, str]] = {k: {} for k in Kind}
-        self._micro: dict[int | None, str] = {None: ""}
+        self._prefix: dict[Kind, dict[int, str]] = {k: {s: f"{s}{n}" for s in range(stages)} for k, n in self._names.items()}
+        self._micro: dict[int | None, str] = {m: str(m) for m in range(microbatches)}
+        self._micro[None] = ""
+
+    @classmethod
+    def for_program(cls, program: Program, names: Mapping[Kind, str] | None = None) -> ActionText:
+        """Tables filled up front where the program has more steps than they have entries."""
+        steps = sum(map(len, program.rows))
+        return cls(names, program.stages if len(Kind) * program.stages <= steps else 0,
+                   program.microbatches if program.microbatches <= steps else 0)
 
     def action(self, a: Action) -> str:
         by_stage = self._prefix[a.kind]
@@ -48,6 +58,10 @@ class ActionText:
         stages = list(map(_STAGE, actions))
         micros = list(map(_MICRO, actions))
         table, micro = self._prefix, self._micro
+        try:
+            return list(map(add, map(getitem, map(table.__getitem__, kinds), stages), map(micro.__getitem__, micros)))
+        except KeyError:
+            pass
         distinct_stages = set(stages)
         for kind in set(kinds):  # fill what the run needs: few kinds x its stages
             by_stage = table[kind]
@@ -108,7 +122,7 @@ def print_program(program: Program, comment: str | None = None) -> str:
     if program.costs:
         lines.append("costs " + " ".join(f"{k}={_number(v)}" for k, v in program.costs))
     lines.append("")
-    text = ActionText()
+    text = ActionText.for_program(program)
     for rank, row in enumerate(program.rows):
         lines.append(f"rank {rank}: " + " ".join(text.steps(row, text.pps_step)) if row else f"rank {rank}:")
     return "\n".join(lines) + "\n"
