@@ -26,6 +26,7 @@ from operator import not_
 from typing import ClassVar, cast
 
 from ..diagnostics import Diagnostic, PpsError, Severity
+from ..english import plural
 from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step, actions_of, make_action, make_actions
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
@@ -183,7 +184,12 @@ def _read(text: str, path: str, dialect: str | None) -> Program:
     # with no work is written as an empty line and must survive the round trip.
     if not text.strip():
         raise _error(path, 1, 1, "empty CSV: no rank rows", help="one line per rank, comma-separated actions")
-    lines = text.splitlines()
+    # Lines end at `\n` (an `\r` before it dropped), as the parser and the excerpts count them.
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if "\r" in text:
+        lines = [line.removesuffix("\r") for line in lines]
     if len(lines) > MAX_RANKS:
         raise _error(path, MAX_RANKS + 1, 1, f"more than {MAX_RANKS:,} rows: a CSV has one row per rank",
                      code="PPS015")
@@ -206,7 +212,8 @@ def _read(text: str, path: str, dialect: str | None) -> Program:
     if chosen is LegacyDialect:
         _resolve_legacy(rows)
     source = SourceMap(path, text, Span(1, 1), tuple(Span(i + 1, 1) for i in range(len(rows))),
-                       tuple((Segment(0, i + 1, 1, line, delimiter=","),) if line else () for i, line in enumerate(lines)))
+                       tuple((Segment(0, i + 1, 1, line, delimiter=","),) if line else () for i, line in enumerate(lines)),
+                       format="csv")
     stages, microbatches, placement = _shape(reader, rows, cells, source, path)
     return Program(ranks=len(rows), stages=stages, microbatches=microbatches, placement=placement,
                    rows=tuple(map(tuple, rows)), source=source)
@@ -229,7 +236,7 @@ def _shape(reader: _Reader, rows: list[list[Step]], cells: int, source: SourceMa
                      code="PPS016")
     if stages * microbatches > max(cells, SMALL_SHAPE):
         span = _first_span(rows, source, lambda a: a.microbatch == max_micro)
-        raise _error(path, span.line, span.column, f"microbatch {max_micro} makes {stages:,} stage{'s' * (stages != 1)} x {microbatches:,} "
+        raise _error(path, span.line, span.column, f"microbatch {max_micro} makes {plural(stages, 'stage')} x {microbatches:,} "
                      f"microbatches, more than the file's {cells:,} cells can cover (each needs a forward)",
                      help="a typo? microbatches are numbered from 0", code="PPS015")
     return stages, microbatches, tuple(ranks_of[s] for s in range(stages))
@@ -269,8 +276,7 @@ def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Dia
             if type(step) is Overlap:
                 return "(" + ";".join(map(text_of.action, step.parts)) + ")OVERLAP_F_B"
             assert isinstance(step, Batch)
-            cells = len(step.parts)
-            warn(rank, index, f"PyTorch's CSV has no batches: `{step}` written as {cells} separate cell{'s' * (cells != 1)}")
+            warn(rank, index, f"PyTorch's CSV has no batches: `{step}` written as {plural(len(step.parts), 'separate cell')}")
             return ",".join(map(text_of.action, step.parts))
 
         if lone_inputs:
