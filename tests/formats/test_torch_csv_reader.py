@@ -147,3 +147,9 @@ def test_printed_csv_reads_back_and_prints_the_same() -> None:
     assert parse(print_program(p)) == p
     legacy, warnings = write_csv(read_csv("0F0,0I0,0W0,0F1,0B1\n"), "legacy")
     assert legacy == "0F0,0B0,0W0,0F1,0BW1\n" and warnings == []
+
+
+def test_lines_end_at_newline_as_the_excerpts_count_them() -> None:
+    # \x0c and a lone \r are no line ends (str.splitlines would say they are): the error is on line 2.
+    assert located("0F0,0B0\x0c\r\n1F0,1X0\r\n")[:3] == ("PPS030", 2, 5)
+    assert read_csv("0F0,0B0\r\n\r\n").rows[1] == ()
