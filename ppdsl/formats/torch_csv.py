@@ -12,22 +12,22 @@ Reading is built for files of a million cells. A row is split at its commas and 
 parser's `syntax.scan.TokenReader` (C-level string methods over the whole row, two dictionary
 lookups per cell, actions made in bulk; each distinct prefix and number parsed and bounded by
 `limits.py` once). A row that does not fit that shape (blanks around cells, overlapped pairs,
-anything malformed) is read again cell by cell, which is also where every error is located. No number sizes anything before it
-is checked: stage and microbatch numbers against the limits when first seen, the count of rows
-and cells before a row is split, and the stage x microbatch space against the file's cells.
+anything malformed) is read again cell by cell, which is also where every error is located.
+No number sizes anything before it is checked: stage and microbatch numbers against the limits
+when first seen, the count of rows and cells before a row is split, and the stage x microbatch
+space against the file's cells.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from itertools import compress, islice, repeat
-from operator import not_
+from itertools import islice
 from typing import ClassVar, cast
 
 from ..diagnostics import Diagnostic, PpsError, Severity
 from ..english import plural
-from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step, actions_of, make_action, make_actions
+from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step, actions_of, make_action
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..syntax.printer import ActionText
