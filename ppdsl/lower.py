@@ -31,13 +31,12 @@ cycle is split back (never reached with lowered programs; kept as a guarantee).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from operator import add, and_, ge, mod, mul
 
 from .diagnostics import Diagnostic, PpsError
-from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters
+from .ir import Action, Batch, Idle, Kind, Program, Step, make_actions
 from .check import analyse
 from .check.context import LOW, no_gc
 from .semantics import B, F, I, CommModel, Encoded, execute, remember
@@ -70,17 +69,6 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
         # The encoding lowering built alongside the rows (the checker then need not re-encode).
         remember(result, Encoded(result, codes, ctx.enc.kinds | emitted))
     return result
-
-
-def _new_actions(n: int, stages: Iterable[int], kinds: Iterable[Kind], microbatches: Iterable[int]) -> list[Action]:
-    """n Actions from three columns: made and filled by C-level passes (a Python call per
-    Action, as `make_action` takes, costs more than the three slot writes)."""
-    set_stage, set_kind, set_mb = ir_setters()
-    made = list(map(object.__new__, repeat(Action, n)))
-    deque(map(set_stage, made, stages), maxlen=0)
-    deque(map(set_kind, made, kinds), maxlen=0)
-    deque(map(set_mb, made, microbatches), maxlen=0)
-    return made
 
 
 def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[int]],
@@ -158,8 +146,8 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                 sends = [send0 + (m << 4) for m in mbs]
                 recvs = [recv0 + (m << 4) for m in mbs]
             emitted.update((send_kind, recv_kind))
-            put(p, p, keys, sends, _new_actions(n, repeat(s), repeat(send_kind), mbs))
-            put(placement[peer], p, keys, recvs, _new_actions(n, repeat(peer), repeat(recv_kind), mbs))
+            put(p, p, keys, sends, make_actions(n, repeat(s), repeat(send_kind), mbs))
+            put(placement[peer], p, keys, recvs, make_actions(n, repeat(peer), repeat(recv_kind), mbs))
 
     out: list[tuple[Step, ...]] = []
     out_codes: list[list[int]] = []

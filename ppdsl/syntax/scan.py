@@ -163,7 +163,7 @@ class TokenReader:
         # action that is replaced below.
         stages = cast("map[int]", map(stage_of.__getitem__, prefixes))
         kinds = cast("map[Kind]", map(kind_of.__getitem__, prefixes))
-        row = cast("list[object]", make_actions(stages, kinds, map(micro_of.__getitem__, micros), len(words)))
+        row = cast("list[object]", make_actions(len(words), stages, kinds, map(micro_of.__getitem__, micros)))
         for prefix in bare:
             if kind_of[prefix] is None:  # the idle word
                 idle = self.idle_step
