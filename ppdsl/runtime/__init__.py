@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .schedule import PipelineSchedule, SetupError, StepError
+    from .schedule import MessageOrderError, PipelineSchedule, SetupError, StepError
 
-__all__ = ["PipelineSchedule", "SetupError", "StepError", "init_from_env"]
+__all__ = ["MessageOrderError", "PipelineSchedule", "SetupError", "StepError", "init_from_env"]
 
 
 def init_from_env() -> int:
@@ -27,7 +27,7 @@ def init_from_env() -> int:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("PipelineSchedule", "SetupError", "StepError"):
+    if name in ("MessageOrderError", "PipelineSchedule", "SetupError", "StepError"):
         from . import schedule
 
         return getattr(schedule, name)

@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from attrs import frozen
+
+from ..ir import Action, Kind
 from ..semantics import CommModel
 from .watchdog import Watchdog
 
@@ -24,6 +27,10 @@ if TYPE_CHECKING:  # pragma: no cover
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
 MAX_DIMS = 8
 HEADER = 2 + MAX_DIMS  # [ndim, dtype, d0 .. d7]
+# The guard's label, a message of its own ahead of every message of the first step (and of
+# its shape header), so it stays apart from whatever the shape header grows into:
+# [kind of the send, its stage, its microbatch, how many sends on this link it is].
+LABEL = 4
 
 
 def comm_model_of(backend: str) -> CommModel:
@@ -134,6 +141,42 @@ class Transport:
         if not 0 <= ndim <= MAX_DIMS or not 0 <= dtype < len(DTYPES):
             raise PeerError(f"garbled shape header {values}: the ranks disagree about what is sent")
         return values[2:2 + ndim], DTYPES[dtype]
+
+
+@frozen
+class Label:
+    """What a message is: the sending action and its place among the sends on its link."""
+
+    kind: Kind
+    stage: int
+    microbatch: int
+    ordinal: int  # 1 for the first message sent on this link in the step
+
+    @property
+    def action(self) -> str:
+        return str(Action(self.stage, self.kind, self.microbatch))
+
+    def tensor(self) -> paddle.Tensor:
+        import paddle
+
+        return paddle.to_tensor([int(self.kind), self.stage, self.microbatch, self.ordinal], dtype="int64")
+
+    @staticmethod
+    def empty() -> paddle.Tensor:
+        import paddle
+
+        return paddle.zeros([LABEL], dtype="int64")
+
+    @classmethod
+    def read(cls, tensor: paddle.Tensor, stages: int, microbatches: int) -> Label:
+        """The label in a received tensor; PeerError when it cannot be one (a message of
+        another kind arrived where a label should: the ranks are out of step)."""
+        kind, stage, mb, ordinal = (int(v) for v in tensor.numpy().tolist())
+        if kind not in (int(Kind.SEND_F), int(Kind.SEND_B)) or not 0 <= stage < stages \
+                or not 0 <= mb < microbatches or ordinal < 1:
+            raise PeerError(f"garbled message label {[kind, stage, mb, ordinal]}: the ranks are out of step "
+                            "(does every rank run with the label guard?)")
+        return cls(Kind(kind), stage, mb, ordinal)
 
 
 def _peer_error(exc: RuntimeError, doing: str, peer: int) -> PeerError:

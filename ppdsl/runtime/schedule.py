@@ -16,6 +16,13 @@ Each action of the rank's row runs in order:
 
 Shapes of activations crossing ranks travel in a small header on the first step and are
 cached; later steps check that they did not change.
+
+The label guard: the transports match a receive with the next message sent on its link,
+whatever microbatch it carries (no tags on gloo or NCCL). So on the first step every message
+is preceded by its label (kind, stage, microbatch, place on the link), and a receive that
+gets another label than the one it expects stops with both actions named
+(`MessageOrderError`) instead of computing on the wrong microbatch. The order is the same
+every step, so later steps send no labels.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..ir import Program
 from . import plan as P
-from .comm import PeerError, Transport, comm_model_of
+from ..ir import Kind
+from .comm import Label, PeerError, Transport, comm_model_of
 from .preflight import prepare
 from .watchdog import Reporter, Watchdog
 
@@ -48,6 +56,10 @@ class StepError(RuntimeError):
         super().__init__(f"rank {rank}, step {step}, action {action}: {message}")
 
 
+class MessageOrderError(StepError):
+    """A receive got the message of another action than the one it expects (label guard)."""
+
+
 class SetupError(RuntimeError):
     """The model, data or program cannot run; raised before any schedule communication."""
 
@@ -59,12 +71,18 @@ class PipelineSchedule:
     order). `loss_fn(output, target)` must return a scalar. With `scale_grads` (default) each
     microbatch's loss is divided by the number of microbatches before its backward, so the
     gradients are those of the mean loss; Paddle's own schedules leave them summed.
+
+    `check=False` skips the checker (and the deadlock pre-flight): the program runs as
+    written, and the label guard still stops a send/receive order that does not match. The
+    private `_guard=False` turns the guard off as well; it exists for the soundness tests,
+    which must see what the bare transport does with such an order.
     """
 
     def __init__(self, program: Program, stages: Mapping[int, paddle.nn.Layer] | Sequence[paddle.nn.Layer],
                  loss_fn: Callable[[Any, Any], Any] | None, *, rank: int | None = None,
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
-                 backend: str | None = None, profile: bool = False):
+                 backend: str | None = None, profile: bool = False, check: bool = True,
+                 _guard: bool = True):
         import paddle
         import paddle.distributed as dist
 
@@ -73,7 +91,7 @@ class PipelineSchedule:
         self.backend = (backend or dist.get_backend()).lower()
         self.comm_model = comm_model_of(self.backend)
         # Lint (and lower) under the backend's own model before anything is sent.
-        self.program = prepare(program, self.comm_model)
+        self.program = prepare(program, self.comm_model, check=check)
         self.plan = P.compile_rank(self.program, self.rank)
         self.layers = _stage_map(stages, self.plan)
         if self.plan.training and loss_fn is None:
@@ -86,6 +104,10 @@ class PipelineSchedule:
         # Called with (step, op index) before each op: the launcher's crash report reads it.
         self.mark: Callable[[int, int], None] | None = None
         self.timings: dict[str, list[float]] = {}
+        self.guard = _guard
+        self._labels = _guard  # True until the first step has run: only it sends labels
+        self._sent_on: dict[int, int] = {}  # peer -> messages sent to it so far (first step)
+        self._received_on: dict[int, int] = {}
         self._agree_on_program(dist)
         self.transport = Transport(self.rank, self.plan.pairs, self.watchdog, self.backend)
         self._sent_shapes: dict[tuple[int, Key], list[int]] = {}
@@ -103,18 +125,23 @@ class PipelineSchedule:
     def _agree_on_program(self, dist: Any) -> None:
         """All ranks compare the digest of the program they hold, and fail together."""
         paddle = self.paddle
-        mine = [int(self.plan.digest[i:i + 15], 16) for i in range(0, 60, 15)]
+        mine = [int(self.plan.digest[i:i + 15], 16) for i in range(0, 60, 15)] + [int(self.guard)]
         gathered: list[Any] = []
         self.watchdog.arm("checking that all ranks run the same program", "all ranks")
         dist.all_gather(gathered, paddle.to_tensor(mine, dtype="int64"))
         self.watchdog.disarm()
-        digests = [tuple(int(v) for v in t.numpy().tolist()) for t in gathered]
+        gathered_values = [tuple(int(v) for v in t.numpy().tolist()) for t in gathered]
+        digests = [v[:-1] for v in gathered_values]
         if len(set(digests)) != 1:
             groups: dict[tuple[int, ...], list[int]] = {}
             for r, d in enumerate(digests):
                 groups.setdefault(d, []).append(r)
             desc = "; ".join(f"ranks {', '.join(map(str, rs))} hold program {_hex(d)}" for d, rs in groups.items())
             raise SetupError(f"the ranks do not hold the same program (text, placement or shape): {desc}")
+        unguarded = [r for r, v in enumerate(gathered_values) if not v[-1]]
+        if unguarded and len(unguarded) != len(gathered_values):
+            raise SetupError(f"ranks {', '.join(map(str, unguarded))} run without the label guard and the others "
+                             "with it: the first step's messages would not line up")
 
     def _reset(self) -> None:
         self._x: dict[Key, Any] = {}      # stage input (a leaf when it needs a gradient)
@@ -170,6 +197,7 @@ class PipelineSchedule:
             raise StepError(self.rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc
         finally:
             wd.disarm()
+        self._labels = False
         if losses is not None and plan.last_stage:
             losses.extend(self._losses[m] for m in sorted(self._losses))
         self.step_index += 1
@@ -261,15 +289,51 @@ class PipelineSchedule:
                              "the ranks agreed shapes on the first step")
         return False
 
+    # --- the label guard (first step only) ---------------------------------------------------
+    def _label_to_send(self, op: P.Op) -> Label:
+        n = self._sent_on[op.peer] = self._sent_on.get(op.peer, 0) + 1
+        return Label(Kind(op.code), op.stage, op.microbatch, n)
+
+    def _check_label(self, op: P.Op, received: Any) -> None:
+        """Stop with both actions named when the message is not the one `op` expects."""
+        n = self._received_on[op.peer] = self._received_on.get(op.peer, 0) + 1
+        got = Label.read(received, self.plan.stages, self.plan.microbatches)
+        if op.code == P.RECV_F:
+            want = Label(Kind.SEND_F, op.stage - 1, op.microbatch, n)
+        else:
+            want = Label(Kind.SEND_B, op.stage + 1, op.microbatch, n)
+        if got == want:
+            return
+        if got.kind is not want.kind:
+            what = ("an activation would arrive where a gradient is expected" if got.kind is Kind.SEND_F else
+                    "a gradient would arrive where an activation is expected") + " (or fail on its shape)"
+        elif got.kind is Kind.SEND_F:
+            what = (f"stage {op.stage} would compute microbatch {op.microbatch} from the activation of "
+                    f"microbatch {got.microbatch}")
+        else:
+            what = (f"stage {op.stage}'s backward of microbatch {op.microbatch} would use the gradient of "
+                    f"microbatch {got.microbatch}")
+        raise MessageOrderError(
+            self.rank, self.step_index, op.label,
+            f"messages out of order on the link from rank {op.peer}: this receive is number {n} on that link "
+            f"and expects `{want.action}`, but message number {got.ordinal} that rank {op.peer} sent on it is "
+            f"`{got.action}` (rank {op.peer}, step {self.step_index}, action {got.action}). The transport hands "
+            f"each receive the next message on its link, whatever it carries: {what}. Send and receive in "
+            "the same order on both ranks (`ppdsl lint` reports this as PPS212).")
+
     def _send_f(self, op: P.Op) -> None:
         t = self._outgoing(op)
         if self._check_sent_shape(op, t):
+            if self._labels:
+                self.transport.send(self._label_to_send(op).tensor(), op.peer, op.label)
             self.transport.send(Transport.header_of(t), op.peer, op.label)
         self.transport.send(t, op.peer, op.label)
 
     def _send_b(self, op: P.Op) -> None:
         t = self._outgoing(op)
         self._check_sent_shape(op, t)
+        if self._labels:
+            self.transport.send(self._label_to_send(op).tensor(), op.peer, op.label)
         self.transport.send(t, op.peer, op.label)
 
     def _recv_f_buffer(self, op: P.Op) -> Any:
@@ -279,6 +343,10 @@ class PipelineSchedule:
     def _recv_f(self, op: P.Op) -> None:
         key = (op.stage, op.microbatch)
         if key not in self._recv_shapes:
+            if self._labels:
+                label = Label.empty()
+                self.transport.recv(label, op.peer, op.label)
+                self._check_label(op, label)
             header = Transport.empty_header()
             self.transport.recv(header, op.peer, op.label)
             self._recv_shapes[key] = Transport.from_header(header)
@@ -293,6 +361,10 @@ class PipelineSchedule:
         return self.paddle.empty(y.shape, dtype=y.dtype)
 
     def _recv_b(self, op: P.Op) -> None:
+        if self._labels:
+            label = Label.empty()
+            self.transport.recv(label, op.peer, op.label)
+            self._check_label(op, label)
         buf = self._recv_b_buffer(op)
         self.transport.recv(buf, op.peer, op.label)
         self._dy[(op.stage, op.microbatch)] = buf
@@ -302,7 +374,15 @@ class PipelineSchedule:
             for part in op.parts:  # gloo: one after another, each blocking, as written
                 self._handlers[part.code](part)
             return
-        # Grouped (NCCL): first step, the headers of new forward activations as one batch...
+        # Grouped (NCCL): first step, every member's label as one batch, checked...
+        if self._labels:
+            sends = [p for p in op.parts if p.code in (P.SEND_F, P.SEND_B)]
+            recvs = [(p, Label.empty()) for p in op.parts if p.code in (P.RECV_F, P.RECV_B)]
+            self.transport.batch([(True, self._label_to_send(p).tensor(), p.peer) for p in sends]
+                                 + [(False, t, p.peer) for p, t in recvs], op.label)
+            for part, label in recvs:
+                self._check_label(part, label)
+        # ...then the headers of new forward activations as one batch...
         headers: list[tuple[bool, Any, int]] = []
         pending: list[tuple[P.Op, Any]] = []
         outgoing: dict[int, Any] = {}
