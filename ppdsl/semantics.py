@@ -38,8 +38,8 @@ import enum
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import repeat
-from operator import and_, attrgetter
+from itertools import compress, repeat
+from operator import add, and_, attrgetter, eq, floordiv, lshift, or_, rshift
 from typing import cast
 
 from attrs import frozen
@@ -163,12 +163,15 @@ class Encoded:
     stage or microbatch is out of range (they get no code).
     """
 
-    __slots__ = ("stages", "microbatches", "codes", "steps", "groups", "invalid", "rows", "_actions", "_kinds")
+    __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
+                 "_kinds", "_links")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None):
         S, M = program.stages, program.microbatches
         self.stages, self.microbatches = S, M
+        self.placement = program.placement
         self.rows = program.rows
+        self._links: Links | None = None
         self.codes: list[list[int]] = []
         self.steps: list[list[int] | None] = []
         self.groups: list[dict[int, tuple[bool, int]]] = []
@@ -245,12 +248,124 @@ class Encoded:
             self._kinds = frozenset(found)
         return self._kinds
 
+    @property
+    def links(self) -> Links:
+        """Which operation each send and receive meets on its link (see `Links`)."""
+        if self._links is None:
+            self._links = Links(self)
+        return self._links
+
+    def meets(self, code: int) -> int:
+        """The code of the operation a send or receive `code` meets on its link (NO_PEER: none)."""
+        exceptions = self.links.meets
+        named = peer_code(code, self.microbatches)
+        return named if exceptions is None else exceptions.get(code, named)
+
     def describe(self, code: int) -> str:
         """`0SEND_F3`-style text of a code."""
         sm, k = code >> 4, code & 15
         stage, mb = divmod(sm, self.microbatches)
         kind = KIND_OF[k]
         return f"{stage}{kind.name}" if kind.stage_only else f"{stage}{kind.name}{mb}"
+
+
+# A send or receive with nothing to meet on its link (more sends than receives on it): its
+# peer is a code no rank ever posts, so it waits forever.
+NO_PEER = -1
+_IS_COMM = tuple(SEND_F <= k <= RECV_B for k in range(16))
+_IS_SEND = tuple(k in (SEND_F, SEND_B) for k in range(16))
+_IS_RECV = tuple(k in (RECV_F, RECV_B) for k in range(16))
+
+
+def _named_deltas(M: int) -> list[int]:
+    """Per kind: `code + delta[kind]` is the operation a send or receive names as its peer."""
+    delta = [0] * 16
+    delta[SEND_F], delta[RECV_F] = (M << 4) + 1, -(M << 4) - 1
+    delta[SEND_B], delta[RECV_B] = -(M << 4) + 1, (M << 4) - 1
+    return delta
+
+
+class Links:
+    """The matching rule of every transport and model: on each directed link (sender rank,
+    receiver rank) the k-th receive posted takes the k-th message sent, whatever its label.
+    Paddle's send/recv and `batch_isend_irecv` on gloo and NCCL carry no tag. A rank posts its
+    operations in row order and a batch its members as written, so the k-th of each is fixed
+    by the text: forward activations and backward gradients that go the same way on a link
+    (a V placement) share its order.
+
+    `order[(src, dst)]` holds (the link's send codes in src's row order, its receive codes in
+    dst's row order). `meets` is None when on every link the k-th send is the peer the k-th
+    receive names (`peer_code`): matching by position and by name agree, and the engine's
+    arithmetic stands. Otherwise `meets` maps each code whose partner on the link differs from
+    the named one to that partner (NO_PEER: none), and `mismatches` gives, per such link, the
+    first position where they differ: (src, dst, k, send code, receive code), NO_PEER for the
+    side that has run out.
+    """
+
+    __slots__ = ("order", "meets", "mismatches")
+
+    def __init__(self, enc: Encoded):
+        S, M = enc.stages, enc.microbatches
+        placement = enc.placement
+        # Per `stage << 4 | kind` of a send or receive: the rank at the other end (-1: none).
+        other = [-1] * (S << 4)
+        for s in range(S):
+            if s + 1 < S:
+                other[s << 4 | SEND_F] = other[s << 4 | RECV_B] = placement[s + 1]
+            if s > 0:
+                other[s << 4 | RECV_F] = other[s << 4 | SEND_B] = placement[s - 1]
+        self.order: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        for r, codes in enumerate(enc.codes):
+            comm = list(compress(codes, map(_IS_COMM.__getitem__, map(and_, codes, repeat(15)))))
+            if not comm:
+                continue
+            kinds = list(map(and_, comm, repeat(15)))
+            stages = map(floordiv, map(rshift, comm, repeat(4)), repeat(M))
+            ends = list(map(other.__getitem__, map(or_, map(lshift, stages, repeat(4)), kinds)))
+            sending = list(map(_IS_SEND.__getitem__, kinds))
+            receiving = list(map(_IS_RECV.__getitem__, kinds))
+            for o in set(ends):
+                if o < 0:
+                    continue  # to or from a stage outside the pipeline: PPS207
+                here = list(map(eq, ends, repeat(o)))
+                sent = list(compress(comm, map(and_, here, sending)))
+                got = list(compress(comm, map(and_, here, receiving)))
+                if sent:
+                    self.order.setdefault((r, o), ([], []))[0].extend(sent)
+                if got:
+                    self.order.setdefault((o, r), ([], []))[1].extend(got)
+        delta = _named_deltas(M)
+        self.meets: dict[int, int] | None = None
+        self.mismatches: list[tuple[int, int, int, int, int]] = []
+        for (src, dst), (sent, got) in sorted(self.order.items()):
+            named = list(map(add, sent, map(delta.__getitem__, map(and_, sent, repeat(15)))))
+            if named == got:
+                continue
+            meets: dict[int, int] = self.meets if self.meets is not None else {}
+            self.meets = meets
+            n = max(len(sent), len(got))
+            first = next((k for k in range(n) if k >= len(sent) or k >= len(got) or named[k] != got[k]), n)
+            self.mismatches.append((src, dst, first, sent[first] if first < len(sent) else NO_PEER,
+                                    got[first] if first < len(got) else NO_PEER))
+            for k in range(first, n):
+                sc = sent[k] if k < len(sent) else NO_PEER
+                rc = got[k] if k < len(got) else NO_PEER
+                if sc != NO_PEER and rc != sc + delta[sc & 15]:
+                    meets[sc] = rc
+                if rc != NO_PEER and sc != rc + delta[rc & 15]:
+                    meets[rc] = sc
+
+
+def sent_key(send: int) -> int:
+    """The key a send completes (in `buffered`, what the receive it meets waits for)."""
+    if send < 0:
+        return -1  # NO_PEER: the last padding key, which nothing completes
+    return ((send >> 4) << 3) | (MSG_F_SENT if send & 15 == SEND_F else MSG_B_SENT)
+
+
+def received_key(recv: int) -> int:
+    """The key a receive completes when it meets its send."""
+    return ((recv >> 4) << 3) | (RECV_F_DONE if recv & 15 == RECV_F else RECV_B_DONE)
 
 
 # The last few encodings made, by program identity: check() then lower() then check() of the
@@ -276,8 +391,9 @@ def encode(program: Program) -> Encoded:
 
 
 def peer_code(code: int, microbatches: int) -> int:
-    """The code of the operation a send or receive meets: SEND_F(s,m) <-> RECV_F(s+1,m), and
-    SEND_B(s,m) <-> RECV_B(s-1,m)."""
+    """The code of the operation a send or receive names as its peer: SEND_F(s,m) <->
+    RECV_F(s+1,m), and SEND_B(s,m) <-> RECV_B(s-1,m). On a link whose order agrees with the
+    labels it is also the one it meets (`Encoded.meets` answers in general)."""
     k = code & 15
     sm = code >> 4
     if k == SEND_F:
@@ -329,9 +445,7 @@ def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -
     R = len(enc.codes)
     with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
     f_off, b_off, _, _ = _offsets(S, M, placement, with_comms)
-    peer_delta = [0] * 16
-    peer_delta[SEND_F], peer_delta[RECV_F] = (M << 4) + 1, -(M << 4) - 1
-    peer_delta[SEND_B], peer_delta[RECV_B] = -(M << 4) + 1, (M << 4) - 1
+    peer_delta = _named_deltas(M)
     need_off: list[int | None] = [None] * 16
     need_off[SEND_F], need_off[SEND_B] = F_DONE, GRAD_DONE
     if buffered:
@@ -339,6 +453,8 @@ def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -
     out_slot = [0] * 16
     out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
     recv_off = _recv_offsets(M)
+    # Where a link's order differs from the labels: who meets whom (None: the labels say).
+    meets = enc.links.meets if with_comms else None
     done = bytearray((S * M + M) << 3)  # 1 once a key is complete; padded as in the engine
     posted: dict[int, int] = {}  # code of a posted send/receive -> its rank
     waiters: dict[int, list[int]] = {}
@@ -387,19 +503,27 @@ def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -
                 continue
             base = (c >> 4) << 3
             off = need_off[k]
-            if off is not None and not done[base + off]:
-                waiters.setdefault(base + off, []).append(r)
-                break
+            if off is not None:
+                key = base + off
+                if meets is not None and k & 1:  # a buffered receive waits for the send it meets
+                    key = sent_key(meets.get(c, c + peer_delta[k]))
+                if not done[key]:
+                    waiters.setdefault(key, []).append(r)
+                    break
             if buffered:
                 base |= out_slot[k]
             else:
-                pr = posted.pop(c + peer_delta[k], None)
+                pcode = c + peer_delta[k]
+                if meets is not None:
+                    pcode = meets.get(c, pcode)
+                pr = posted.pop(pcode, None)
                 if pr is None:
                     posted[c] = r
                     break
                 pc[pr] += 1  # the peer was parked on this very operation
                 push(pr)
-                base += recv_off[k]  # the pair's receive completes (a send's key matters only when buffered)
+                # The pair's receive completes (a send's key matters only when buffered).
+                base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
             done[base] = 1
             if waiters and base in waiters:
                 extend(waiters.pop(base))
@@ -451,6 +575,7 @@ class _Engine:
         self.enc = enc
         self.model = model
         self.timing = timing
+        self.meets: dict[int, int] | None = None  # set by run(): the link partners it used
 
     def _durations(self, with_comms: bool, f_hop: list[bool], b_hop: list[bool]
                    ) -> tuple[list[float], int, list[float] | None, list[float] | None]:
@@ -524,9 +649,7 @@ class _Engine:
 
         # Per kind of send/receive: the code of its peer is `code + peer_delta[kind]`; it waits
         # for the key `(sm << 3) + need_off[kind]` (None: nothing) and completes `out_slot`.
-        peer_delta = [0] * 16
-        peer_delta[SEND_F], peer_delta[RECV_F] = (M << 4) + 1, -(M << 4) - 1
-        peer_delta[SEND_B], peer_delta[RECV_B] = -(M << 4) + 1, (M << 4) - 1
+        peer_delta = _named_deltas(M)
         need_off: list[int | None] = [None] * 16
         need_off[SEND_F], need_off[SEND_B] = F_DONE, GRAD_DONE
         if buffered:
@@ -534,6 +657,9 @@ class _Engine:
         out_slot = [0] * 16
         out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
         recv_off = _recv_offsets(M)
+        # Where a link's order differs from the labels: who meets whom (None: the labels say).
+        meets = enc.links.meets if with_comms else None
+        self.meets = meets
 
         # Completion time per key (-1: not yet). M microbatches' worth of keys past the end
         # that nothing writes: the input of a send or receive to a stage outside the pipeline
@@ -585,7 +711,7 @@ class _Engine:
                 wake(ok)
 
         def deps_of(c: int) -> list[tuple[int, float]]:
-            return _deps_of(c, f_off, b_off, need_off, hop1, hop2)
+            return _deps_of(c, f_off, b_off, need_off, hop1, hop2, meets)
 
         while work:
             r = popleft()
@@ -644,6 +770,8 @@ class _Engine:
                             cj = codes[j]
                             kj = cj & 15
                             pcode = cj + peer_delta[kj]
+                            if meets is not None:
+                                pcode = meets.get(cj, pcode)
                             other = posted.pop(pcode, None)
                             if other is None:
                                 posted[cj] = (r, t0)
@@ -737,9 +865,12 @@ class _Engine:
                 t0 = t
                 off = need_off[k]
                 if off is not None:
-                    d = done[base + off]
+                    key = base + off
+                    if meets is not None and k & 1:  # a buffered receive waits for the send it meets
+                        key = sent_key(meets.get(c, c + peer_delta[k]))
+                    d = done[key]
                     if d < 0:
-                        waiters.setdefault(base + off, []).append(r)
+                        waiters.setdefault(key, []).append(r)
                         break
                     if d > t0:
                         t0 = d
@@ -751,6 +882,8 @@ class _Engine:
                         extend(waiters.pop(base))
                 else:
                     pcode = c + peer_delta[k]
+                    if meets is not None:
+                        pcode = meets.get(c, pcode)
                     other = posted.pop(pcode, None)
                     if other is None:
                         posted[c] = (r, t0)
@@ -758,7 +891,8 @@ class _Engine:
                         break
                     pr, pt = other
                     end = (t0 if t0 > pt else pt) + dur[c & dmask]
-                    base += recv_off[k]  # the pair's receive completes (a send's key matters only when buffered)
+                    # The pair's receive completes (a send's key matters only when buffered).
+                    base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
                     done[base] = end
                     if waiters and base in waiters:
                         extend(waiters.pop(base))
@@ -831,21 +965,27 @@ class _Engine:
             if pending[r]:
                 # A parked batch: name a member that has not met its peer yet.
                 j = next((j for j in members if codes[j] in posted), i)
-                reason, key, index = "peer", peer_code(codes[j], M), j
+                reason, key, index = "peer", enc.meets(codes[j]), j
             else:
                 for j in members:
-                    waiting = [key for key, _ in _deps_of(codes[j], f_off, b_off, need_off, None, None) if done[key] < 0]
+                    waiting = [key for key, _ in _deps_of(codes[j], f_off, b_off, need_off, None, None, self.meets)
+                               if done[key] < 0]
                     if waiting:
                         reason, key, index = "data", waiting[0], j
                         break
                 else:
                     j = next((j for j in members if (codes[j] & 15) in _COMM_KINDS), i)
-                    reason, key, index = "peer", peer_code(codes[j], M), j
+                    reason, key, index = "peer", enc.meets(codes[j]), j
             action = enc.action(r, index)
             step = enc.step_of(r, i)
             if reason == "peer":
+                if key == NO_PEER:  # nothing left on the link to meet: name the labelled peer
+                    key = peer_code(codes[index], M)
                 on = where.get(key)
                 out.append(Wait(r, step, action, enc.describe(key), on, "peer" if on is not None else "missing"))
+                continue
+            if key < 0:  # a buffered receive with no send left on its link (NO_PEER)
+                out.append(Wait(r, step, action, enc.describe(peer_code(codes[index], M)), None, "missing"))
                 continue
             # A data key: the action that completes it.
             sm, slot = key >> 3, key & 7
@@ -863,8 +1003,10 @@ class _Engine:
 
 
 def _deps_of(c: int, f_off: list[int | None], b_off: list[int | None], need_off: list[int | None],
-             hop1: list[float] | None, hop2: list[float] | None) -> list[tuple[int, float]]:
-    """(key, implicit message time) of each dependency of action code c, as the loop sees them."""
+             hop1: list[float] | None, hop2: list[float] | None, meets: dict[int, int] | None
+             ) -> list[tuple[int, float]]:
+    """(key, implicit message time) of each dependency of action code c, as the loop sees them
+    (`meets`: the link partners that differ from the labelled ones, as in the loop)."""
     k, sm = c & 15, c >> 4
     base = sm << 3
     out: list[tuple[int, float]] = []
@@ -878,7 +1020,10 @@ def _deps_of(c: int, f_off: list[int | None], b_off: list[int | None], need_off:
         if b_off[sm] is not None:
             out.append((base + b_off[sm], 0.0 if hop2 is None else hop2[c]))  # type: ignore[operator]
     elif k < 16 and need_off[k] is not None:
-        out.append((base + need_off[k], 0.0))  # type: ignore[operator]
+        if meets is not None and k & 1 and c in meets:  # a buffered receive: the send it meets
+            out.append((sent_key(meets[c]), 0.0))
+        else:
+            out.append((base + need_off[k], 0.0))  # type: ignore[operator]
     return out
 
 

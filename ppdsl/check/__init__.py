@@ -19,10 +19,10 @@ from types import ModuleType
 from ..diagnostics import Diagnostic, sorted_unique
 from ..ir import Program
 from ..semantics import CommModel
-from . import completeness, comms, deadlock, memory, order, structure, warnings
+from . import completeness, comms, deadlock, links, memory, order, structure, warnings
 from .context import Context, no_gc
 
-RULES: tuple[ModuleType, ...] = (structure, completeness, order, comms, deadlock, memory, warnings)
+RULES: tuple[ModuleType, ...] = (structure, completeness, order, comms, links, deadlock, memory, warnings)
 
 _LAST: dict[tuple[int, CommModel], tuple[weakref.ref[Program], Context, list[Diagnostic], frozenset[str],
                                          tuple[float | None, tuple[float, ...] | None]]] = {}

@@ -148,6 +148,11 @@ class Context:
             return Span(seg.line, seg.column + w[j][0], seg.column + w[j][1])
         return Span(seg.line, seg.column)
 
+    def where(self, rank: int | None, step: int | None) -> str:
+        """`path:line:col` of a step, for messages that name more than one place."""
+        span = self.span(rank, step)
+        return f"{self.path}:{span.line}:{span.column}"
+
     def diag(self, code: str, message: str, rank: int | None = None, step: int | None = None,
              help: str | None = None, notes: Sequence[str] = (), warning: bool = False) -> Diagnostic:
         span = self.span(rank, step)

@@ -26,9 +26,6 @@ _Times = Sequence[Sequence[float | None]]
 
 _SHIFT = 32  # a place is `rank << _SHIFT | step`
 _LOW = (1 << _SHIFT) - 1
-# The operation a send or receive meets: (stage step, its kind).
-_PEER = {Kind.SEND_F: (1, Kind.RECV_F), Kind.RECV_F: (-1, Kind.SEND_F), Kind.SEND_B: (-1, Kind.RECV_B),
-         Kind.RECV_B: (1, Kind.SEND_B)}
 _COMM = frozenset((Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B))
 
 
@@ -87,11 +84,10 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
         return p
 
     def peer(a: Action) -> int:
-        """The code of the operation a send or receive meets (-1: outside the pipeline)."""
-        step, kind = _PEER[a.kind]
-        s, m = a.stage + step, a.microbatch
-        assert m is not None
-        return (((s * M + m) << 4) | kind) if 0 <= s < S else -1
+        """The code of the operation a send or receive meets on its link (-1: none)."""
+        assert a.microbatch is not None
+        code = enc.meets(((a.stage * M + a.microbatch) << 4) | a.kind)
+        return code if 0 <= code < size else -1
 
     def deps(a: Action, rank: int) -> list[tuple[int, float]]:
         """(code of what it waits for, delay), as in semantics."""
