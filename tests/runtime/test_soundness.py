@@ -1,0 +1,69 @@
+"""The checker's verdict against what real gloo does with the same program (issue 15).
+
+Every case runs on real paddle processes over loopback, unguarded (`check=False,
+_guard=False`: the bare transport) and, when it is clean or has PPS212, with the label guard:
+clean => completes with the unpipelined gradients exactly; PPS210 => hangs past its timeout;
+PPS212 => completes with wrong gradients or fails on a shape, and the guard stops it with
+both actions named. One launch per rank count runs all its cases (soundness.py).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import ppdsl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import soundness as S  # noqa: E402
+
+ORDER = re.compile(r"rank (\d+), step 0, action (\S+): messages out of order on the link from rank (\d+): .*"
+                   r"expects `(\S+)`, but message number \d+ that rank \3 sent on it is `(\S+)` "
+                   r"\(rank \3, step 0, action \5\)")
+
+
+def _rows(case: S.Case) -> list[set[str]]:
+    program = ppdsl.parse(case.text)
+    rows: list[set[str]] = [set() for _ in range(program.ranks)]
+    for rank, _, action in program.actions():
+        rows[rank].add(str(action))
+    return rows
+
+
+def test_the_cases_cover_the_issue() -> None:
+    cases = S.cases()
+    kinds = {c.kind for c in cases}
+    mutations = [c for c in cases if c.kind not in ("base", "issue")]
+    assert len(mutations) >= 20
+    assert {"swapped receives", "swapped sends", "swapped members of a batch", "V-shape F/B on a shared link"} <= kinds
+    verdicts = {c.name: S.verdict(ppdsl.parse(c.text)) for c in cases}
+    assert verdicts["issue: swap under buffered"] == verdicts["issue: grouped batch swap"] == "PPS212"
+    assert verdicts["both ranks send first"] == "PPS210"
+    assert all(verdicts[c.name] == "clean" for c in cases if c.kind == "base")
+    assert {"clean", "PPS212", "PPS210"} <= set(verdicts.values())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(280)
+def test_checker_verdicts_match_real_gloo() -> None:
+    cases = S.cases()
+    verdicts = {c.name: S.verdict(ppdsl.parse(c.text)) for c in cases}
+    results = S.run(cases, verdicts)
+    wrong = [r for r in results if r.outcome not in S.expected(verdicts[r.case.name], r.guarded)]
+    assert not wrong, S.table(results, verdicts)
+    by = {(r.case.name, r.guarded): r for r in results}
+    assert by[("issue: swap under buffered", False)].outcome == "wrong"
+    assert by[("issue: grouped batch swap", False)].outcome == "wrong"
+    assert by[("both ranks send first", False)].outcome == "hung"
+    # The guard names both ends: the receive on one rank, the send that arrived from the other.
+    for r in results:
+        if r.outcome != "stopped":
+            continue
+        m = ORDER.search(r.detail)
+        assert m, r.detail
+        receiver, recv, sender, want, got = int(m[1]), m[2], int(m[3]), m[4], m[5]
+        rows = _rows(r.case)
+        assert recv in rows[receiver] and got in rows[sender] and want in rows[sender] and want != got
