@@ -50,6 +50,7 @@ class Transport:
         import paddle.distributed as dist
 
         self.rank = rank
+        self.pairs = tuple(pairs)
         self.dist = dist
         self.backend = (backend or dist.get_backend()).lower()
         self.model = comm_model_of(self.backend)

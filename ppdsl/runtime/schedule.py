@@ -75,14 +75,16 @@ class PipelineSchedule:
     `check=False` skips the checker (and the deadlock pre-flight): the program runs as
     written, and the label guard still stops a send/receive order that does not match. The
     private `_guard=False` turns the guard off as well; it exists for the soundness tests,
-    which must see what the bare transport does with such an order.
+    which must see what the bare transport does with such an order. `_transport` reuses the
+    pair groups of an earlier schedule over the same pairs whose last step completed on every
+    rank (creating a gloo group costs ~0.3 s); the soundness tests run many programs so.
     """
 
     def __init__(self, program: Program, stages: Mapping[int, paddle.nn.Layer] | Sequence[paddle.nn.Layer],
                  loss_fn: Callable[[Any, Any], Any] | None, *, rank: int | None = None,
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
                  backend: str | None = None, profile: bool = False, check: bool = True,
-                 _guard: bool = True):
+                 _guard: bool = True, _transport: Transport | None = None):
         import paddle
         import paddle.distributed as dist
 
@@ -109,7 +111,11 @@ class PipelineSchedule:
         self._sent_on: dict[int, int] = {}  # peer -> messages sent to it so far (first step)
         self._received_on: dict[int, int] = {}
         self._agree_on_program(dist)
-        self.transport = Transport(self.rank, self.plan.pairs, self.watchdog, self.backend)
+        if _transport is not None and _transport.pairs == self.plan.pairs:
+            self.transport = _transport
+            self.transport.watchdog = self.watchdog
+        else:
+            self.transport = Transport(self.rank, self.plan.pairs, self.watchdog, self.backend)
         self._sent_shapes: dict[tuple[int, Key], list[int]] = {}
         self._recv_shapes: dict[Key, tuple[list[int], str]] = {}
         self._loss_checked = False

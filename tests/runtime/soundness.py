@@ -34,6 +34,7 @@ WORKER = HERE / "soundness_worker.py"
 # work; a hang is a send or receive that never meets its peer.
 HANG_SECONDS = 3.0
 COMM_CODES = frozenset({"PPS210", "PPS211", "PPS212"})
+PARALLEL_LAUNCHES = 4  # at most this many sets of worker processes at once (2 cores here)
 
 
 @frozen
@@ -231,6 +232,7 @@ class Result:
     outcome: str = "not run"  # exact | wrong | failed | stopped | hung | crashed
     detail: str = ""
     ranks: list[str] = field(factory=list)  # each rank's own status
+    seconds: list[float] = field(factory=list)  # rank 0: set-up, the step, the comparison
 
 
 def run(selected: Sequence[Case], verdicts: dict[str, str] | None = None,
@@ -246,13 +248,39 @@ def run(selected: Sequence[Case], verdicts: dict[str, str] | None = None,
         jobs.append((c, False))
         if verdicts[c.name] == "clean" or "PPS212" in verdicts[c.name]:
             jobs.append((c, True))
-    by_ranks: dict[int, list[tuple[Case, bool]]] = {}
+    # One launch per rank count; a run that will likely kill its processes (gloo aborts on a
+    # message larger than the buffer posted for it) gets a launch of its own, side by side,
+    # rather than costing the shared launch a restart.
+    launches: dict[object, list[tuple[Case, bool]]] = {}
     for job in jobs:
-        by_ranks.setdefault(job[0].ranks, []).append(job)
-    with ThreadPoolExecutor(len(by_ranks)) as pool:
-        parts = list(pool.map(lambda js: _run_launches(js, hang_seconds), by_ranks.values()))
+        alone = not job[1] and crosses_kinds(ppdsl.parse(job[0].text))
+        launches.setdefault(job if alone else job[0].ranks, []).append(job)
+    with ThreadPoolExecutor(PARALLEL_LAUNCHES) as pool:
+        parts = list(pool.map(lambda js: _run_launches(js, hang_seconds), launches.values()))
     results = {(r.case.name, r.guarded): r for part in parts for r in part}
     return [results[(c.name, g)] for c, g in jobs]
+
+
+def link_orders(program: Program) -> dict[tuple[int, int], tuple[list[Action], list[Action]]]:
+    """Per directed link (sender, receiver): its sends and its receives in row order, batch
+    members as written. The transport pairs them by position."""
+    links: dict[tuple[int, int], tuple[list[Action], list[Action]]] = {}
+    for rank, _, a in program.actions():
+        if a.kind.is_comm:
+            peer = _peer(a, program)
+            link = (rank, peer) if a.kind.is_send else (peer, rank)
+            links.setdefault(link, ([], []))[0 if a.kind.is_send else 1].append(a)
+    return links
+
+
+def crosses_kinds(program: Program) -> bool:
+    """Some receive gets a message of the other kind (a gradient for an activation): then the
+    first step's shape header meets data, and gloo aborts the process on the size."""
+    for sends, recvs in link_orders(program).values():
+        for s, r in zip(sends, recvs):
+            if (s.kind is Kind.SEND_F) != (r.kind is Kind.RECV_F):
+                return True
+    return False
 
 
 def _run_launches(jobs: list[tuple[Case, bool]], hang_seconds: float) -> list[Result]:
@@ -275,6 +303,7 @@ def _run_launches(jobs: list[tuple[Case, bool]], hang_seconds: float) -> list[Re
             elif e.get("event") == "case" and e.get("rank") == 0:
                 r = results[todo[int(e["index"])]]
                 r.outcome, r.detail, r.ranks = str(e["outcome"]), str(e.get("detail", "")), list(e.get("ranks", []))
+                r.seconds = [float(x) for x in e.get("seconds", [])]
         done = {i for i in todo if results[i].outcome != "not run"}
         left = [i for i in todo if i not in done]
         if left and outcome.code != 0:

@@ -24,6 +24,7 @@ import paddle.distributed as dist
 
 from ppdsl import parse
 from ppdsl.runtime import models
+from ppdsl.runtime.comm import Transport
 from ppdsl.runtime.schedule import MessageOrderError, PipelineSchedule
 from ppdsl.runtime.verify import Verifier
 from ppdsl.runtime.watchdog import Reporter, Watchdog
@@ -49,12 +50,16 @@ def _status(exc: BaseException | None) -> str:
 
 
 def _run_case(index: int, case: dict[str, Any], rank: int, world: int, reporter: Reporter, shared: Path,
-              hang: float) -> None:
+              hang: float, clean: Transport | None) -> Transport | None:
+    """Run one case; the pair groups it leaves in a clean state (every rank finished), or None."""
     program = parse(case["text"])
     reporter.send("case_start", index=index)
+    t0 = time.monotonic()
     layers = build_stages(models.build_stage, program.stages_of(rank), program.stages, 0, "built-in")
     sched = PipelineSchedule(program, layers, models.loss, rank=rank, backend="gloo", check=False,
-                             _guard=bool(case["guarded"]), watchdog=Watchdog(NEVER, reporter))
+                             _guard=bool(case["guarded"]), watchdog=Watchdog(NEVER, reporter),
+                             _transport=clean)
+    t1 = time.monotonic()
     inputs, target = next(models.synthetic_batches(program.microbatches, seed=index))
     losses: list[Any] = []
     mine = shared / f"{index}.{rank}"
@@ -79,9 +84,10 @@ def _run_case(index: int, case: dict[str, Any], rank: int, world: int, reporter:
             break
         if any(s != "done" for s in statuses.values()):
             # One rank stopped (the guard, a shape): the others wait for it and never finish.
-            deadline = min(deadline, time.monotonic() + 0.3)
+            deadline = min(deadline, time.monotonic() + 0.1)
         time.sleep(0.01)
     wd = sched.watchdog
+    t2 = time.monotonic()
     mine_status = statuses.get(rank, f"stuck at {wd.label} ({wd.what})" if wd.since else "stuck")
     everyone: list[Any] = []
     dist.all_gather_object(everyone, mine_status)
@@ -94,7 +100,9 @@ def _run_case(index: int, case: dict[str, Any], rank: int, world: int, reporter:
             outcome = "exact" if verifier.failure is None else "wrong"
             detail = verifier.failure or f"worst relative difference {verifier.worst:.1e}"
     if rank == 0:
-        reporter.send("case", index=index, outcome=outcome, detail=detail, ranks=everyone)
+        reporter.send("case", index=index, outcome=outcome, detail=detail, ranks=everyone,
+                      seconds=[t1 - t0, t2 - t1, time.monotonic() - t2])
+    return sched.transport if all(s == "done" for s in everyone) else None
 
 
 def _outcome(statuses: list[str]) -> tuple[str, str]:
@@ -121,8 +129,9 @@ def main(spec_path: str) -> int:
     dist.init_parallel_env()
     reporter.send("ready", seconds=0.0)
     shared = Path(spec["dir"])
+    clean: Transport | None = None
     for index, case in enumerate(spec["cases"]):
-        _run_case(index, case, rank, world, reporter, shared, float(spec["hang_seconds"]))
+        clean = _run_case(index, case, rank, world, reporter, shared, float(spec["hang_seconds"]), clean)
     reporter.send("exit", code=0)
     sys.stdout.flush()
     sys.stderr.flush()

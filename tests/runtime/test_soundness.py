@@ -9,6 +9,7 @@ both actions named. One launch per rank count runs all its cases (soundness.py).
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -17,7 +18,9 @@ import pytest
 
 import ppdsl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
 import soundness as S  # noqa: E402
 
 ORDER = re.compile(r"rank (\d+), step 0, action (\S+): messages out of order on the link from rank (\d+): .*"
@@ -33,6 +36,11 @@ def _rows(case: S.Case) -> list[set[str]]:
     return rows
 
 
+def _docs_block(page: str, fence: str, after: str) -> str:
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    return re.findall(rf"^```{fence}\n(.*?)^```", text[text.index(after):], flags=re.S | re.M)[0]
+
+
 def test_the_cases_cover_the_issue() -> None:
     cases = S.cases()
     kinds = {c.kind for c in cases}
@@ -44,11 +52,14 @@ def test_the_cases_cover_the_issue() -> None:
     assert verdicts["both ranks send first"] == "PPS210"
     assert all(verdicts[c.name] == "clean" for c in cases if c.kind == "base")
     assert {"clean", "PPS212", "PPS210"} <= set(verdicts.values())
+    # The issue's first example is the one docs/comm-models.md explains.
+    assert _docs_block("comm-models.md", "pps", "## Messages") == S.ISSUE_BUFFERED_SWAP
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(280)
 def test_checker_verdicts_match_real_gloo() -> None:
+    pytest.importorskip("paddle")
     cases = S.cases()
     verdicts = {c.name: S.verdict(ppdsl.parse(c.text)) for c in cases}
     results = S.run(cases, verdicts)
@@ -67,3 +78,20 @@ def test_checker_verdicts_match_real_gloo() -> None:
         receiver, recv, sender, want, got = int(m[1]), m[2], int(m[3]), m[4], m[5]
         rows = _rows(r.case)
         assert recv in rows[receiver] and got in rows[sender] and want in rows[sender] and want != got
+    # docs/runtime.md shows the guard's message for that example: the real one.
+    shown = _docs_block("runtime.md", "text", "## Without the checker").strip()
+    assert by[("issue: swap under buffered", True)].detail == shown
+
+
+def test_ranks_must_agree_on_the_guard(tmp_path: Path) -> None:
+    pytest.importorskip("paddle")
+    from ppdsl.load import load_program
+    from ppdsl.runtime.launcher import launch
+
+    f = str(HERE / "schedules" / "2r_zb_iw.pps")
+    outcome = launch([load_program(f)], ["--guard-mix", f], steps=1, timeout=20, quiet=True, keep_logs=str(tmp_path),
+                     command=[sys.executable, str(HERE / "api_mismatch.py")])
+    assert outcome.code == 1
+    for rank in (0, 1):
+        lines = [json.loads(x) for x in (tmp_path / f"rank{rank}.log").read_text().splitlines() if x.startswith("{")]
+        assert lines and "ranks 1 run without the label guard" in lines[-1]["error"], lines
