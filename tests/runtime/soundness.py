@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -27,6 +28,9 @@ from ppdsl.check import check
 from ppdsl.ir import Action, Batch, Kind, Program, Step
 from ppdsl.lower import lower
 from ppdsl.runtime.plan import peer_of
+from ppdsl.semantics import RECV_F, SEND_F, encode
+
+KIND_BITS = 15  # an encoded action is `(stage * microbatches + microbatch) << 4 | kind`
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "soundness_worker.py"
@@ -76,10 +80,15 @@ def _receive_first_gpipe(ranks: int, microbatches: int, batched: bool) -> Progra
     return _rows(f"pipeline ranks={ranks} microbatches={microbatches}\n" + "\n".join(lines) + "\n")
 
 
-ISSUE_BUFFERED_SWAP = """pipeline ranks=2 microbatches=2
-rank 0: 0F0 0F1 0SEND_F1 0SEND_F0 0RECV_B0 0B0 0RECV_B1 0B1
-rank 1: 1RECV_F0 1RECV_F1 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1
-"""
+def docs_block(page: str, fence: str, after: str) -> str:
+    """The first ```fence block after the heading `after` of docs/`page`."""
+    text = (HERE.parents[1] / "docs" / page).read_text(encoding="utf-8")
+    return re.findall(rf"^```{fence}\n(.*?)^```", text[text.index(after):], flags=re.S | re.M)[0]
+
+
+# The issue's first example, as docs/comm-models.md explains it: rank 0 sends microbatch 1
+# first, rank 1 receives microbatch 0 first (accepted under `buffered` before PPS212).
+ISSUE_BUFFERED_SWAP = docs_block("comm-models.md", "pps", "## Messages match in order")
 ISSUE_GROUPED_SWAP = """pipeline ranks=2 microbatches=2
 rank 0: 0F0 0F1 <0SEND_F1 0SEND_F0> 0RECV_B0 0B0 0RECV_B1 0B1
 rank 1: <1RECV_F0 1RECV_F1> 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1
@@ -261,24 +270,13 @@ def run(selected: Sequence[Case], verdicts: dict[str, str] | None = None,
     return [results[(c.name, g)] for c, g in jobs]
 
 
-def link_orders(program: Program) -> dict[tuple[int, int], tuple[list[Action], list[Action]]]:
-    """Per directed link (sender, receiver): its sends and its receives in row order, batch
-    members as written. The transport pairs them by position."""
-    links: dict[tuple[int, int], tuple[list[Action], list[Action]]] = {}
-    for rank, _, a in program.actions():
-        if a.kind.is_comm:
-            peer = _peer(a, program)
-            link = (rank, peer) if a.kind.is_send else (peer, rank)
-            links.setdefault(link, ([], []))[0 if a.kind.is_send else 1].append(a)
-    return links
-
-
 def crosses_kinds(program: Program) -> bool:
     """Some receive gets a message of the other kind (a gradient for an activation): then the
-    first step's shape header meets data, and gloo aborts the process on the size."""
-    for sends, recvs in link_orders(program).values():
-        for s, r in zip(sends, recvs):
-            if (s.kind is Kind.SEND_F) != (r.kind is Kind.RECV_F):
+    first step's shape header meets data, and gloo aborts the process on the size. Read off
+    the one matching rule (`semantics.Links`: k-th receive on a link, k-th send)."""
+    for sent, got in encode(program).links.order.values():
+        for s, r in zip(sent, got):
+            if (s & KIND_BITS == SEND_F) != (r & KIND_BITS == RECV_F):
                 return True
     return False
 
