@@ -111,7 +111,7 @@ class PipelineSchedule:
         self._sent_on: dict[int, int] = {}  # peer -> messages sent to it so far (first step)
         self._received_on: dict[int, int] = {}
         self._agree_on_program(dist)
-        if _transport is not None and _transport.pairs == self.plan.pairs:
+        if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend:
             self.transport = _transport
             self.transport.watchdog = self.watchdog
         else:
@@ -380,29 +380,33 @@ class PipelineSchedule:
             for part in op.parts:  # gloo: one after another, each blocking, as written
                 self._handlers[part.code](part)
             return
-        # Grouped (NCCL): first step, every member's label as one batch, checked...
-        if self._labels:
-            sends = [p for p in op.parts if p.code in (P.SEND_F, P.SEND_B)]
-            recvs = [(p, Label.empty()) for p in op.parts if p.code in (P.RECV_F, P.RECV_B)]
-            self.transport.batch([(True, self._label_to_send(p).tensor(), p.peer) for p in sends]
-                                 + [(False, t, p.peer) for p, t in recvs], op.label)
-            for part, label in recvs:
-                self._check_label(part, label)
-        # ...then the headers of new forward activations as one batch...
+        # Grouped (NCCL): first step, the headers of new forward activations as one batch...
+        # A label rides with each member's first message (the header of a forward, the data
+        # of a backward), in the same batch: the guard adds no wait the batch did not have.
+        labels = self._labels
         headers: list[tuple[bool, Any, int]] = []
         pending: list[tuple[P.Op, Any]] = []
+        checks: list[tuple[P.Op, Any]] = []
         outgoing: dict[int, Any] = {}
         for i, part in enumerate(op.parts):
             if part.code in (P.SEND_F, P.SEND_B):
                 t = outgoing[i] = self._outgoing(part)
                 if self._check_sent_shape(part, t) and part.code == P.SEND_F:
+                    if labels:
+                        headers.append((True, self._label_to_send(part).tensor(), part.peer))
                     headers.append((True, Transport.header_of(t), part.peer))
             elif part.code == P.RECV_F and (part.stage, part.microbatch) not in self._recv_shapes:
+                if labels:
+                    checks.append((part, Label.empty()))
+                    headers.append((False, checks[-1][1], part.peer))
                 h = Transport.empty_header()
                 headers.append((False, h, part.peer))
                 pending.append((part, h))
         if headers:
             self.transport.batch(headers, op.label)
+            for part, label in checks:
+                self._check_label(part, label)
+            checks = []
             for part, h in pending:
                 self._recv_shapes[(part.stage, part.microbatch)] = Transport.from_header(h)
         # ...then the data as one batch.
@@ -410,12 +414,19 @@ class PipelineSchedule:
         received: list[tuple[P.Op, Any]] = []
         for i, part in enumerate(op.parts):
             if i in outgoing:
+                if labels and part.code == P.SEND_B:
+                    ops.append((True, self._label_to_send(part).tensor(), part.peer))
                 ops.append((True, outgoing[i], part.peer))
             elif part.code in (P.RECV_F, P.RECV_B):
+                if labels and part.code == P.RECV_B:
+                    checks.append((part, Label.empty()))
+                    ops.append((False, checks[-1][1], part.peer))
                 buf = self._recv_f_buffer(part) if part.code == P.RECV_F else self._recv_b_buffer(part)
                 ops.append((False, buf, part.peer))
                 received.append((part, buf))
         self.transport.batch(ops, op.label)
+        for part, label in checks:  # before any received gradient is used
+            self._check_label(part, label)
         for part, buf in received:
             key = (part.stage, part.microbatch)
             if part.code == P.RECV_F:

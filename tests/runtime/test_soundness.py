@@ -1,7 +1,8 @@
 """The checker's verdict against what real gloo does with the same program (issue 15).
 
 Every case runs on real paddle processes over loopback, unguarded (`check=False,
-_guard=False`: the bare transport) and, when it is clean or has PPS212, with the label guard:
+_guard=False`: the bare transport) and, when it is clean or has PPS212, with the label guard
+(and, with batches, through the runtime's NCCL code path for batches as well):
 clean => completes with the unpipelined gradients exactly; PPS210 => hangs past its timeout;
 PPS212 => completes with wrong gradients or fails on a shape, and the guard stops it with
 both actions named. One launch per rank count runs all its cases (soundness.py).
@@ -57,12 +58,15 @@ def test_checker_verdicts_match_real_gloo() -> None:
     cases = S.cases()
     verdicts = {c.name: S.verdict(ppdsl.parse(c.text)) for c in cases}
     results = S.run(cases, verdicts)
-    wrong = [r for r in results if r.outcome not in S.expected(verdicts[r.case.name], r.guarded)]
-    assert not wrong, S.table(results, verdicts)
-    by = {(r.case.name, r.guarded): r for r in results}
-    assert by[("issue: swap under buffered", False)].outcome == "wrong"
-    assert by[("issue: grouped batch swap", False)].outcome == "wrong"
-    assert by[("both ranks send first", False)].outcome == "hung"
+    # The runtime's NCCL batch path (gloo runs it member by member) is checked for the guard
+    # only: its first-step header batch can wait forever on a clean program (see the table).
+    assert not [r for r in S.disagreements(results, verdicts) if r.mode != S.BATCH_PATH], S.table(results, verdicts)
+    assert all(r.outcome == "stopped" for r in results if r.mode == S.BATCH_PATH and verdicts[r.case.name] == "PPS212")
+    by = {(r.case.name, r.mode): r for r in results}
+    assert by[("issue: swap under buffered", S.UNGUARDED)].outcome == "wrong"
+    assert by[("issue: grouped batch swap", S.UNGUARDED)].outcome == "wrong"
+    assert by[("issue: grouped batch swap", S.BATCH_PATH)].outcome == "stopped"
+    assert by[("both ranks send first", S.UNGUARDED)].outcome == "hung"
     # The guard names both ends: the receive on one rank, the send that arrived from the other.
     for r in results:
         if r.outcome != "stopped":
@@ -74,7 +78,7 @@ def test_checker_verdicts_match_real_gloo() -> None:
         assert recv in rows[receiver] and got in rows[sender] and want in rows[sender] and want != got
     # docs/runtime.md shows the guard's message for that example: the real one.
     shown = S.docs_block("runtime.md", "text", "## Without the checker").strip()
-    assert by[("issue: swap under buffered", True)].detail == shown
+    assert by[("issue: swap under buffered", S.GUARDED)].detail == shown
 
 
 def test_ranks_must_agree_on_the_guard(tmp_path: Path) -> None:
