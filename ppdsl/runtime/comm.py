@@ -27,9 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
 MAX_DIMS = 8
 HEADER = 2 + MAX_DIMS  # [ndim, dtype, d0 .. d7]
-# The guard's label, a message of its own ahead of every message of the first step (and of
-# its shape header), so it stays apart from whatever the shape header grows into:
-# [kind of the send, its stage, its microbatch, how many sends on this link it is].
+# The guard's label on the first step: [kind of the send, its stage, its microbatch, how many
+# sends on this link it is]. It leads the shape header of a forward send (one message), and a
+# backward send gets the same labelled header before its data (the same size, so a message of
+# one kind fits where the other was expected and the label can say so); a field apart,
+# whatever the shape header grows into.
 LABEL = 4
 
 
@@ -157,22 +159,25 @@ class Label:
     def action(self) -> str:
         return str(Action(self.stage, self.kind, self.microbatch))
 
-    def tensor(self) -> paddle.Tensor:
+    def tensor(self, header: paddle.Tensor) -> paddle.Tensor:
+        """The label followed by the shape header: what goes on the wire."""
         import paddle
 
-        return paddle.to_tensor([int(self.kind), self.stage, self.microbatch, self.ordinal], dtype="int64")
+        label = paddle.to_tensor([int(self.kind), self.stage, self.microbatch, self.ordinal], dtype="int64")
+        return paddle.concat([label, header])
 
     @staticmethod
     def empty() -> paddle.Tensor:
+        """A buffer for a labelled header."""
         import paddle
 
-        return paddle.zeros([LABEL], dtype="int64")
+        return paddle.zeros([LABEL + HEADER], dtype="int64")
 
     @classmethod
     def read(cls, tensor: paddle.Tensor, stages: int, microbatches: int) -> Label:
         """The label in a received tensor; PeerError when it cannot be one (a message of
         another kind arrived where a label should: the ranks are out of step)."""
-        kind, stage, mb, ordinal = (int(v) for v in tensor.numpy().tolist())
+        kind, stage, mb, ordinal = (int(v) for v in tensor.numpy().tolist()[:LABEL])
         if kind not in (int(Kind.SEND_F), int(Kind.SEND_B)) or not 0 <= stage < stages \
                 or not 0 <= mb < microbatches or ordinal < 1:
             raise PeerError(f"garbled message label {[kind, stage, mb, ordinal]}: the ranks are out of step "

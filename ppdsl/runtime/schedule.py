@@ -19,8 +19,9 @@ cached; later steps check that they did not change.
 
 The label guard: the transports match a receive with the next message sent on its link,
 whatever microbatch it carries (no tags on gloo or NCCL). So on the first step every message
-is preceded by its label (kind, stage, microbatch, place on the link), and a receive that
-gets another label than the one it expects stops with both actions named
+carries its label (kind, stage, microbatch, place on the link) in the header before it (the
+shape header of a forward; the same header for a backward), and a receive that gets another
+label than the one it expects stops with both actions named
 (`MessageOrderError`) instead of computing on the wrong microbatch. The order is the same
 every step, so later steps send no labels.
 """
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..ir import Program
 from . import plan as P
 from ..ir import Kind
-from .comm import Label, PeerError, Transport, comm_model_of
+from .comm import LABEL, Label, PeerError, Transport, comm_model_of
 from .preflight import prepare
 from .watchdog import Reporter, Watchdog
 
@@ -330,16 +331,17 @@ class PipelineSchedule:
     def _send_f(self, op: P.Op) -> None:
         t = self._outgoing(op)
         if self._check_sent_shape(op, t):
+            header = Transport.header_of(t)
             if self._labels:
-                self.transport.send(self._label_to_send(op).tensor(), op.peer, op.label)
-            self.transport.send(Transport.header_of(t), op.peer, op.label)
+                header = self._label_to_send(op).tensor(header)
+            self.transport.send(header, op.peer, op.label)
         self.transport.send(t, op.peer, op.label)
 
     def _send_b(self, op: P.Op) -> None:
         t = self._outgoing(op)
         self._check_sent_shape(op, t)
-        if self._labels:
-            self.transport.send(self._label_to_send(op).tensor(), op.peer, op.label)
+        if self._labels:  # the same size as a forward's labelled header, so either fits the other's place
+            self.transport.send(self._label_to_send(op).tensor(Transport.header_of(t)), op.peer, op.label)
         self.transport.send(t, op.peer, op.label)
 
     def _recv_f_buffer(self, op: P.Op) -> Any:
@@ -349,12 +351,11 @@ class PipelineSchedule:
     def _recv_f(self, op: P.Op) -> None:
         key = (op.stage, op.microbatch)
         if key not in self._recv_shapes:
-            if self._labels:
-                label = Label.empty()
-                self.transport.recv(label, op.peer, op.label)
-                self._check_label(op, label)
-            header = Transport.empty_header()
+            header = Label.empty() if self._labels else Transport.empty_header()
             self.transport.recv(header, op.peer, op.label)
+            if self._labels:
+                self._check_label(op, header)
+                header = header[LABEL:]
             self._recv_shapes[key] = Transport.from_header(header)
         buf = self._recv_f_buffer(op)
         self.transport.recv(buf, op.peer, op.label)
@@ -381,41 +382,37 @@ class PipelineSchedule:
                 self._handlers[part.code](part)
             return
         # Grouped (NCCL): first step, the headers of new forward activations as one batch...
-        # A label rides with each member's first message (the header of a forward, the data
-        # of a backward), in the same batch: the guard adds no wait the batch did not have.
+        # A label leads a forward's header and goes just before a backward's data, in the same
+        # batch: the guard adds no wait the batch did not have.
         labels = self._labels
         headers: list[tuple[bool, Any, int]] = []
         pending: list[tuple[P.Op, Any]] = []
-        checks: list[tuple[P.Op, Any]] = []
         outgoing: dict[int, Any] = {}
         for i, part in enumerate(op.parts):
             if part.code in (P.SEND_F, P.SEND_B):
                 t = outgoing[i] = self._outgoing(part)
                 if self._check_sent_shape(part, t) and part.code == P.SEND_F:
-                    if labels:
-                        headers.append((True, self._label_to_send(part).tensor(), part.peer))
-                    headers.append((True, Transport.header_of(t), part.peer))
+                    header = Transport.header_of(t)
+                    headers.append((True, self._label_to_send(part).tensor(header) if labels else header, part.peer))
             elif part.code == P.RECV_F and (part.stage, part.microbatch) not in self._recv_shapes:
-                if labels:
-                    checks.append((part, Label.empty()))
-                    headers.append((False, checks[-1][1], part.peer))
-                h = Transport.empty_header()
+                h = Label.empty() if labels else Transport.empty_header()
                 headers.append((False, h, part.peer))
                 pending.append((part, h))
         if headers:
             self.transport.batch(headers, op.label)
-            for part, label in checks:
-                self._check_label(part, label)
-            checks = []
             for part, h in pending:
+                if labels:
+                    self._check_label(part, h)
+                    h = h[LABEL:]
                 self._recv_shapes[(part.stage, part.microbatch)] = Transport.from_header(h)
         # ...then the data as one batch.
         ops: list[tuple[bool, Any, int]] = []
         received: list[tuple[P.Op, Any]] = []
+        checks: list[tuple[P.Op, Any]] = []
         for i, part in enumerate(op.parts):
             if i in outgoing:
                 if labels and part.code == P.SEND_B:
-                    ops.append((True, self._label_to_send(part).tensor(), part.peer))
+                    ops.append((True, self._label_to_send(part).tensor(Transport.header_of(outgoing[i])), part.peer))
                 ops.append((True, outgoing[i], part.peer))
             elif part.code in (P.RECV_F, P.RECV_B):
                 if labels and part.code == P.RECV_B:
