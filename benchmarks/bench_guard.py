@@ -12,14 +12,14 @@ the ratios guarded/unguarded. Gloo on loopback, float32 MLP stages.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workers import report, run_workers  # noqa: E402
 
 PROGRAM = "pipeline ranks=2 microbatches={m}\nuse 1f1b()\n"
 
@@ -67,7 +67,7 @@ def worker(args: argparse.Namespace) -> None:
     gathered: list[object] = []
     dist.all_gather_object(gathered, times)
     if rank == 0:
-        print("RESULT " + json.dumps(gathered), flush=True)
+        report(gathered)
 
 
 def main() -> int:
@@ -82,25 +82,11 @@ def main() -> int:
     if args.worker:
         worker(args)
         return 0
-    import tempfile
-
-    from ppdsl.runtime.launcher import launch
-    from ppdsl.runtime.preflight import prepare
-    from ppdsl.semantics import CommModel
-    from ppdsl.syntax.parser import parse
-
-    program = prepare(parse(PROGRAM.format(m=args.microbatches), "<bench>"), CommModel.RENDEZVOUS)
-    argv = ["--worker", "--width", str(args.width), "--batch", str(args.batch), "--microbatches",
-            str(args.microbatches), "--steps", str(args.steps), "--rounds", str(args.rounds)]
-    logs = tempfile.mkdtemp(prefix="ppdsl-bench-")
-    outcome = launch([program], argv, steps=0, timeout=120, quiet=True, keep_logs=logs,
-                     command=[sys.executable, os.path.abspath(__file__)])
-    text = (Path(logs) / "rank0.log").read_text(errors="replace")
-    line = next((x for x in text.splitlines() if x.startswith("RESULT ")), None)
-    if outcome.code != 0 or line is None:
-        print(f"benchmark failed: {outcome.failure}; logs in {logs}", file=sys.stderr)
+    ranks = run_workers(PROGRAM.format(m=args.microbatches),
+                        ["--width", str(args.width), "--batch", str(args.batch), "--microbatches",
+                         str(args.microbatches), "--steps", str(args.steps), "--rounds", str(args.rounds)], __file__)
+    if ranks is None:
         return 1
-    ranks = json.loads(line[len("RESULT "):])
     n_messages = 4 * args.microbatches  # 1F1B on 2 ranks: F and B of each microbatch, both ways
     print(f"1F1B, 2 ranks, {args.microbatches} microbatches of {args.batch} x {args.width} float32, gloo on loopback; "
           f"{n_messages} messages per step; {args.rounds} rounds, alternating")

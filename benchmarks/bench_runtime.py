@@ -14,14 +14,14 @@ the simulator's profile format and compares the simulated makespan with the meas
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workers import report, run_workers  # noqa: E402
 
 PROGRAM = "pipeline ranks=2 microbatches={m}\nuse gpipe()\n"
 
@@ -121,7 +121,7 @@ def worker(args: argparse.Namespace) -> None:
                                       "profiled_step": profiled_step, "inside": inside, "n_actions": n_actions,
                                       "grad_diff": same})
     if rank == 0:
-        print("RESULT " + json.dumps(gathered), flush=True)
+        report(gathered)
 
 
 def _noop(op: object) -> None:
@@ -141,27 +141,19 @@ def main() -> int:
     if args.worker:
         worker(args)
         return 0
-    import tempfile
-
     from ppdsl.costs import parse_profile, profile_json
-    from ppdsl.runtime.launcher import launch
     from ppdsl.runtime.preflight import prepare
     from ppdsl.semantics import CommModel
     from ppdsl.simulate import simulate
     from ppdsl.syntax.parser import parse
 
-    program = prepare(parse(PROGRAM.format(m=args.microbatches), "<bench>"), CommModel.RENDEZVOUS)
-    argv = ["--worker", "--width", str(args.width), "--batch", str(args.batch), "--microbatches",
-            str(args.microbatches), "--steps", str(args.steps), "--rounds", str(args.rounds)]
-    logs = tempfile.mkdtemp(prefix="ppdsl-bench-")
-    outcome = launch([program], argv, steps=0, timeout=120, quiet=True, keep_logs=logs,
-                     command=[sys.executable, os.path.abspath(__file__)])
-    text = (Path(logs) / "rank0.log").read_text(errors="replace")
-    line = next((x for x in text.splitlines() if x.startswith("RESULT ")), None)
-    if outcome.code != 0 or line is None:
-        print(f"benchmark failed: {outcome.failure}; logs in {logs}", file=sys.stderr)
+    text = PROGRAM.format(m=args.microbatches)
+    program = prepare(parse(text, "<bench>"), CommModel.RENDEZVOUS)
+    results = run_workers(text, ["--width", str(args.width), "--batch", str(args.batch), "--microbatches",
+                                 str(args.microbatches), "--steps", str(args.steps), "--rounds", str(args.rounds)],
+                          __file__)
+    if results is None:
         return 1
-    results = json.loads(line[len("RESULT "):])
     # A step ends when the slowest rank ends: take each round's max over ranks.
     per = {name: [max(r["times"][name][i] for r in results) for i in range(args.rounds)] for name in ("paddle", "ppdsl")}
     theirs, ours = statistics.median(per["paddle"]), statistics.median(per["ppdsl"])
