@@ -81,6 +81,24 @@ def test_checker_verdicts_match_real_gloo() -> None:
     assert by[("issue: swap under buffered", S.GUARDED)].detail == shown
 
 
+def test_the_guard_under_the_launcher_stops_every_rank_at_once(tmp_path: Path) -> None:
+    pytest.importorskip("paddle")
+    import time
+
+    from ppdsl.runtime.launcher import launch
+
+    f = tmp_path / "swap.pps"
+    f.write_text(S.ISSUE_BUFFERED_SWAP)
+    t0 = time.monotonic()
+    outcome = launch([ppdsl.parse(S.ISSUE_BUFFERED_SWAP)], [str(f)], steps=1, timeout=60, quiet=True,
+                     command=[sys.executable, str(HERE / "api_unchecked.py")])
+    seconds = time.monotonic() - t0
+    assert outcome.code == 1 and outcome.failure is not None
+    assert ORDER.search(outcome.failure), outcome.failure
+    assert any(e.get("kind") == "MessageOrderError" and e["rank"] == 1 for e in outcome.events)
+    assert seconds < 45  # rank 0, blocked sending, was stopped, not left to its 60 s timeout
+
+
 def test_ranks_must_agree_on_the_guard(tmp_path: Path) -> None:
     pytest.importorskip("paddle")
     from ppdsl.load import load_program
