@@ -33,9 +33,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..ir import Program
+from ..ir import Kind, Program
 from . import plan as P
-from ..ir import Kind
 from .comm import LABEL, Label, PeerError, Transport, comm_model_of
 from .preflight import prepare
 from .watchdog import Reporter, Watchdog
