@@ -2,32 +2,51 @@
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
 from ..diagnostics import Diagnostic, UsageError, render_text
+from ..load import read_bytes
 
-_TEXT_CACHE: dict[str, list[str]] = {}
-
-
-def _source_line(d: Diagnostic) -> str | None:
-    if d.path not in _TEXT_CACHE:
-        try:
-            # utf-8-sig: a byte-order mark is not part of line 1's columns (the parser drops it).
-            _TEXT_CACHE[d.path] = Path(d.path).read_text(encoding="utf-8-sig", errors="replace").splitlines()
-        except OSError:
-            _TEXT_CACHE[d.path] = []
-    lines = _TEXT_CACHE[d.path]
-    return lines[d.line - 1] if 0 < d.line <= len(lines) else None
+def _source_lines(path: str) -> list[str]:
+    """The lines of an input as the parser counts them (only `\n` ends a line), undecodable
+    bytes replaced: the excerpt of a PPS000 shows where the bad byte is."""
+    try:
+        data = read_bytes(path)
+    except UsageError:
+        return []
+    # utf-8-sig: a byte-order mark is not part of line 1's columns (the parser drops it).
+    text = data.decode("utf-8-sig", errors="replace")
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def print_diagnostics(diagnostics: Iterable[Diagnostic], stream: TextIO | None = None) -> None:
     out = stream or sys.stderr
+    lines: dict[str, list[str]] = {}  # per call: a file rewritten since (fmt) is read afresh
     for d in diagnostics:
-        print(render_text(d, _source_line(d)), file=out)
+        if d.path not in lines:
+            lines[d.path] = _source_lines(d.path)
+        text = lines[d.path]
+        print(render_text(d, text[d.line - 1] if 0 < d.line <= len(text) else None), file=out)
+
+
+def refuse_overwriting(source: str, output: str | None) -> None:
+    """Writing a result over an input would lose the input (a conversion or expansion also drops
+    its comments, ranges and zips): refuse, whatever path (a symlink, a hard link, `./x`) names it."""
+    if output is None or output == "-" or source == "-":
+        return
+    try:
+        same = os.path.samefile(source, output)
+    except OSError:  # the output does not exist yet (or the input does not: load reports that)
+        return
+    if same:
+        raise UsageError(f"{output} is the input {source}: refusing to overwrite it; write the result "
+                         "to another file")
 
 
 def write_output(path: str | None, text: str) -> None:
@@ -45,3 +64,31 @@ def write_output(path: str | None, text: str) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise UsageError(f"{path}: {exc.strerror or exc}") from None
+
+
+# --- option values: argparse types, so a bad value is a usage error (exit 2) naming the option --
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= minimum."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, not `{text}`") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return convert
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not `{text}`") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, not `{text}`")
+    return value

@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from ..diagnostics import UsageError
+from ..english import plural
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,8 +94,9 @@ def _launch(args: argparse.Namespace) -> int:
     first = programs[0]
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
-        print(f"ppdsl run: {what}: {first.ranks} ranks, {first.stages} stages, {first.microbatches} microbatches, "
-              f"{args.steps} steps (gloo, local processes)", file=out, flush=True)
+        print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}, {plural(first.stages, 'stage')}, "
+              f"{plural(first.microbatches, 'microbatch')}, "
+              f"{plural(args.steps, 'step')} (gloo, local processes)", file=out, flush=True)
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
                      keep_logs=args.logs, names=args.file)
     if outcome.failure is not None:
@@ -103,7 +105,7 @@ def _launch(args: argparse.Namespace) -> int:
     for index, file in enumerate(args.file):
         f = outcome.file(index)
         losses = [f.losses[s] for s in sorted(f.losses)]
-        summary = f"ppdsl run: {file}: {len(losses)} steps"
+        summary = f"ppdsl run: {file}: {plural(len(losses), 'step')}"
         if losses:
             summary += f", loss {losses[0]:.6f} -> {losses[-1]:.6f}"
         if f.step_time:
