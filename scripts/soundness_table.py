@@ -39,10 +39,11 @@ def main(argv: list[str]) -> int:
     print(S.table(results, verdicts))
     if args.cases:
         print()
-        print("| case | kind | verdict | run | outcome |")
-        print("| --- | --- | --- | --- | --- |")
+        print("| case | kind | verdict | run | outcome | step (s) |")
+        print("| --- | --- | --- | --- | --- | --- |")
         for r in results:
-            print(f"| {r.case.name} | {r.case.kind} | {verdicts[r.case.name]} | {r.mode} | {r.outcome} |")
+            step = f"{r.seconds[1]:.3f}" if len(r.seconds) > 1 else "-"
+            print(f"| {r.case.name} | {r.case.kind} | {verdicts[r.case.name]} | {r.mode} | {r.outcome} | {step} |")
     bad = S.disagreements(results, verdicts)
     print(f"\n{len(cases)} programs, {len(results)} runs in {seconds:.0f} s; "
           f"{len(results) - len(bad)}/{len(results)} runs agree with the checker")

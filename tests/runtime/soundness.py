@@ -5,7 +5,8 @@ the runtime's launcher and reads what they report. Used by `test_soundness.py` a
 `scripts/soundness_table.py` (which prints the verdict-vs-outcome table).
 
 A case is run unguarded (`PipelineSchedule(check=False, _guard=False)`: what the bare
-transport does) and, where the guard has something to say, guarded. Its verdict is what
+transport does) and, where the guard has something to say, guarded, through the gloo path and
+(for batches) the runtime's NCCL path, which gloo runs member by member. Its verdict is what
 `ppdsl lint` says under `rendezvous`, gloo's model.
 """
 
@@ -19,8 +20,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
+import attrs
 from attrs import define, field, frozen
 
 import ppdsl
@@ -30,7 +31,7 @@ from ppdsl.lower import lower
 from ppdsl.runtime.plan import peer_of
 from ppdsl.semantics import RECV_F, SEND_F, encode
 
-KIND_BITS = 15  # an encoded action is `(stage * microbatches + microbatch) << 4 | kind`
+KIND_MASK = 15  # an encoded action is `(stage * microbatches + microbatch) << 4 | kind`
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "soundness_worker.py"
@@ -50,10 +51,6 @@ class Case:
 
 
 # --- programs ----------------------------------------------------------------------------
-
-def _rows(text: str) -> Program:
-    return ppdsl.parse(text)
-
 
 def _generated(call: str, ranks: int, microbatches: int, fuse: bool) -> Program:
     return lower(ppdsl.parse(f"pipeline ranks={ranks} microbatches={microbatches}\nuse {call}\n"), fuse=fuse)
@@ -77,7 +74,7 @@ def _receive_first_gpipe(ranks: int, microbatches: int, batched: bool) -> Progra
         if r > 0:
             row += group("SEND_B")
         lines.append(f"rank {r}: " + " ".join(row))
-    return _rows(f"pipeline ranks={ranks} microbatches={microbatches}\n" + "\n".join(lines) + "\n")
+    return ppdsl.parse(f"pipeline ranks={ranks} microbatches={microbatches}\n" + "\n".join(lines) + "\n")
 
 
 def docs_block(page: str, fence: str, after: str) -> str:
@@ -127,13 +124,7 @@ def _with_row(program: Program, rank: int, row: list[Step]) -> Program:
     rows = list(program.rows)
     rows[rank] = tuple(row)
     # Through the text: the mutant is parsed exactly as a user's file would be.
-    return ppdsl.parse(ppdsl.print_program(_evolve_rows(program, tuple(rows))))
-
-
-def _evolve_rows(program: Program, rows: tuple[tuple[Step, ...], ...]) -> Program:
-    import attrs
-
-    return attrs.evolve(program, rows=rows)
+    return ppdsl.parse(ppdsl.print_program(attrs.evolve(program, rows=tuple(rows))))
 
 
 def mutants(program: Program) -> Iterator[tuple[str, Program]]:
@@ -238,7 +229,7 @@ MODES = (UNGUARDED, GUARDED, BATCH_PATH)
 
 @define
 class Result:
-    """What happened to one case in one mode (guarded or not)."""
+    """What happened to one case in one mode."""
 
     case: Case
     mode: str  # one of MODES
@@ -282,7 +273,7 @@ def crosses_kinds(program: Program) -> bool:
     the one matching rule (`semantics.Links`: k-th receive on a link, k-th send)."""
     for sent, got in encode(program).links.order.values():
         for s, r in zip(sent, got):
-            if (s & KIND_BITS == SEND_F) != (r & KIND_BITS == RECV_F):
+            if (s & KIND_MASK == SEND_F) != (r & KIND_MASK == RECV_F):
                 return True
     return False
 
@@ -386,12 +377,3 @@ def kinds_table(results: Sequence[Result], verdicts: dict[str, str]) -> str:
     for kind, d in per.items():
         lines.append(f"| {kind} | {sum(d.values())} | " + ", ".join(f"{v} x{n}" for v, n in sorted(d.items())) + " |")
     return "\n".join(lines)
-
-
-def _main(argv: list[str]) -> Any:  # pragma: no cover - a debugging aid
-    for c in cases():
-        print(c.kind, "|", c.name, "|", verdict(ppdsl.parse(c.text)))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _main(sys.argv[1:])
