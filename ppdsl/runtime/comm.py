@@ -28,10 +28,10 @@ DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8",
 MAX_DIMS = 8
 HEADER = 2 + MAX_DIMS  # [ndim, dtype, d0 .. d7]
 # The guard's label on the first step: [kind of the send, its stage, its microbatch, how many
-# sends on this link it is]. It leads the shape header of a forward send (one message), and a
-# backward send gets the same labelled header before its data (the same size, so a message of
-# one kind fits where the other was expected and the label can say so); a field apart,
-# whatever the shape header grows into.
+# sends on this link it is]. Its words lead the header a forward send already sends (one
+# message), and a backward send sends a labelled empty header before its data (the same size,
+# so a message of one kind fits where the other was expected and the label can say so). The
+# label only prefixes the header: it needs nothing of what the header holds.
 LABEL = 4
 
 
@@ -160,7 +160,7 @@ class Label:
         return str(Action(self.stage, self.kind, self.microbatch))
 
     def tensor(self, header: paddle.Tensor) -> paddle.Tensor:
-        """The label followed by the shape header: what goes on the wire."""
+        """The label followed by a header: what goes on the wire."""
         import paddle
 
         label = paddle.to_tensor([int(self.kind), self.stage, self.microbatch, self.ordinal], dtype="int64")
@@ -171,7 +171,7 @@ class Label:
         """A buffer for a labelled header."""
         import paddle
 
-        return paddle.zeros([LABEL + HEADER], dtype="int64")
+        return paddle.concat([paddle.zeros([LABEL], dtype="int64"), Transport.empty_header()])
 
     @classmethod
     def read(cls, tensor: paddle.Tensor, stages: int, microbatches: int) -> Label:

@@ -327,20 +327,34 @@ class PipelineSchedule:
             f"each receive the next message on its link, whatever it carries: {what}. Send and receive in "
             "the same order on both ranks (`ppdsl lint` reports this as PPS212).")
 
+    def _labelled(self, op: P.Op, header: Any | None = None) -> Any:
+        """The header to send before `op`'s data: with its label on the first step (a backward
+        sends an empty one, the size of a forward's, so either fits where the other was due)."""
+        if not self._labels:
+            return header
+        return self._label_to_send(op).tensor(Transport.empty_header() if header is None else header)
+
+    def _header_buffer(self) -> Any:
+        return Label.empty() if self._labels else Transport.empty_header()
+
+    def _unlabelled(self, op: P.Op, received: Any) -> Any:
+        """The header part of a received header, after checking its label (first step)."""
+        if not self._labels:
+            return received
+        self._check_label(op, received)
+        return received[LABEL:]
+
     def _send_f(self, op: P.Op) -> None:
         t = self._outgoing(op)
         if self._check_sent_shape(op, t):
-            header = Transport.header_of(t)
-            if self._labels:
-                header = self._label_to_send(op).tensor(header)
-            self.transport.send(header, op.peer, op.label)
+            self.transport.send(self._labelled(op, Transport.header_of(t)), op.peer, op.label)
         self.transport.send(t, op.peer, op.label)
 
     def _send_b(self, op: P.Op) -> None:
         t = self._outgoing(op)
         self._check_sent_shape(op, t)
-        if self._labels:  # the same size as a forward's labelled header, so either fits the other's place
-            self.transport.send(self._label_to_send(op).tensor(Transport.header_of(t)), op.peer, op.label)
+        if self._labels:
+            self.transport.send(self._labelled(op), op.peer, op.label)
         self.transport.send(t, op.peer, op.label)
 
     def _recv_f_buffer(self, op: P.Op) -> Any:
@@ -353,12 +367,9 @@ class PipelineSchedule:
     def _recv_f(self, op: P.Op) -> None:
         key = (op.stage, op.microbatch)
         if key not in self._recv_shapes:
-            header = Label.empty() if self._labels else Transport.empty_header()
+            header = self._header_buffer()
             self.transport.recv(header, op.peer, op.label)
-            if self._labels:
-                self._check_label(op, header)
-                header = header[LABEL:]
-            self._recv_shapes[key] = Transport.from_header(header)
+            self._recv_shapes[key] = Transport.from_header(self._unlabelled(op, header))
         buf = self._recv_f_buffer(op)
         self.transport.recv(buf, op.peer, op.label)
         buf.stop_gradient = not self.plan.training
@@ -371,9 +382,9 @@ class PipelineSchedule:
 
     def _recv_b(self, op: P.Op) -> None:
         if self._labels:
-            label = Label.empty()
-            self.transport.recv(label, op.peer, op.label)
-            self._check_label(op, label)
+            header = self._header_buffer()
+            self.transport.recv(header, op.peer, op.label)
+            self._unlabelled(op, header)
         buf = self._recv_b_buffer(op)
         self.transport.recv(buf, op.peer, op.label)
         self._dy[(op.stage, op.microbatch)] = buf
@@ -394,19 +405,15 @@ class PipelineSchedule:
             if part.code in (P.SEND_F, P.SEND_B):
                 t = outgoing[i] = self._outgoing(part)
                 if self._check_sent_shape(part, t) and part.code == P.SEND_F:
-                    header = Transport.header_of(t)
-                    headers.append((True, self._label_to_send(part).tensor(header) if labels else header, part.peer))
+                    headers.append((True, self._labelled(part, Transport.header_of(t)), part.peer))
             elif part.code == P.RECV_F and (part.stage, part.microbatch) not in self._recv_shapes:
-                h = Label.empty() if labels else Transport.empty_header()
+                h = self._header_buffer()
                 headers.append((False, h, part.peer))
                 pending.append((part, h))
         if headers:
             self.transport.batch(headers, op.label)
             for part, h in pending:
-                if labels:
-                    self._check_label(part, h)
-                    h = h[LABEL:]
-                self._recv_shapes[(part.stage, part.microbatch)] = Transport.from_header(h)
+                self._recv_shapes[(part.stage, part.microbatch)] = Transport.from_header(self._unlabelled(part, h))
         # ...then the data as one batch.
         ops: list[tuple[bool, Any, int]] = []
         received: list[tuple[P.Op, Any]] = []
@@ -414,18 +421,18 @@ class PipelineSchedule:
         for i, part in enumerate(op.parts):
             if i in outgoing:
                 if labels and part.code == P.SEND_B:
-                    ops.append((True, self._label_to_send(part).tensor(Transport.header_of(outgoing[i])), part.peer))
+                    ops.append((True, self._labelled(part), part.peer))
                 ops.append((True, outgoing[i], part.peer))
             elif part.code in (P.RECV_F, P.RECV_B):
                 if labels and part.code == P.RECV_B:
-                    checks.append((part, Label.empty()))
+                    checks.append((part, self._header_buffer()))
                     ops.append((False, checks[-1][1], part.peer))
                 buf = self._recv_f_buffer(part) if part.code == P.RECV_F else self._recv_b_buffer(part)
                 ops.append((False, buf, part.peer))
                 received.append((part, buf))
         self.transport.batch(ops, op.label)
-        for part, label in checks:  # before any received gradient is used
-            self._check_label(part, label)
+        for part, header in checks:  # before any received gradient is used
+            self._unlabelled(part, header)
         for part, buf in received:
             key = (part.stage, part.microbatch)
             if part.code == P.RECV_F:
