@@ -2,7 +2,7 @@
 
 The transports match by position, not by name: on each directed link (sender rank, receiver
 rank) the k-th receive a rank posts takes the k-th message the other rank sent on it
-(`semantics.Links`; Paddle's send/recv and `batch_isend_irecv` carry no tag). So the k-th
+(`encoding.Links`; Paddle's send/recv and `batch_isend_irecv` carry no tag). So the k-th
 send on a link must be the one the k-th receive names, or the data lands in the wrong place.
 
 PPS212 - messages out of order on a link. FAIL (2 ranks, 2 microbatches):
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..semantics import NO_PEER, RECV_F, SEND_F, peer_code
+from ..encoding import NO_PEER, RECV_F, SEND_F, peer_code
 from .context import Context
 
 FAMILY = "links"

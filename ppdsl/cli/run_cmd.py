@@ -70,17 +70,13 @@ def _launch(args: argparse.Namespace) -> int:
     from ..load import load_program
     from ..runtime.launcher import launch
     from ..runtime.plan import compile_rank
-    from ..runtime.preflight import Refused, prepare
+    from ..runtime.preflight import prepare
     from ..semantics import CommModel
 
     programs: list[Program] = []
     for file in args.file:
         program = load_program(file)
-        try:
-            program = prepare(program, CommModel.RENDEZVOUS)  # local processes talk over gloo
-        except Refused as exc:
-            print(f"ppdsl run: {file}: refused: {exc}", file=sys.stderr)
-            return 1
+        program = prepare(program, CommModel.RENDEZVOUS)  # local processes talk over gloo
         for rank in range(program.ranks):
             compile_rank(program, rank)
         if programs and program.ranks != programs[0].ranks:

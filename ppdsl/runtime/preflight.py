@@ -15,10 +15,6 @@ from ..semantics import CommModel, execute, wait_cycle
 from .plan import needs_lowering
 
 
-class Refused(Exception):
-    """The program would not run correctly under this backend; `str()` says why."""
-
-
 def lint(program: Program, model: CommModel) -> list[Diagnostic]:
     """The checker's errors for this program under `model` (empty when it is sound)."""
     return [d for d in check(program, comm_model=str(model)) if d.is_error]
@@ -41,20 +37,19 @@ def deadlock(program: Program, model: CommModel) -> str | None:
 def prepare(program: Program, model: CommModel, check: bool = True) -> Program:
     """The program ready to run: linted under `model` and lowered to explicit send/recv.
 
-    Raises PpsError with the checker's diagnostics, or Refused when the lowered program would
-    deadlock under `model`. `check=False` only lowers: the bypass for tests and experts, who
-    then rely on the runtime's label guard (docs/runtime.md) to stop a mismatched order.
+    Raises PpsError with the checker's diagnostics (a hang under `model` is PPS210 among
+    them). Each program is analysed once: the analysis stays on it for `compile_rank`.
+    `check=False` only lowers: the bypass for tests and experts, who then rely on the
+    runtime's label guard (docs/runtime.md) to stop a mismatched order.
     """
     errors = lint(program, model) if check else []
     if errors:
         raise PpsError(errors)
     if needs_lowering(program):
+        # lower() reuses the analysis lint just made (it is kept on the program).
         program = lower(program, fuse=False, comm_model=str(model))
         errors = lint(program, model) if check else []
         if errors:  # pragma: no cover - lowering produces sound programs from sound ones
             raise PpsError(errors)
-    if check and program.ranks > 1:
-        why = deadlock(program, model)
-        if why is not None:
-            raise Refused(why)
+    # No run of its own to look for a hang: the lint ran the program under `model` (PPS210).
     return program

@@ -24,8 +24,9 @@ from ..load import load_program
 from ..semantics import CommModel
 from . import models
 from .comm import comm_model_of
+from .models import SetupFailure, build_stages, make_optimizer
 from .plan import Plan, compile_rank, count_actions
-from .preflight import Refused, prepare
+from .preflight import prepare
 from .watchdog import Reporter, Watchdog
 
 
@@ -72,7 +73,7 @@ class Setup:
         self.batches: Iterator[tuple[Any, Any]] | None = None
         try:
             self._build(cfg, file, rank, world, model)
-        except (UsageError, Refused, SetupFailure) as exc:
+        except (UsageError, SetupFailure) as exc:
             self.error = str(exc)
         except PpsError as exc:
             self.error = "the program does not pass lint: " + "; ".join(
@@ -100,39 +101,6 @@ class Setup:
                 self.batches = iter(source())
             except Exception as exc:  # noqa: BLE001
                 raise SetupFailure(f"--data {cfg.data}: {type(exc).__name__}: {exc}") from None
-
-
-class SetupFailure(Exception):
-    pass
-
-
-def build_stages(build: Any, stages: tuple[int, ...], num_stages: int, seed: int, name: str) -> dict[int, Any]:
-    """Each stage from the same seed on every rank, so weights agree with `--verify`'s copy."""
-    import paddle
-
-    layers = {}
-    for s in stages:
-        paddle.seed(seed * 1_000_003 + s)
-        try:
-            layer = build(s, num_stages)
-        except Exception as exc:  # noqa: BLE001 - the user's factory failed
-            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) raised {type(exc).__name__}: {exc}") from None
-        if not isinstance(layer, paddle.nn.Layer):
-            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) returned {type(layer).__name__}, "
-                               "not a paddle.nn.Layer")
-        layers[s] = layer
-    return layers
-
-
-def make_optimizer(spec: str, lr: float, parameters: list[Any]) -> Any:
-    import paddle
-
-    table = {"sgd": paddle.optimizer.SGD, "adam": paddle.optimizer.Adam, "adamw": paddle.optimizer.AdamW,
-             "momentum": paddle.optimizer.Momentum}
-    if spec in table:
-        return table[spec](learning_rate=lr, parameters=parameters)
-    factory = models.load_callable(spec, "optimizer")
-    return factory(parameters)
 
 
 class Status:
