@@ -12,14 +12,13 @@ the ratios guarded/unguarded. Gloo on loopback, float32 MLP stages.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from workers import report, run_workers  # noqa: E402
 
 PROGRAM = "pipeline ranks=2 microbatches={m}\nuse 1f1b()\n"
 
@@ -67,7 +66,7 @@ def worker(args: argparse.Namespace) -> None:
     gathered: list[object] = []
     dist.all_gather_object(gathered, times)
     if rank == 0:
-        report(gathered)
+        print("RESULT " + json.dumps(gathered), flush=True)  # what run_ranks reads
 
 
 def main() -> int:
@@ -82,9 +81,16 @@ def main() -> int:
     if args.worker:
         worker(args)
         return 0
-    ranks = run_workers(PROGRAM.format(m=args.microbatches),
-                        ["--width", str(args.width), "--batch", str(args.batch), "--microbatches",
-                         str(args.microbatches), "--steps", str(args.steps), "--rounds", str(args.rounds)], __file__)
+    from bench_runtime import run_ranks
+
+    from ppdsl.runtime.preflight import prepare
+    from ppdsl.semantics import CommModel
+    from ppdsl.syntax.parser import parse
+
+    program = prepare(parse(PROGRAM.format(m=args.microbatches), "<bench>"), CommModel.RENDEZVOUS)
+    ranks = run_ranks(__file__, program, ["--worker", "--width", str(args.width), "--batch", str(args.batch),
+                                          "--microbatches", str(args.microbatches), "--steps", str(args.steps),
+                                          "--rounds", str(args.rounds)])
     if ranks is None:
         return 1
     n_messages = 4 * args.microbatches  # 1F1B on 2 ranks: F and B of each microbatch, both ways

@@ -46,6 +46,14 @@ from .encoding import COMM_KINDS, LOW, B, Encoded, F, I, Links, encode, remember
 from .gcpause import no_gc
 
 
+def needs_lowering(program: Program) -> bool:
+    """True when stages on different ranks exchange data but the program has no send/recv."""
+    if program.has_comms:
+        return False
+    P = program.placement
+    return any(P[s] != P[s + 1] for s in range(program.stages - 1))
+
+
 def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "rendezvous") -> Program:
     """Insert sends and receives; raise PpsError when the program is not a sound compute-only one."""
     with no_gc():

@@ -46,6 +46,9 @@ class Simulation:
         self.starts = execution.starts
         self.ends = execution.ends
         self._weights = memory_weights
+        # True when `program` is a compute-only file lowered to explicit send/recv first, as the
+        # runtime runs it (`cli.simulate_cmd.simulate_file`, for measured message times).
+        self.lowered = False
         busy: list[float] = []
         comm: list[float] = []
         enc = encode(program)

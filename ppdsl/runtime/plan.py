@@ -14,6 +14,7 @@ from ..check import analyse
 from ..diagnostics import UsageError, render_header
 from ..encoding import peer_stage
 from ..ir import Action, Batch, Idle, Kind, Overlap, Program
+from ..lower import needs_lowering
 from ..syntax.printer import print_program
 
 # Interpreter op codes. Compute kinds keep Kind's values; the rest are the runtime's own.
@@ -89,14 +90,6 @@ def _refuse_unrunnable(program: Program) -> None:
     bad = [d for d in found if d.is_error and d.code in _UNRUNNABLE]
     if bad:
         raise UsageError(render_header(bad[0]))
-
-
-def needs_lowering(program: Program) -> bool:
-    """True when stages on different ranks exchange data but the program has no send/recv."""
-    if program.has_comms:
-        return False
-    P = program.placement
-    return any(P[s] != P[s + 1] for s in range(program.stages - 1))
 
 
 def _op(a: Action, rank: int, program: Program) -> Op:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from ..check import check
 from ..diagnostics import Diagnostic, PpsError
 from ..ir import Program
-from ..lower import lower
+from ..lower import lower, needs_lowering
 from ..semantics import CommModel, execute, wait_cycle
-from .plan import needs_lowering
 
 
 def lint(program: Program, model: CommModel) -> list[Diagnostic]:

@@ -48,6 +48,7 @@ class RunConfig:
     profile: str | None = None
     scale_grads: bool = True
     warmup: int = 1
+    split_backward: bool = True
 
 
 def rank_from_env() -> tuple[int, int]:
@@ -156,11 +157,21 @@ def backend_from_env() -> str:
     return "nccl" if paddle.device.is_compiled_with_cuda() else "gloo"
 
 
+def apply_threads() -> None:
+    """The intra-op thread count the launcher chose (PPDSL_THREADS), for Paddle's math library."""
+    value = os.environ.get("PPDSL_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        import paddle
+
+        paddle.base.core.set_num_threads(int(value))
+
+
 def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: Watchdog) -> int:
     t_start = time.perf_counter()
     import paddle.distributed as dist
 
     backend = backend_from_env()
+    apply_threads()
     # Joining waits for the slowest rank to import paddle: allow more than one P2P wait.
     saved, watchdog.timeout = watchdog.timeout, max(watchdog.timeout, STARTUP_TIMEOUT)
     watchdog.arm("starting the process group", "all ranks")
@@ -199,7 +210,10 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
     from .schedule import PipelineSchedule
 
     sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, rank=rank, watchdog=watchdog,
-                             backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile))
+                             backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile),
+                             split_backward=cfg.split_backward)
+    for message in sched.split_warnings:
+        reporter.send("warning", file=index, message=message)
     params = [p for s in sorted(setup.layers) for p in setup.layers[s].parameters()]
     optimizer = make_optimizer(cfg.optimizer, cfg.lr, params) if params else None
     verifier = None
@@ -243,14 +257,17 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
     if cfg.profile:
         from .profile import gather_profile
 
-        gather_profile(sched, cfg, rank, reporter)
+        gather_profile(sched, cfg, rank, reporter, index)
     return 1 if verifier is not None and verifier.failure is not None else 0
 
 
 def run_from_args(args: Any) -> int:
+    if getattr(args, "threads", None) and "PPDSL_THREADS" not in os.environ:  # under Paddle's launcher
+        os.environ["PPDSL_THREADS"] = str(args.threads)
     cfg = RunConfig(files=tuple(args.file), steps=args.steps, model=args.model, data=args.data, loss=args.loss,
                     optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
-                    verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads)
+                    verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads,
+                    split_backward=not args.no_split_backward)
     code = main(cfg)
     sys.stdout.flush()
     return code
