@@ -16,3 +16,6 @@ MAX_MICROBATCHES: Final = 1_048_576
 # ~64 bytes of memory per action: 20M actions is over a gigabyte already.
 MAX_ACTIONS: Final = 20_000_000
 MAX_FILE_BYTES: Final = 512 * 1024 * 1024
+# `ppdsl search` prices thousands of candidate orders; past this many actions one candidate
+# takes seconds and a search hours (16 ranks x 64 microbatches in a V is 6,144).
+MAX_SEARCH_ACTIONS: Final = 100_000
