@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from .from_file import ScheduleFromFile
-    from .schedule import PipelineSchedule, SetupError, StepError
+    from .schedule import MessageOrderError, PipelineSchedule, SetupError, StepError
 
-__all__ = ["PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError", "init_from_env"]
+__all__ = ["MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError", "init_from_env"]
 
 
 def init_from_env() -> int:
@@ -31,7 +31,7 @@ def init_from_env() -> int:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("PipelineSchedule", "SetupError", "StepError"):
+    if name in ("MessageOrderError", "PipelineSchedule", "SetupError", "StepError"):
         from . import schedule
 
         return getattr(schedule, name)

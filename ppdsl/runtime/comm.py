@@ -15,6 +15,9 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from attrs import frozen
+
+from ..ir import Action, Kind
 from ..semantics import CommModel
 from .watchdog import Watchdog
 
@@ -43,6 +46,12 @@ def gather_objects(obj: Any) -> list[Any]:
     gathered: list[Any] = []
     dist.all_gather_object(gathered, obj)
     return gathered
+# The guard's label on the first step: [kind of the send, its stage, its microbatch, how many
+# sends on this link it is]. Its words lead the header a forward send already sends (one
+# message), and a backward send sends a labelled empty header before its data (the same size,
+# so a message of one kind fits where the other was expected and the label can say so). The
+# label only prefixes the header: it needs nothing of what the header holds.
+LABEL = 4
 
 
 def comm_model_of(backend: str) -> CommModel:
@@ -62,6 +71,7 @@ class Transport:
         import paddle.distributed as dist
 
         self.rank = rank
+        self.pairs = tuple(pairs)
         self.dist = dist
         self.backend = (backend or dist.get_backend()).lower()
         self.model = comm_model_of(self.backend)
@@ -164,6 +174,45 @@ class Transport:
         if not isinstance(meta, dict):
             raise PeerError(f"garbled header {meta!r}")
         return meta
+
+
+@frozen
+class Label:
+    """What a message is: the sending action and its place among the sends on its link."""
+
+    kind: Kind
+    stage: int
+    microbatch: int
+    ordinal: int  # 1 for the first message sent on this link in the step
+
+    @property
+    def action(self) -> str:
+        return str(Action(self.stage, self.kind, self.microbatch))
+
+    def tensor(self, header: paddle.Tensor) -> paddle.Tensor:
+        """The label followed by a header: what goes on the wire."""
+        import paddle
+
+        label = paddle.to_tensor([int(self.kind), self.stage, self.microbatch, self.ordinal], dtype="int64")
+        return paddle.concat([label, header])
+
+    @staticmethod
+    def empty() -> paddle.Tensor:
+        """A buffer for a labelled header."""
+        import paddle
+
+        return paddle.concat([paddle.zeros([LABEL], dtype="int64"), Transport.empty_header()])
+
+    @classmethod
+    def read(cls, tensor: paddle.Tensor, stages: int, microbatches: int) -> Label:
+        """The label in a received tensor; PeerError when it cannot be one (a message of
+        another kind arrived where a label should: the ranks are out of step)."""
+        kind, stage, mb, ordinal = (int(v) for v in tensor.numpy().tolist()[:LABEL])
+        if kind not in (int(Kind.SEND_F), int(Kind.SEND_B)) or not 0 <= stage < stages \
+                or not 0 <= mb < microbatches or ordinal < 1:
+            raise PeerError(f"garbled message label {[kind, stage, mb, ordinal]}: the ranks are out of step "
+                            "(does every rank run with the label guard?)")
+        return cls(Kind(kind), stage, mb, ordinal)
 
 
 def _peer_error(exc: RuntimeError, doing: str, peer: int) -> PeerError:

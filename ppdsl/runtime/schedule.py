@@ -19,6 +19,14 @@ Each action of the rank's row runs in order:
 
 The layout, shapes, dtypes and gradient flags of each value crossing ranks travel in one
 header message on the first step and are cached; later steps check that shapes did not change.
+
+The label guard: the transports match a receive with the next message sent on its link,
+whatever microbatch it carries (no tags on gloo or NCCL). So on the first step every message
+carries its label (kind, stage, microbatch, place on the link) in the header before it (the
+value header of a forward; an empty header of the same size for a backward), and a receive that
+gets another label than the one it expects stops with both actions named
+(`MessageOrderError`) instead of computing on the wrong microbatch. The order is the same
+every step, so later steps send no labels.
 """
 
 from __future__ import annotations
@@ -29,10 +37,10 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..ir import Program
+from ..ir import Kind, Program
 from . import plan as P
 from . import values as V
-from .comm import DTYPES, MAX_DIMS, MAX_ELEMENTS, PeerError, Transport, comm_model_of, gather_objects
+from .comm import DTYPES, LABEL, MAX_DIMS, MAX_ELEMENTS, Label, PeerError, Transport, comm_model_of, gather_objects
 from .memory import LiveMemory
 from .preflight import prepare
 from .split_backward import DeferredGrads, switch_linears
@@ -55,6 +63,10 @@ class StepError(RuntimeError):
         super().__init__(f"rank {rank}, step {step}, action {action}: {message}")
 
 
+class MessageOrderError(StepError):
+    """A receive got the message of another action than the one it expects (label guard)."""
+
+
 class SetupError(RuntimeError):
     """The model, data or program cannot run; raised before any schedule communication."""
 
@@ -70,12 +82,21 @@ class PipelineSchedule:
     `paddle.nn.Linear` of the stage layers is switched to the split matmul (same parameters,
     numerics and state dict); `split_warnings` names any Linear that could not be.
     `profile=True` fills `timings` (per action label) and `memory` (live microbatches and bytes).
+
+    `check=False` skips the checker (and so its refusal of a program that would hang): the
+    program runs as written, and the label guard still stops a send/receive order that does
+    not match. The private `_guard=False` turns the guard off as well; it exists for the
+    soundness tests, which must see what the bare transport does with such an order.
+    `_transport` reuses the pair groups of an earlier schedule over the same pairs whose last
+    step completed on every rank (creating a gloo group costs ~0.3 s); the soundness tests run
+    many programs so.
     """
 
     def __init__(self, program: Program, stages: Mapping[int, paddle.nn.Layer] | Sequence[paddle.nn.Layer],
                  loss_fn: Callable[[Any, Any], Any] | None, *, rank: int | None = None,
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
-                 backend: str | None = None, profile: bool = False, split_backward: bool = True):
+                 backend: str | None = None, profile: bool = False, split_backward: bool = True,
+                 check: bool = True, _guard: bool = True, _transport: Transport | None = None):
         import paddle
         import paddle.distributed as dist
 
@@ -85,7 +106,7 @@ class PipelineSchedule:
         self.backend = (backend or (dist.get_backend() if dist.is_initialized() else "gloo")).lower()
         self.comm_model = comm_model_of(self.backend)
         # Lint (and lower) under the backend's own model before anything is sent.
-        self.program = prepare(program, self.comm_model)
+        self.program = prepare(program, self.comm_model, check=check)
         self.plan = P.compile_rank(self.program, self.rank)
         self.layers = _stage_map(stages, self.plan)
         if self.plan.training and loss_fn is None:
@@ -104,8 +125,16 @@ class PipelineSchedule:
         self.split_warnings: list[str] = []
         if split_backward and self.plan.training and _has_split_backward(self.plan):
             self._switch_layers()
+        self.guard = _guard
+        self._labels = _guard  # True until the first step has run: only it sends labels
+        self._sent_on: dict[int, int] = {}  # peer -> messages sent to it so far (first step)
+        self._received_on: dict[int, int] = {}
         self._agree_on_program(dist)
-        self.transport = Transport(self.rank, self.plan.pairs, self.watchdog, self.backend)
+        if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend:
+            self.transport = _transport
+            self.transport.watchdog = self.watchdog
+        else:
+            self.transport = Transport(self.rank, self.plan.pairs, self.watchdog, self.backend)
         # Agreed on the first step: the shapes each send carries, what each receive allocates.
         self._sent: dict[tuple[int, Key], list[list[int]]] = {}
         self._recv_meta: dict[Key, V.Incoming] = {}
@@ -135,14 +164,19 @@ class PipelineSchedule:
     def _agree_on_program(self, dist: Any) -> None:
         """All ranks compare the digest of the program they hold, and fail together."""
         self.watchdog.arm("checking that all ranks run the same program", "all ranks")
-        digests = gather_objects(self.plan.digest)
+        gathered = gather_objects((self.plan.digest, self.guard))
         self.watchdog.disarm()
+        digests = [digest for digest, _ in gathered]
         if len(set(digests)) != 1:
             groups: dict[str, list[int]] = {}
             for r, d in enumerate(digests):
                 groups.setdefault(d, []).append(r)
             desc = "; ".join(f"ranks {', '.join(map(str, rs))} hold program {d[:12]}" for d, rs in groups.items())
             raise SetupError(f"the ranks do not hold the same program (text, placement or shape): {desc}")
+        unguarded = [r for r, (_, guarded) in enumerate(gathered) if not guarded]
+        if unguarded and len(unguarded) != len(gathered):
+            raise SetupError(f"ranks {', '.join(map(str, unguarded))} run without the label guard and the others "
+                             "with it: the first step's messages would not line up")
 
     def _reset(self) -> None:
         self._x: dict[Key, list[Any]] = {}  # a stage's input members that need a gradient (leaves)
@@ -230,6 +264,7 @@ class PipelineSchedule:
             raise StepError(self.rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc
         finally:
             wd.disarm()
+        self._labels = False
         if losses is not None and plan.last_stage and plan.training:
             losses.extend(self._losses[m] for m in sorted(self._losses))
         self.step_index += 1
@@ -379,11 +414,60 @@ class PipelineSchedule:
                              "the ranks agreed shapes on the first step")
         return False
 
+    # --- the label guard (first step only) ---------------------------------------------------
+    def _label_to_send(self, op: P.Op) -> Label:
+        n = self._sent_on[op.peer] = self._sent_on.get(op.peer, 0) + 1
+        return Label(Kind(op.code), op.stage, op.microbatch, n)
+
+    def _check_label(self, op: P.Op, received: Any) -> None:
+        """Stop with both actions named when the message is not the one `op` expects."""
+        n = self._received_on[op.peer] = self._received_on.get(op.peer, 0) + 1
+        got = Label.read(received, self.plan.stages, self.plan.microbatches)
+        if op.code == P.RECV_F:
+            want = Label(Kind.SEND_F, op.stage - 1, op.microbatch, n)
+        else:
+            want = Label(Kind.SEND_B, op.stage + 1, op.microbatch, n)
+        if got == want:
+            return
+        if got.kind is not want.kind:
+            what = ("an activation would arrive where a gradient is expected" if got.kind is Kind.SEND_F else
+                    "a gradient would arrive where an activation is expected") + " (or fail on its shape)"
+        elif got.kind is Kind.SEND_F:
+            what = (f"stage {op.stage} would compute microbatch {op.microbatch} from the activation of "
+                    f"microbatch {got.microbatch}")
+        else:
+            what = (f"stage {op.stage}'s backward of microbatch {op.microbatch} would use the gradient of "
+                    f"microbatch {got.microbatch}")
+        raise MessageOrderError(
+            self.rank, self.step_index, op.label,
+            f"messages out of order on the link from rank {op.peer}: this receive is number {n} on that link "
+            f"and expects `{want.action}`, but message number {got.ordinal} that rank {op.peer} sent on it is "
+            f"`{got.action}` (rank {op.peer}, step {self.step_index}, action {got.action}). The transport hands "
+            f"each receive the next message on its link, whatever it carries: {what}. Send and receive in "
+            "the same order on both ranks (`ppdsl lint` reports this as PPS212).")
+
+    def _labelled(self, op: P.Op, header: Any | None = None) -> Any:
+        """The header to send before `op`'s data: with its label on the first step (a backward
+        sends an empty one, the size of a forward's, so either fits where the other was due)."""
+        if not self._labels:
+            return header
+        return self._label_to_send(op).tensor(Transport.empty_header() if header is None else header)
+
+    def _header_buffer(self) -> Any:
+        return Label.empty() if self._labels else Transport.empty_header()
+
+    def _unlabelled(self, op: P.Op, received: Any) -> Any:
+        """The header part of a received header, after checking its label (first step)."""
+        if not self._labels:
+            return received
+        self._check_label(op, received)
+        return received[LABEL:]
+
     def _send_f(self, op: P.Op) -> None:
         tensors = self._outgoing(op) if (op.code, (op.stage, op.microbatch)) in self._sent else None
         if tensors is None:
             header, error = self._header(op)
-            self.transport.send(header, op.peer, op.label)
+            self.transport.send(self._labelled(op, header), op.peer, op.label)
             if error is not None:
                 raise SetupError(error)
             tensors = self._outgoing(op)
@@ -395,6 +479,8 @@ class PipelineSchedule:
     def _send_b(self, op: P.Op) -> None:
         tensors = self._outgoing(op)
         self._first_send(op, tensors)
+        if self._labels:
+            self.transport.send(self._labelled(op), op.peer, op.label)
         for t in tensors:
             self.transport.send(t, op.peer, op.label)
 
@@ -413,9 +499,9 @@ class PipelineSchedule:
         key = (op.stage, op.microbatch)
         incoming = self._recv_meta.get(key)
         if incoming is None:
-            header = Transport.empty_header()
+            header = self._header_buffer()
             self.transport.recv(header, op.peer, op.label)
-            incoming = self._incoming(op, header)
+            incoming = self._incoming(op, self._unlabelled(op, header))
         bufs = incoming.buffers(self.paddle)
         for b in bufs:
             self.transport.recv(b, op.peer, op.label)
@@ -427,6 +513,10 @@ class PipelineSchedule:
         return [paddle.empty(t.shape, dtype=t.dtype) for t in V.grad_members(self._y[(op.stage, op.microbatch)])]
 
     def _recv_b(self, op: P.Op) -> None:
+        if self._labels:
+            header = self._header_buffer()
+            self.transport.recv(header, op.peer, op.label)
+            self._unlabelled(op, header)
         bufs = self._recv_b_buffers(op)
         for b in bufs:
             self.transport.recv(b, op.peer, op.label)
@@ -438,6 +528,9 @@ class PipelineSchedule:
                 self._handlers[part.code](part)
             return
         # Grouped (NCCL): first step, the headers of new forward activations as one batch...
+        # A label leads a forward's header and goes just before a backward's data, in the same
+        # batch: the guard adds no wait the batch did not have.
+        labels = self._labels
         headers: list[tuple[bool, Any, int]] = []
         pending: list[tuple[P.Op, Any]] = []
         errors: list[str] = []
@@ -445,11 +538,11 @@ class PipelineSchedule:
             key = (part.stage, part.microbatch)
             if part.code == P.SEND_F and (part.code, key) not in self._sent:
                 header, error = self._header(part)
-                headers.append((True, header, part.peer))
+                headers.append((True, self._labelled(part, header), part.peer))
                 if error is not None:
                     errors.append(error)
             elif part.code == P.RECV_F and key not in self._recv_meta:
-                h = Transport.empty_header()
+                h = self._header_buffer()
                 headers.append((False, h, part.peer))
                 pending.append((part, h))
         if headers:
@@ -457,22 +550,30 @@ class PipelineSchedule:
             if errors:
                 raise SetupError(errors[0])
             for part, h in pending:
-                self._incoming(part, h)
+                self._incoming(part, self._unlabelled(part, h))
         # ...then the data as one batch.
         ops: list[tuple[bool, Any, int]] = []
         received: list[tuple[P.Op, list[Any]]] = []
+        checks: list[tuple[P.Op, Any]] = []
         for part in op.parts:
             if part.code in (P.SEND_F, P.SEND_B):
                 tensors = self._outgoing(part)
                 self._first_send(part, tensors)
+                if labels and part.code == P.SEND_B:
+                    ops.append((True, self._labelled(part), part.peer))
                 ops += [(True, t, part.peer) for t in tensors]
             elif part.code in (P.RECV_F, P.RECV_B):
+                if labels and part.code == P.RECV_B:
+                    checks.append((part, self._header_buffer()))
+                    ops.append((False, checks[-1][1], part.peer))
                 bufs = self._recv_meta[(part.stage, part.microbatch)].buffers(self.paddle) \
                     if part.code == P.RECV_F else self._recv_b_buffers(part)
                 ops += [(False, b, part.peer) for b in bufs]
                 received.append((part, bufs))
         if ops:
             self.transport.batch(ops, op.label)
+        for part, header in checks:  # before any received gradient is used
+            self._unlabelled(part, header)
         for part, bufs in received:
             key = (part.stage, part.microbatch)
             if part.code == P.RECV_F:

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from soundness import ISSUE_BUFFERED_SWAP as OUT_OF_ORDER
 
+import ppdsl
 from ppdsl.cli import main
 from ppdsl.diagnostics import PpsError, UsageError
 from ppdsl.load import load_program
@@ -76,6 +78,27 @@ def test_run_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "same number of ranks" in err
 
 
+def test_the_checker_refuses_an_out_of_order_link_under_every_backend() -> None:
+    for model in (CommModel.RENDEZVOUS, CommModel.GROUPED):
+        with pytest.raises(PpsError) as info:
+            prepare(ppdsl.parse(OUT_OF_ORDER), model)
+        assert [d.code for d in info.value.diagnostics] == ["PPS212"]
+
+
+def test_check_false_runs_the_program_as_written() -> None:
+    program = ppdsl.parse(OUT_OF_ORDER)
+    assert prepare(program, CommModel.RENDEZVOUS, check=False) == program
+    deadlock = load_program(str(HAND / "2r_deadlock.pps"))
+    assert prepare(deadlock, CommModel.RENDEZVOUS, check=False) == deadlock  # its PPS210 is not raised either
+
+
+def test_check_false_still_lowers_a_compute_only_program() -> None:
+    program = ppdsl.parse("pipeline ranks=2 microbatches=2\nuse gpipe()\n")
+    lowered = prepare(program, CommModel.RENDEZVOUS, check=False)
+    assert not program.has_comms and lowered.has_comms
+    assert lowered == prepare(program, CommModel.RENDEZVOUS)
+
+
 def test_these_tests_pass_where_paddle_cannot_be_imported(tmp_path: Path) -> None:
     # `sys.modules[name] = None` is how Python marks a module absent: `import paddle` fails.
     code = ("import sys; sys.modules['paddle'] = None; import pytest; "
@@ -85,4 +108,4 @@ def test_these_tests_pass_where_paddle_cannot_be_imported(tmp_path: Path) -> Non
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "5 passed" in r.stdout and "skipped" not in r.stdout
+    assert "8 passed" in r.stdout and "skipped" not in r.stdout
