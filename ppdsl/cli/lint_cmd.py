@@ -17,9 +17,10 @@ import sys
 
 from ..check import check, explain
 from ..diagnostics import Diagnostic, PpsError, UsageError, to_json
+from ..limits import MAX_MEMORY
 from ..load import load_program
 from ..semantics import MODELS
-from .common import print_diagnostics
+from .common import check_number, print_diagnostics
 
 DEFAULT_MAX_ERRORS = 50
 
@@ -47,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.files:
         raise UsageError("no files given")
-    if args.max_memory is not None and args.max_memory <= 0:
-        raise UsageError("--max-memory must be positive")
+    check_number("--max-memory", args.max_memory, 0, MAX_MEMORY, low_inclusive=False)
     limit = args.max_errors if args.max_errors is not None else (DEFAULT_MAX_ERRORS if args.format == "text" else 0)
     shown: list[Diagnostic] = []
     errors = warnings = 0

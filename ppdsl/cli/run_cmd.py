@@ -15,6 +15,8 @@ import argparse
 import sys
 
 from ..diagnostics import UsageError
+from ..limits import MAX_COST, MAX_SECONDS, MAX_STEPS
+from .common import check_number
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,10 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if args.steps < 1:
-        raise UsageError("--steps must be at least 1")
-    if not args.timeout > 0:
-        raise UsageError("--timeout must be positive")
+    check_number("--steps", args.steps, 1, MAX_STEPS)
+    check_number("--timeout", args.timeout, 0, MAX_SECONDS, low_inclusive=False)
+    check_number("--lr", args.lr, -MAX_COST, MAX_COST)
+    check_number("--rtol", args.rtol, 0, 1)
+    check_number("--seed", args.seed, 0, 2**32 - 1)  # numpy's seeds are 32-bit
     for name in ("model", "data", "loss"):
         spec = getattr(args, name)
         if spec is not None and ":" not in spec:

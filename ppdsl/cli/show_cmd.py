@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 
 from ..diagnostics import UsageError
+from ..limits import MAX_WIDTH
 from ..render import terminal
 from ..render.svg import render_html, render_svg
 from ..render.timeline import build
 from ..render.trace import render_trace
 from ..simulate import Simulation
-from .common import print_diagnostics, write_output
+from .common import SHOWN_DIAGNOSTICS, check_number, print_diagnostics, write_output
 from .simulate_cmd import add_common, diagnostics_for, load_and_simulate
 
 MAX_PICTURE_STEPS = 200_000  # an SVG beyond this is megabytes no viewer draws well
@@ -42,11 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.width is not None and args.width < 20:
-        raise UsageError("--width must be at least 20")
+    check_number("--width", args.width, 20, MAX_WIDTH)
     sim = load_and_simulate(args.file, args)
     problems = diagnostics_for(sim)
-    print_diagnostics(problems)
+    print_diagnostics(problems, limit=SHOWN_DIAGNOSTICS)
     timeline = build(sim, problems)
     title = args.title or Path(args.file).name
     outputs = [(args.trace, "trace"), (args.svg, "svg"), (args.html, "html")]

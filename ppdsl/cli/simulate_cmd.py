@@ -16,7 +16,7 @@ from ..ir import Program
 from ..load import load_program
 from ..semantics import CommModel
 from ..simulate import Simulation, simulate, stuck_diagnostic
-from .common import print_diagnostics, write_output
+from .common import SHOWN_DIAGNOSTICS, print_diagnostics, write_output
 
 MODELS = tuple(m.value for m in CommModel)
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             problems.extend(found)
             status = 1
         sims.append((path, sim))
-    print_diagnostics(problems)
+    print_diagnostics(problems, limit=SHOWN_DIAGNOSTICS)
     if not sims:
         return status
     if args.format == "json":

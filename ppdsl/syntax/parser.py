@@ -17,7 +17,7 @@ from .. import placement as placement_mod
 from ..diagnostics import Diagnostic, PpsError
 from ..generators import registry
 from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
-from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
+from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from . import scan
 from .errors import lark_error_to_diagnostic
 from .grammar import lark_parser
@@ -169,9 +169,10 @@ class _Builder:
         if mode not in ("train", "inference"):
             raise _Fail(self.at_span(spans["mode"], "PPS012", f"`mode` is train or inference, not `{mode}`"))
         memory = values.get("memory")
-        if memory is not None and (isinstance(memory, (str, tuple)) or memory <= 0):
+        if memory is not None and (isinstance(memory, (str, tuple)) or not 0 < memory <= MAX_MEMORY):
             s = spans["memory"]
-            raise _Fail(self.error("PPS012", f"`memory` must be a positive number, not `{memory}`", s.line, s.column))
+            raise _Fail(self.error("PPS012", f"`memory` must be a positive number up to {MAX_MEMORY:g}, not `{memory}`",
+                                   s.line, s.column))
         explicit_placement = self.header_placement(values, spans, ranks, stages)
         if explicit_placement is not None and stages is None:
             stages = len(explicit_placement)
