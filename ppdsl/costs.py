@@ -30,11 +30,13 @@ import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Final
 
 from attrs import field, frozen
 
 from .diagnostics import Diagnostic, PpsError, UsageError
+from .english import plural
 from .ir import Kind, Overlap, Program
 from .limits import MAX_COST, MAX_QUANTITY, MAX_STAGES, MIN_COST
 from .semantics import Timing
@@ -125,7 +127,7 @@ class CostModel:
         for key in self._values:
             _, stage = _check_key(key)
             if stage is not None and stage >= stages:
-                raise CostError("PPS350", f"cost `{key}` names stage {stage} but the program has {stages} stages",
+                raise CostError("PPS350", f"cost `{key}` names stage {stage} but the program has {plural(stages, 'stage')}",
                                 key, help=f"stages are numbered 0..{stages - 1}")
 
     def kind_costs(self, stage: int | None = None) -> dict[str, float]:
@@ -142,9 +144,14 @@ class CostModel:
             i = given.get("I", b - given["W"] if "W" in given else b / 2)
             w = given.get("W", b - i)
             if i < 0 or w < 0:
-                where = f" for stage {stage}" if stage is not None else ""
-                raise CostError("PPS351", f"`B={b:g}` is less than `I`/`W`{where} ({given.get('I', i):g}, {given.get('W', w):g})",
-                                "B", help="B is a full backward: it costs at least as much as I or W alone")
+                # Only a given I or W can exceed B (a missing one is what B leaves): cite that one.
+                part = "I" if given.get("I", 0.0) > b else "W"
+
+                def named(kind: str) -> str:  # the key as the user wrote it
+                    return f"{kind}_s{stage}" if f"{kind}_s{stage}" in self._values else kind
+
+                raise CostError("PPS351", f"`{named('B')}={b:g}` is less than `{named(part)}={given[part]:g}`",
+                                named("B"), help="B is a full backward: it costs at least as much as I or W alone")
         else:
             i = given.get("I", f)
             w = given.get("W", f)
@@ -381,6 +388,8 @@ def load_costs(spec: str, stages: int) -> CostModel:
     """
     from .load import read_text
 
+    if not spec.strip():
+        raise UsageError("--costs: empty; give costs such as F=1,B=2,comm=0.1 or a .json profile file")
     looks_like_file = spec.endswith(".json") or ("=" not in spec)
     if not looks_like_file:
         try:
@@ -389,7 +398,12 @@ def load_costs(spec: str, stages: int) -> CostModel:
             return model
         except CostError as exc:
             raise UsageError(f"--costs: {exc.message}" + (f" ({exc.help})" if exc.help else "")) from None
-    text = read_text(spec)
+    if not spec.endswith(".json") and not Path(spec).exists():
+        raise UsageError(f"--costs {spec}: neither costs such as F=1,B=2,comm=0.1 nor a profile file")
+    try:
+        text = read_text(spec)
+    except UsageError as exc:
+        raise UsageError(f"--costs {exc}") from None
     try:
         model = parse_profile(text)
         model.table(stages)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import unicodedata
 from collections.abc import Iterable, Sequence
 
 from attrs import field, frozen
@@ -78,34 +79,79 @@ class UsageError(Exception):
 
 
 def render_header(d: Diagnostic) -> str:
-    return f"{d.path}:{d.line}:{d.column}: {d.severity}[{d.code}]: {d.message}"
+    return f"{d.path}:{d.line}:{d.column}: {d.severity}[{d.code}]: {visible(d.message)}"
+
+
+def _shown(ch: str) -> tuple[str, int]:
+    """How one source character is printed in an excerpt, and how many terminal cells it takes.
+
+    Control and format characters (NUL, escape sequences, bidirectional overrides) are written
+    as visible escapes rather than sent to the terminal; a tab is one blank, as a column counts
+    it; East Asian wide characters take two cells and combining marks none."""
+    if ch == "\t":
+        return " ", 1
+    category = unicodedata.category(ch)
+    if category in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+        code = ord(ch)
+        text = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+        return text, len(text)
+    if unicodedata.combining(ch):
+        return ch, 0
+    return ch, 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def visible(text: str) -> str:
+    """`text` with control and format characters escaped (a message may quote the input)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == "\n" else _shown(ch)[0] for ch in text)
+
+
+EXCERPT_CELLS = 150  # longer lines (generated rows can be huge) are cut around the caret
+EXCERPT_BEFORE = 60  # cells kept before the caret on a cut line
+
+
+def excerpt(source_line: str, column: int, end_column: int | None) -> tuple[str, int, int]:
+    """The line as printed, the caret's offset in terminal cells, and its width (at least 1)."""
+    n = len(source_line)
+    first = min(max(column - 1, 0), n)
+    last = max(first + 1, min(end_column - 1, n) if end_column is not None else first + 1)
+    # Only characters that can be shown are looked at (a character takes at least one cell, but
+    # for combining marks): a row of a million actions costs no more than a short one.
+    lo, hi = (0, n) if n <= EXCERPT_CELLS + 10 else (max(0, first - EXCERPT_BEFORE), min(n, first + EXCERPT_CELLS))
+    cells = [_shown(ch) for ch in source_line[lo:hi]]
+    caret = first - lo
+    start, end = 0, len(cells)
+    if lo > 0 or hi < n or sum(w for _, w in cells) > EXCERPT_CELLS + 10:
+        back = 0
+        start = caret
+        while start > 0 and back + cells[start - 1][1] <= EXCERPT_BEFORE:
+            start -= 1
+            back += cells[start][1]
+        used = 0
+        end = start
+        while end < len(cells) and used + cells[end][1] <= EXCERPT_CELLS:
+            used += cells[end][1]
+            end += 1
+    lead = "..." if lo + start > 0 else ""
+    text = lead + "".join(c for c, _ in cells[start:end]) + ("..." if lo + end < n else "")
+    caret_at = len(lead) + sum(w for _, w in cells[start:caret])
+    width = sum(w for _, w in cells[caret:min(last - lo, end)])
+    return text, caret_at, max(1, min(width, 80))
 
 
 def render_text(d: Diagnostic, source_line: str | None = None) -> str:
     """The header, then the offending line with a caret under the column, then help/notes."""
     out = [render_header(d)]
     if source_line and not source_line.isspace():  # (not strip(): O(line) for every diagnostic)
-        # expandtabs(1) keeps every column where it is; cut a long row before it, not after:
-        # a file of one 900 KB row and 100,000 diagnostics would otherwise take minutes.
-        shown = source_line.rstrip("\n")
-        width = 1
-        if d.end_column is not None and d.end_column > d.column:
-            width = d.end_column - d.column
-        if len(shown) > 160:
-            # Keep the caret on screen for very long rows (generated rows can be huge).
-            start = max(0, d.column - 1 - 60)
-            shown = ("..." if start else "") + shown[start : start + 150].expandtabs(1) + "..."
-            caret_at = d.column - 1 - start + (3 if start else 0)
-        else:
-            shown = shown.expandtabs(1)
-            caret_at = d.column - 1
+        shown, caret_at, width = excerpt(source_line.rstrip("\n"), d.column, d.end_column)
         gutter = f"{d.line} | "
         out.append(gutter + shown)
-        out.append(" " * (len(gutter) + caret_at) + "^" * max(1, min(width, 80)))
+        out.append(" " * (len(gutter) + caret_at) + "^" * width)
     for note in d.notes:
-        out.append(f"  = note: {note}")
+        out.append(f"  = note: {visible(note)}")
     if d.help:
-        out.append(f"  = help: {d.help}")
+        out.append(f"  = help: {visible(d.help)}")
     return "\n".join(out)
 
 

@@ -189,6 +189,7 @@ class SourceMap:
     rows: tuple[Span | None, ...]
     steps: tuple[tuple[Segment, ...] | None, ...] = ()
     options: dict[str, Span] = field(factory=dict, repr=False)
+    format: str = "pps"  # or "csv": advice on fixing the input is worded for what it is
 
     def step_span(self, rank: int, index: int) -> Span:
         segments = self.steps[rank] if 0 <= rank < len(self.steps) else None
@@ -211,8 +212,9 @@ class SourceMap:
         return self.header
 
     def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
-        return lines[line - 1] if 0 < line <= len(lines) else ""
+        # Only `\n` ends a line, as the parser counts them (str.splitlines also breaks at \x0c).
+        lines = self.text.split("\n")
+        return lines[line - 1].removesuffix("\r") if 0 < line <= len(lines) else ""
 
 
 @frozen

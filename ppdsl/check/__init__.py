@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Sequence
 from types import ModuleType
 
-from ..diagnostics import Diagnostic, sorted_unique
+from ..diagnostics import Diagnostic, PpsError, sorted_unique
 from ..ir import Program
 from ..semantics import CommModel
 from . import completeness, comms, deadlock, memory, order, structure, warnings
@@ -79,7 +79,16 @@ def _analyse(ctx: Context, families: frozenset[str]) -> list[Diagnostic]:
 def check(program: Program, comm_model: str | CommModel = "rendezvous", max_memory: float | None = None,
           memory_weights: Sequence[float] | None = None) -> list[Diagnostic]:
     """Every problem in `program`, sorted by position, without duplicates."""
-    return analyse(program, comm_model, max_memory, memory_weights)[0]
+    found = analyse(program, comm_model, max_memory, memory_weights)[0]
+    if not program.costs:
+        return found
+    from ..costs import from_program  # the `costs` line is checked here, not only when simulating
+
+    try:
+        from_program(program)
+    except PpsError as exc:
+        return sorted_unique([*found, *exc.diagnostics])
+    return found
 
 
 __all__ = ["RULES", "analyse", "check", "explain"]

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
+from ..english import plural
 from ..semantics import B, CommModel, F, I, W, completes, execute, wait_cycle
 from .context import SHIFT, Context
 
@@ -99,7 +100,7 @@ def _cycle_diag(ctx: Context, cycle: list[tuple[int, bool]]) -> Diagnostic:
     rank, step = ctx.locate(cycle[0][0])
     data_hops = sum(1 for _, d in cycle if d)
     return ctx.diag("PPS108", f"dependency cycle: {text}", rank, step,
-                    notes=[f"a shortest cycle: {len(cycle)} actions, {data_hops} data dependencies"],
+                    notes=[f"a shortest cycle: {plural(len(cycle), 'action')}, {data_hops} data dependenc{'y' if data_hops == 1 else 'ies'}"],
                     help="reorder a row so that every action's inputs are computed before it")
 
 

@@ -20,6 +20,7 @@ from operator import and_, eq, rshift
 
 from .. import memory
 from ..diagnostics import Diagnostic
+from ..english import plural
 from ..semantics import B, F, I, W, Encoded
 from .context import Context
 
@@ -36,7 +37,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     limit = ctx.max_memory if ctx.max_memory is not None else ctx.program.memory_limit
     weights = ctx.memory_weights
     if weights is not None and len(weights) != ctx.S:
-        yield ctx.diag("PPS302", f"{len(weights)} memory weights for {ctx.S} stages", help="give one weight per stage")
+        yield ctx.diag("PPS302", f"{plural(len(weights), 'memory weight')} for {plural(ctx.S, 'stage')}", help="give one weight per stage")
         return
     if limit is None:
         return

@@ -24,6 +24,7 @@ from itertools import repeat
 from operator import floordiv
 
 from ..diagnostics import Diagnostic
+from ..english import plural
 from ..ir import Batch
 from ..semantics import B, I, RECV_B, SEND_B, W
 from .context import Context
@@ -36,10 +37,10 @@ REQUIRES: tuple[str, ...] = ()  # families that must have found no error
 def check(ctx: Context) -> Iterator[Diagnostic]:
     p = ctx.program
     if len(p.rows) != p.ranks:
-        yield ctx.diag("PPS102", f"the program has {len(p.rows)} rows but {p.ranks} ranks",
+        yield ctx.diag("PPS102", f"the program has {plural(len(p.rows), 'row')} but {plural(p.ranks, 'rank')}",
                        help="give one row per rank")
     if len(p.placement) != p.stages:
-        yield ctx.diag("PPS102", f"the placement covers {len(p.placement)} stages but the program has {p.stages}")
+        yield ctx.diag("PPS102", f"the placement covers {plural(len(p.placement), 'stage')} but the program has {p.stages}")
         return
     bad = [r for r in p.placement if not 0 <= r < p.ranks]
     if bad:

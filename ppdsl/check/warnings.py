@@ -3,7 +3,7 @@
 PPS401 - the microbatches of a stage run out of order (e.g. `0F1` before `0F0`), neither
     increasing nor wholly reversed. Legal, but usually a typo.
 PPS402 - a rank has no work at all: its row is empty or idle.
-PPS403 - idle steps `_` at the end of a row: they do nothing.
+PPS403 - idle steps at the end of a row (`_` in a .pps file, empty cells in a CSV): they do nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from operator import lt
 
 from ..diagnostics import Diagnostic
+from ..english import plural
 from ..ir import Idle
 from ..semantics import B, F, I, W
 from .context import Context
@@ -55,5 +56,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             trailing += 1
         if trailing:
             step = len(row) - trailing
-            yield ctx.diag("PPS403", f"rank {rank} ends with {trailing} idle step{'s' if trailing > 1 else ''}", rank, step,
-                           warning=True, help="delete the trailing `_`: they do nothing")
+            in_csv = ctx.program.source is not None and ctx.program.source.format == "csv"
+            yield ctx.diag("PPS403", f"rank {rank} ends with {plural(trailing, 'idle step')}", rank, step, warning=True,
+                           help="delete the empty cells at the end of the row (its trailing commas): they do nothing"
+                           if in_csv else "delete the trailing `_`: they do nothing")

@@ -47,13 +47,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
         p = sub.add_parser(name, help=doc.splitlines()[0] if doc else None, description=doc,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
+        p.set_defaults(subparser=p)  # so an unknown option is reported with this command's usage
     return parser, modules
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser, modules = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse: --help is 0, bad usage is 2
         return int(exc.code or 0)
     if not args.command:

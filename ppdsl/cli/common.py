@@ -2,40 +2,28 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
 from ..diagnostics import Diagnostic, UsageError, render_text
+from ..limits import MAX_MEMORY
+from ..load import read_bytes
 
-_TEXT_CACHE: dict[str, list[str]] = {}
-
-
-def _source_line(d: Diagnostic) -> str | None:
-    if d.path not in _TEXT_CACHE:
-        try:
-            # utf-8-sig: a byte-order mark is not part of line 1's columns (the parser drops it).
-            # Lines as the parser counts them: at "\n" only (splitlines also breaks at "\r", "\x0c"...).
-            with open(d.path, encoding="utf-8-sig", errors="replace", newline="") as f:  # (no "\r" -> "\n")
-                text = f.read()
-            _TEXT_CACHE[d.path] = [line.removesuffix("\r") for line in text.split("\n")]
-        except OSError:
-            _TEXT_CACHE[d.path] = []
-    lines = _TEXT_CACHE[d.path]
-    return lines[d.line - 1] if 0 < d.line <= len(lines) else None
-
-
-def check_number(flag: str, value: float | None, low: float, high: float, low_inclusive: bool = True) -> None:
-    """A numeric flag inside [low, high] (or (low, high]), finite: else a usage error naming both."""
-    if value is None:
-        return
-    above = value >= low if low_inclusive else value > low
-    if not (math.isfinite(value) and above and value <= high):
-        bound = "at least" if low_inclusive else "more than"
-        raise UsageError(f"{flag} must be {bound} {low:g} and at most {high:g}, not {value:g}")
+def _source_lines(path: str) -> list[str]:
+    """The lines of an input as the parser counts them (only `\n` ends a line), undecodable
+    bytes replaced: the excerpt of a PPS000 shows where the bad byte is."""
+    try:
+        data = read_bytes(path)
+    except UsageError:
+        return []
+    # utf-8-sig: a byte-order mark is not part of line 1's columns (the parser drops it).
+    text = data.decode("utf-8-sig", errors="replace")
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 # What `simulate` and `show` print of a broken schedule before a count of the rest: the
@@ -47,12 +35,30 @@ def print_diagnostics(diagnostics: Iterable[Diagnostic], stream: TextIO | None =
     """Every diagnostic with its source line; with `limit`, the first `limit` and a count."""
     out = stream or sys.stderr
     found = list(diagnostics)
+    lines: dict[str, list[str]] = {}  # per call: a file rewritten since (fmt) is read afresh
     for d in found[:limit] if limit else found:
-        print(render_text(d, _source_line(d)), file=out)
+        if d.path not in lines:
+            lines[d.path] = _source_lines(d.path)
+        text = lines[d.path]
+        print(render_text(d, text[d.line - 1] if 0 < d.line <= len(text) else None), file=out)
     rest = len(found) - limit
     if limit and rest > 0:
         print(f"... and {rest} more diagnostic{'s' * (rest != 1)} (`ppdsl lint --max-errors 0` lists them all)",
               file=out)
+
+
+def refuse_overwriting(source: str, output: str | None) -> None:
+    """Writing a result over an input would lose the input (a conversion or expansion also drops
+    its comments, ranges and zips): refuse, whatever path (a symlink, a hard link, `./x`) names it."""
+    if output is None or output == "-" or source == "-":
+        return
+    try:
+        same = os.path.samefile(source, output)
+    except OSError:  # the output does not exist yet (or the input does not: load reports that)
+        return
+    if same:
+        raise UsageError(f"{output} is the input {source}: refusing to overwrite it; write the result "
+                         "to another file")
 
 
 def write_output(path: str | None, text: str) -> None:
@@ -70,3 +76,44 @@ def write_output(path: str | None, text: str) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise UsageError(f"{path}: {exc.strerror or exc}") from None
+
+
+# --- option values: argparse types, so a bad value is a usage error (exit 2) naming the option --
+
+def whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number >= minimum (and <= maximum, a limit of limits.py)."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text) if len(text) <= 100 else int("x")  # (int() of 5000 digits is an error too)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, not `{text[:40]}`") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, not {value}")
+        return value
+
+    return convert
+
+
+def number(low: float, high: float, low_inclusive: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number above `low` (or from it) and at most `high`."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, not `{text[:40]}`") from None
+        above = value >= low if low_inclusive else value > low
+        if not (math.isfinite(value) and above):
+            bound = "from" if low_inclusive else "above"
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound} {low:g}, not `{text[:40]}`")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}, not `{text[:40]}`")
+        return value
+
+    return convert
+
+
+positive_number = number(0, MAX_MEMORY)  # --max-memory: only compared, so only finite matters

@@ -12,7 +12,7 @@ from ..diagnostics import UsageError
 from ..formats.torch_csv import write_csv
 from ..load import format_of, load_program
 from ..syntax.printer import print_program
-from .common import print_diagnostics, write_output
+from .common import print_diagnostics, refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     target = args.to or (format_of(args.output) if args.output != "-" else None)
     if target is None:
         raise UsageError("writing to stdout needs --to pps or --to csv")
+    refuse_overwriting(args.input, args.output)
     program = load_program(args.input, dialect=args.dialect)
     if target == "csv":
         text, warnings = write_csv(program, args.write_dialect)

@@ -14,7 +14,7 @@ import argparse
 from ..diagnostics import UsageError
 from ..load import load_program
 from ..syntax.printer import print_program
-from .common import write_output
+from .common import refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_overwriting(args.file, args.output)
     program = load_program(args.file, dialect=args.dialect)
     if args.fuse and not args.comms:
         raise UsageError("--fuse needs --comms")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+from pathlib import Path
 
 from ..diagnostics import PpsError, UsageError
-from ..load import read_text
+from ..load import format_of, read_text
 from ..syntax.formatter import format_text
 from .common import print_diagnostics, write_output
 
@@ -26,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
+        if format_of(path) == "csv":
+            print(f"ppdsl fmt: error: {path}: fmt formats .pps files; a CSV becomes one with "
+                  f"`ppdsl convert {path} {Path(path).with_suffix('.pps')}`", file=sys.stderr)
+            status = 2
+            continue
         try:
             text = read_text(path)
             formatted = format_text(text, path)

@@ -17,10 +17,10 @@ import sys
 
 from ..check import check, explain
 from ..diagnostics import Diagnostic, PpsError, UsageError, to_json
-from ..limits import MAX_MEMORY
+from ..english import plural
 from ..load import load_program
 from ..semantics import MODELS
-from .common import check_number, print_diagnostics
+from .common import positive_number, print_diagnostics, whole_number
 
 DEFAULT_MAX_ERRORS = 50
 
@@ -30,10 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--comm-model", choices=MODELS, default="rendezvous",
                    help="rendezvous: gloo, blocking sends (default); grouped: NCCL, batches posted "
                         "together; buffered: sends never block")
-    p.add_argument("--max-memory", type=float, metavar="N",
+    p.add_argument("--max-memory", type=positive_number, metavar="N",
                    help="limit on live activations per rank (overrides the header's `memory`)")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--max-errors", type=int, metavar="N",
+    p.add_argument("--max-errors", type=whole_number(0), metavar="N",
                    help=f"show at most N diagnostics per file, then a count of the rest "
                         f"(default {DEFAULT_MAX_ERRORS} for text, all for json; 0: all)")
     p.add_argument("--explain", metavar="CODE", help="print what a checker code means and how to fix it")
@@ -48,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.files:
         raise UsageError("no files given")
-    check_number("--max-memory", args.max_memory, 0, MAX_MEMORY, low_inclusive=False)
     limit = args.max_errors if args.max_errors is not None else (DEFAULT_MAX_ERRORS if args.format == "text" else 0)
     shown: list[Diagnostic] = []
     errors = warnings = 0
@@ -72,14 +71,14 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "text":
             print_diagnostics(found, sys.stdout)
             if rest:
-                print(f"{path}: ... and {rest} more diagnostic{'s' * (rest != 1)} (see --max-errors)")
+                print(f"{path}: ... and {plural(rest, 'more diagnostic')} (see --max-errors)")
         else:
             shown.extend(found)
     if args.format == "json":
         print(to_json(shown))
     elif errors or warnings:
-        print(f"{errors} error{'s' * (errors != 1)} and {warnings} warning{'s' * (warnings != 1)} "
-              f"in {len(args.files)} file{'s' * (len(args.files) != 1)}", file=sys.stderr)
+        print(f"{plural(errors, 'error')} and {plural(warnings, 'warning')} in {plural(len(args.files), 'file')}",
+              file=sys.stderr)
     if status:
         return status
     return 1 if errors else 0

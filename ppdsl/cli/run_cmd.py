@@ -15,26 +15,28 @@ import argparse
 import sys
 
 from ..diagnostics import UsageError
+from ..english import plural
 from ..limits import MAX_COST, MAX_SECONDS, MAX_STEPS
-from .common import check_number
+from .common import number, whole_number
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", nargs="+",
                    help="a .pps or .csv schedule; several run one after another in the same processes")
-    p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    p.add_argument("--steps", type=whole_number(1, MAX_STEPS), default=20, help="training steps (default 20)")
     p.add_argument("--model", metavar="MODULE:NAME", help="build_stage(stage_index, num_stages) -> paddle.nn.Layer")
     p.add_argument("--data", metavar="MODULE:NAME", help="batches() -> iterable of (inputs, targets)")
     p.add_argument("--loss", metavar="MODULE:NAME", help="loss(output, target) -> scalar tensor")
     p.add_argument("--optimizer", default="sgd", metavar="NAME",
                    help="sgd, momentum, adam, adamw, or MODULE:NAME taking the parameters (default sgd)")
-    p.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and built-in data")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--lr", type=number(-MAX_COST, MAX_COST), default=0.05, help="learning rate (default 0.05)")
+    p.add_argument("--seed", type=whole_number(0, 2**32 - 1),  # numpy seeds are 32-bit
+                   default=0, help="seed of the initial weights and built-in data")
+    p.add_argument("--timeout", type=number(0, MAX_SECONDS), default=60.0, metavar="SECONDS",
                    help="longest any rank waits for another (default 60; gloo itself stops at 30)")
     p.add_argument("--verify", action="store_true",
                    help="also run the unpipelined model and compare losses and gradients")
-    p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance of --verify (default 1e-6)")
+    p.add_argument("--rtol", type=number(0, 1, low_inclusive=True), default=1e-6, help="relative tolerance of --verify (default 1e-6)")
     p.add_argument("--profile", metavar="OUT.json", help="write measured per-action times (ppdsl simulate --costs)")
     p.add_argument("--sum-grads", action="store_true",
                    help="sum microbatch gradients instead of averaging them (Paddle's own behaviour)")
@@ -43,11 +45,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    check_number("--steps", args.steps, 1, MAX_STEPS)
-    check_number("--timeout", args.timeout, 0, MAX_SECONDS, low_inclusive=False)
-    check_number("--lr", args.lr, -MAX_COST, MAX_COST)
-    check_number("--rtol", args.rtol, 0, 1)
-    check_number("--seed", args.seed, 0, 2**32 - 1)  # numpy's seeds are 32-bit
     for name in ("model", "data", "loss"):
         spec = getattr(args, name)
         if spec is not None and ":" not in spec:
@@ -96,8 +93,9 @@ def _launch(args: argparse.Namespace) -> int:
     first = programs[0]
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
-        print(f"ppdsl run: {what}: {first.ranks} ranks, {first.stages} stages, {first.microbatches} microbatches, "
-              f"{args.steps} steps (gloo, local processes)", file=out, flush=True)
+        print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}, {plural(first.stages, 'stage')}, "
+              f"{plural(first.microbatches, 'microbatch')}, "
+              f"{plural(args.steps, 'step')} (gloo, local processes)", file=out, flush=True)
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
                      keep_logs=args.logs, names=args.file)
     if outcome.failure is not None:
@@ -106,7 +104,7 @@ def _launch(args: argparse.Namespace) -> int:
     for index, file in enumerate(args.file):
         f = outcome.file(index)
         losses = [f.losses[s] for s in sorted(f.losses)]
-        summary = f"ppdsl run: {file}: {len(losses)} steps"
+        summary = f"ppdsl run: {file}: {plural(len(losses), 'step')}"
         if losses:
             summary += f", loss {losses[0]:.6f} -> {losses[-1]:.6f}"
         if f.step_time:

@@ -20,10 +20,13 @@ from ..render.svg import render_html, render_svg
 from ..render.timeline import build
 from ..render.trace import render_trace
 from ..simulate import Simulation
-from .common import SHOWN_DIAGNOSTICS, check_number, print_diagnostics, write_output
+from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, whole_number, write_output
 from .simulate_cmd import add_common, diagnostics_for, load_and_simulate
 
+MIN_WIDTH = 20  # a lane label and a few cells
 MAX_PICTURE_STEPS = 200_000  # an SVG beyond this is megabytes no viewer draws well
+# What each output writes, by file name ending (a name without one is taken as given).
+SUFFIXES = {"trace": (".json",), "svg": (".svg",), "html": (".html", ".htm")}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="OUT.json", help="write Chrome trace JSON (open in ui.perfetto.dev)")
     p.add_argument("--svg", metavar="OUT.svg", help="write an SVG picture")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page with hover details")
-    p.add_argument("--width", type=int, metavar="N",
+    p.add_argument("--width", type=whole_number(MIN_WIDTH, MAX_WIDTH), metavar="N",
                    help="terminal: characters per line (default: the terminal's); svg/html: pixels (default 1200)")
     p.add_argument("--title", help="title of the picture (default: the file name)")
     colour = p.add_mutually_exclusive_group()
@@ -43,14 +46,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_number("--width", args.width, 20, MAX_WIDTH)
+    outputs = [(args.trace, "trace"), (args.svg, "svg"), (args.html, "html")]
+    wanted = [(path, kind) for path, kind in outputs if path]
+    for path, kind in wanted:
+        suffix = Path(path).suffix.lower()
+        if path != "-" and suffix and suffix not in SUFFIXES[kind]:
+            raise UsageError(f"--{kind} {path}: writes {kind.upper() if kind != 'trace' else 'Chrome trace JSON'}, "
+                             f"not {suffix[1:]}: name the file {Path(path).with_suffix(SUFFIXES[kind][0])}")
+    for path, _ in wanted:
+        for source in [args.file, *args.costs]:
+            refuse_overwriting(source, path)
     sim = load_and_simulate(args.file, args)
     problems = diagnostics_for(sim)
     print_diagnostics(problems, limit=SHOWN_DIAGNOSTICS)
     timeline = build(sim, problems)
     title = args.title or Path(args.file).name
-    outputs = [(args.trace, "trace"), (args.svg, "svg"), (args.html, "html")]
-    wanted = [(path, kind) for path, kind in outputs if path]
     if wanted and kind_too_big(sim, wanted):
         raise UsageError(f"{sim.program.action_count} actions are too many for a picture "
                          f"(limit {MAX_PICTURE_STEPS}); use --trace, which Perfetto handles at any size")
@@ -66,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
     if not wanted:
         colour = args.colour
+        if colour and not terminal.has_colour():
+            print("ppdsl show: --color needs rich, which is not installed: pip install 'ppdsl[show]' "
+                  "(drawing in plain text)", file=sys.stderr)
         if colour is None:
             colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         sys.stdout.write(terminal.render(sim, timeline, title, args.width, colour))

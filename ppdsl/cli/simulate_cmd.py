@@ -12,11 +12,12 @@ import json
 
 from ..costs import CostError, resolve
 from ..diagnostics import Diagnostic, PpsError, UsageError
+from ..english import plural
 from ..ir import Program
 from ..load import load_program
 from ..semantics import CommModel
 from ..simulate import Simulation, simulate, stuck_diagnostic
-from .common import SHOWN_DIAGNOSTICS, print_diagnostics, write_output
+from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, write_output
 
 MODELS = tuple(m.value for m in CommModel)
 
@@ -61,6 +62,8 @@ def diagnostics_for(sim: Simulation) -> list[Diagnostic]:
 
 
 def run(args: argparse.Namespace) -> int:
+    for source in [*args.files, *args.costs]:  # a cost spec that is no file is no file on disk either
+        refuse_overwriting(source, args.output)
     sims: list[tuple[str, Simulation]] = []
     problems: list[Diagnostic] = []
     status = 0
@@ -126,7 +129,7 @@ def _path_summary(sim: Simulation, full: bool) -> list[str]:
     for p in path:  # a blocked send or receive overlaps its peer's side: count time once
         gaps += max(0.0, p.start - prev)
         prev = max(prev, p.end)
-    head = (f"critical path: {len(path)} steps; {num(prev - gaps)} of {num(sim.makespan)} inside them, "
+    head = (f"critical path: {plural(len(path), 'step')}; {num(prev - gaps)} of {num(sim.makespan)} inside them, "
             f"{num(gaps)} in hand-offs between ranks")
     texts = [f"{p.text}@r{p.rank}" for p in path]
     if full or len(texts) <= 12:
@@ -137,8 +140,8 @@ def _path_summary(sim: Simulation, full: bool) -> list[str]:
 
 def report(path: str, sim: Simulation, full_path: bool = False, status_note: str = "") -> str:
     p = sim.program
-    lines = [f"{path}: {p.ranks} ranks, {p.stages} stages, {p.microbatches} microbatches, "
-             f"{p.action_count} actions, comm model {sim.comm_model}", _costs_line(sim)]
+    lines = [f"{path}: {plural(p.ranks, 'rank')}, {plural(p.stages, 'stage')}, {plural(p.microbatches, 'microbatch')}, "
+             f"{plural(p.action_count, 'action', str(p.action_count))}, comm model {sim.comm_model}", _costs_line(sim)]
     if not sim.completed:
         lines.append("STUCK: the figures below cover only the steps that ran")
     elif status_note:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from ..diagnostics import Diagnostic, PpsError, Severity
+from ..english import plural
 from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step
 from ..placement import infer
 
@@ -144,7 +145,8 @@ def read_csv(text: str, path: str = "<input>", dialect: str | None = None) -> Pr
     ranks = len(final_rows)
     seen, _ = infer(final_rows, stages)
     placement = tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages))
-    source = SourceMap(path, text, Span(1, 1), tuple(Span(i + 1, 1) for i in range(ranks)), tuple(segments))
+    source = SourceMap(path, text, Span(1, 1), tuple(Span(i + 1, 1) for i in range(ranks)), tuple(segments),
+                       format="csv")
     return Program(ranks=ranks, stages=stages, microbatches=microbatches, placement=placement,
                    rows=final_rows, source=source)
 
@@ -184,7 +186,7 @@ def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Dia
                 assert isinstance(step, Batch)
                 span = program.source.step_span(rank, index) if program.source else Span(1, 1)
                 warnings.append(Diagnostic(
-                    "PPS031", f"PyTorch's CSV has no batches: `{step}` written as {len(step.parts)} separate cells",
+                    "PPS031", f"PyTorch's CSV has no batches: `{step}` written as {plural(len(step.parts), 'separate cell')}",
                     path, span.line, span.column, severity=Severity.WARNING, rank=rank, step=index))
                 cells.extend(token(p) for p in step.parts)
         lines.append(",".join(cells))

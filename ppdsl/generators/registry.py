@@ -91,8 +91,10 @@ def lookup(name: str) -> GeneratorSpec:
     spec = REGISTRY.get(canonical_name(name))
     if spec is None:
         names = sorted([*REGISTRY, *ALIASES])
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f"did you mean `{close[0]}`? " if close else ""
+        # Matched without case: `FThenB` (as PyTorch spells the class) is `fthenb`.
+        by_lower = {n.lower(): n for n in names}
+        close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+        hint = f"did you mean `{by_lower[close[0]]}`? " if close else ""
         raise GeneratorError("PPS020", f"unknown generator `{name}`", help=f"{hint}known: {', '.join(names)}")
     return spec
 

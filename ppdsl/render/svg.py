@@ -12,12 +12,17 @@ from __future__ import annotations
 import html
 import math
 
+from ..english import plural
 from ..simulate import Simulation
 from .timeline import CATEGORIES, COLOURS, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
 
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 CHAR_W = 6.6  # average glyph width at 11px, to decide whether a label fits
+# Label sizes tried in turn, (font size, average glyph width): a smaller font before no label,
+# so schedules of many short steps (ZB-V, DualPipeV) are still labelled at the default width.
+LABEL_FONTS = ((11, CHAR_W), (9, 5.4), (7.5, 4.5))
+LABEL_PAD = 4  # px left free around a label inside its rectangle
 RED = "#d62728"
 
 
@@ -66,8 +71,8 @@ def render_svg(sim: Simulation, timeline: Timeline, title: str, width: int = 120
     status = "" if sim.completed else "  (STUCK: cannot finish)"
     out.append(f'<text x="{left}" y="22" font-size="15" font-weight="bold">{_esc(title)}{_esc(status)}</text>')
     costs = " ".join(f"{k}={_num(v)}" for k, v in sim.costs.describe(p.stages).items())
-    sub = (f"makespan {_num(sim.makespan)} · bubble {100 * sim.bubble_ratio:.1f}% · {p.ranks} ranks, {p.stages} stages, "
-           f"{p.microbatches} microbatches · {sim.comm_model} · {costs}")
+    sub = (f"makespan {_num(sim.makespan)} · bubble {100 * sim.bubble_ratio:.1f}% · {plural(p.ranks, 'rank')}, "
+           f"{plural(p.stages, 'stage')}, {plural(p.microbatches, 'microbatch')} · {sim.comm_model} · {costs}")
     out.append(f'<text x="{left}" y="40" fill="#444">{_esc(sub)}</text>')
     # Lanes and the time grid.
     step = _nice_step(end)
@@ -153,12 +158,24 @@ def _slot(s: Slot, left: float, top: float, lane: int, gap: int, scale: float, c
         parts.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{lane}" fill="{fill}" stroke="{stroke}" '
                      f'stroke-width="{sw}"{dash}/>')
     if lane >= 14:
-        label = s.text if len(s.text) * CHAR_W + 7 <= w else s.short if len(s.short) * CHAR_W + 7 <= w else ""
-        if label:
-            parts.append(f'<text x="{x + w / 2:.2f}" y="{y + lane / 2 + 4:.1f}" text-anchor="middle" fill="{text_fill}" '
-                         f'pointer-events="none">{_esc(label)}</text>')
+        fitted = _fit_label(s, w)
+        if fitted is not None:
+            label, size = fitted
+            font = "" if size == LABEL_FONTS[0][0] else f' font-size="{size}"'
+            parts.append(f'<text x="{x + w / 2:.2f}" y="{y + lane / 2 + 4:.1f}" text-anchor="middle" fill="{text_fill}"'
+                         f'{font} pointer-events="none">{_esc(label)}</text>')
     parts.append("</g>")
     return "".join(parts)
+
+
+def _fit_label(s: Slot, width: float) -> tuple[str, float] | None:
+    """The most telling label that fits `width` px, and its font size: the step as written, at
+    the largest size that fits it, then the short form; None when not even that fits."""
+    for text in dict.fromkeys((s.text, s.short)):
+        for size, glyph in LABEL_FONTS:
+            if len(text) * glyph + LABEL_PAD <= width:
+                return text, size
+    return None
 
 
 _CSS = """

@@ -15,6 +15,7 @@ import os
 import shutil
 from typing import Any
 
+from ..english import plural
 from ..limits import MAX_PICTURE_CELLS
 from ..simulate import Simulation
 from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
@@ -32,6 +33,11 @@ def _rich() -> Any:
     return rich
 
 
+def has_colour() -> bool:
+    """Can the picture be coloured here (is the `show` extra, rich, installed)?"""
+    return _rich() is not None
+
+
 def terminal_width(default: int = 100) -> int:
     return shutil.get_terminal_size((default, 24)).columns
 
@@ -45,8 +51,15 @@ def _label(s: Slot, full: bool) -> str:
     return text
 
 
-def layout(sim: Simulation, timeline: Timeline, width: int) -> tuple[list[list[tuple[str, Slot | None]]], float, int]:
-    """Per rank, a list of cells (text, slot or None for idle); the quantum; the cell width."""
+# Without colour, the cells a step spans after its label are filled with this, so that a
+# two-cell `B0` does not read as a one-cell `B0` followed by idle time (which is blank).
+PLAIN_FILL = "-"
+
+
+def layout(sim: Simulation, timeline: Timeline, width: int, fill: str = " "
+           ) -> tuple[list[list[tuple[str, Slot | None]]], float, int]:
+    """Per rank, a list of cells (text, slot or None for idle); the quantum; the cell width.
+    `fill` pads a step's cells after its label (the last blank always separates steps)."""
     durations = [s.duration for s in timeline.slots if s.duration > 0 and s.category not in ("SEND", "RECV")]
     if not durations:
         durations = [s.duration for s in timeline.slots if s.duration > 0] or [1.0]
@@ -73,7 +86,8 @@ def layout(sim: Simulation, timeline: Timeline, width: int) -> tuple[list[list[t
         c1 = max(c0 + 1, int(round(s.end / quantum)))
         lane.extend([(" " * cell, None)] * (c0 - len(lane)))
         span = (c1 - c0) * cell
-        body = text[: span - 1].ljust(span - 1) + " "
+        label = text[: span - 1]
+        body = (label + fill * (span - 1 - len(label)) if c1 - c0 > 1 else label.ljust(span - 1)) + " "
         lane.extend((body[k * cell:(k + 1) * cell], s) for k in range(c1 - c0))
     columns = max([columns, *(len(lane) for lane in lanes)])
     for lane in lanes:
@@ -84,16 +98,16 @@ def layout(sim: Simulation, timeline: Timeline, width: int) -> tuple[list[list[t
 def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = None, colour: bool | None = None) -> str:
     """The picture as text (with ANSI colours when `colour` and rich allow)."""
     width = width or terminal_width()
-    lanes, quantum, cell = layout(sim, timeline, width)
+    rich = _rich()
+    use_colour = rich is not None and (colour if colour is not None else not os.environ.get("NO_COLOR"))
+    lanes, quantum, cell = layout(sim, timeline, width, " " if use_colour else PLAIN_FILL)
     gutter = len(f"rank {timeline.ranks - 1} ") + 1
     per_page = max(1, (width - gutter) // cell)
     columns = len(lanes[0]) if lanes else 0
-    rich = _rich()
-    use_colour = rich is not None and (colour if colour is not None else not os.environ.get("NO_COLOR"))
     chunks = max_chunks(sim)
     p = sim.program
-    head = (f"{title}: makespan {_num(sim.makespan)}, bubble {100 * sim.bubble_ratio:.1f}%, {p.ranks} ranks x "
-            f"{p.microbatches} microbatches, {sim.comm_model}" + ("" if sim.completed else "  STUCK: cannot finish"))
+    head = (f"{title}: makespan {_num(sim.makespan)}, bubble {100 * sim.bubble_ratio:.1f}%, {plural(p.ranks, 'rank')} x "
+            f"{plural(p.microbatches, 'microbatch')}, {sim.comm_model}" + ("" if sim.completed else "  STUCK: cannot finish"))
     out_lines: list[Any] = [head]
     for page in range(0, columns, per_page):
         stop = min(columns, page + per_page)
@@ -117,9 +131,14 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
         if stop < columns:
             out_lines.append("")
     legend = "  ".join(f"{_short_legend(c)}={CATEGORIES[c]}" for c in kinds_in(timeline))
-    notes = [f"legend: {legend}; 1 cell = {_num(quantum)} time units"]
-    if any(s.duration <= 0 for s in timeline.slots):
-        notes.append("sends/receives cost nothing under these costs and are not drawn (--costs comm=...)")
+    notes = [f"legend: {legend}; 1 cell = {plural(quantum, 'time unit', _num(quantum))}"]
+    if not use_colour and any(c1 - c0 > 1 for c0, c1 in _spans(lanes)):
+        notes[0] += f"; `{PLAIN_FILL}` continues the step before it"
+    free = sum(s.duration <= 0 for s in timeline.slots if s.category in ("SEND", "RECV", "BATCH"))
+    if free:
+        comms = sum(s.category in ("SEND", "RECV", "BATCH") for s in timeline.slots)
+        which = "sends/receives" if free == comms else f"{free} of the {comms} sends/receives"
+        notes.append(f"{which} take no time under these costs and are not drawn (--costs comm=... gives them one)")
     if chunks > 1:
         notes.append("labels are stage+kind+microbatch (ranks hold several stages)")
     if timeline.problems:
@@ -136,6 +155,22 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
                 console.print(line)
         return str(cap.get())
     return "\n".join(str(line) for line in out_lines) + "\n"
+
+
+def _spans(lanes: list[list[tuple[str, Slot | None]]]) -> list[tuple[int, int]]:
+    """(first cell, end cell) of every drawn step."""
+    out = []
+    for lane in lanes:
+        c = 0
+        while c < len(lane):
+            slot = lane[c][1]
+            end = c + 1
+            while slot is not None and end < len(lane) and lane[end][1] is slot:
+                end += 1
+            if slot is not None:
+                out.append((c, end))
+            c = end
+    return out
 
 
 class _Sink:

@@ -85,10 +85,13 @@ class Slot:
 
     @property
     def short(self) -> str:
-        """`F3`, `SF3`, `RB0`, `F7+B3`, `<2>`: a label for narrow cells."""
-        step_kind = self.category
-        if step_kind == "OVERLAP" or step_kind == "BATCH":
-            return "+".join(_short_of(p) for p in _parts(self.text)) if step_kind == "OVERLAP" else f"<{self.text.count(' ') + 1}>"
+        """`F3`, `SF3`, `RB0`, `0F7+7B3`, `<2>`: a label for narrow cells.
+
+        An overlapped pair keeps its stages: `(0F7;7B3)` and `(7F7;0B3)` are different pairs."""
+        if self.category == "OVERLAP":
+            return "+".join(p.strip() for p in _parts(self.text))
+        if self.category == "BATCH":
+            return f"<{self.text.count(' ') + 1}>"
         return _short_of(self.text)
 
 

@@ -79,6 +79,22 @@ def _word_at(line_text: str, column: int) -> tuple[str, int]:
     return (m.group(0) if m else ""), start + 1
 
 
+def _option_mistake(exc: UnexpectedToken, line_text: str, column: int, path: str, line: int) -> Diagnostic | None:
+    """`use 1f1b(virtual)` (no `=`) and `use vpp(virtual=2,)` (a comma with nothing after it)."""
+    before = line_text[: column - 1].rstrip()
+    if set(exc.expected) == {"EQUAL"}:
+        name = re.search(r"[A-Za-z][A-Za-z0-9_]*$", before)
+        key = name.group(0) if name else "virtual"
+        return Diagnostic("PPS002", f"expected `=` after `{key}`", path, line, column,
+                          column + max(len(str(exc.token).strip()), 1), help=f"options are NAME=VALUE, e.g. `{key}=2`")
+    if before.endswith(",") and exc.token.type in ("RPAR", "_NL", "COMMA") and "NAME" in exc.expected:
+        comma = len(before)
+        return Diagnostic("PPS002", "a trailing comma" if exc.token.type == "RPAR" else "a comma with no option after it",
+                          path, line, comma, comma + 1, help="delete the `,`: commas only separate options, "
+                          "as in `vpp(virtual=2, chunks=1)`")
+    return None
+
+
 def lark_error_to_diagnostic(exc: UnexpectedInput, text: str, path: str) -> Diagnostic:
     line = getattr(exc, "line", None) or 1
     column = getattr(exc, "column", None) or 1
@@ -125,6 +141,9 @@ def lark_error_to_diagnostic(exc: UnexpectedInput, text: str, path: str) -> Diag
     if str(token) in ("]", ")", ">") and _empty_group(line_text, column):
         return Diagnostic("PPS002", f"an empty group `{line_text[: column - 1].rstrip()[-1]}{token}`", path,
                           line, column, column + 1, help="a zip `[...]` holds one or more actions; delete the brackets")
+    option = _option_mistake(exc, line_text, column, path, line)
+    if option is not None:
+        return option
     bracket = _unbalanced(word)
     if bracket is not None:
         return Diagnostic("PPS006", f"unbalanced `{bracket}` in `{word}`", path, line, word_col, word_col + len(word),

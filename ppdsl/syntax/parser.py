@@ -15,6 +15,7 @@ from lark.exceptions import LarkError, UnexpectedInput
 
 from .. import placement as placement_mod
 from ..diagnostics import Diagnostic, PpsError
+from ..english import plural
 from ..generators import registry
 from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
 from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
@@ -188,8 +189,10 @@ class _Builder:
         header_span = Span(header.meta.line, header.meta.column, header.meta.end_column)
         generated: Generated | None = None
         if use is not None:
-            built_rows, stages, final_placement, generated = self.generate(use, ranks, microbatches, stages,
-                                                                           explicit_placement, spans, mode == "inference")
+            named = values.get("placement")
+            built_rows, stages, final_placement, generated = self.generate(
+                use, ranks, microbatches, stages, explicit_placement, spans, mode == "inference",
+                named if isinstance(named, str) else None)
             smap = SourceMap(self.path, self.text, header_span, tuple(Span(use.meta.line, use.meta.column) for _ in built_rows),
                              tuple(None for _ in built_rows), spans)
         else:
@@ -219,10 +222,10 @@ class _Builder:
             bad = [r for r in value if r >= ranks]
             if not value or bad:
                 raise _Fail(self.error("PPS012", f"placement {list(value)} names rank {bad[0] if bad else '?'} "
-                                       f"but there are {ranks} ranks" if value else "placement is empty",
+                                       f"but there {'is' if ranks == 1 else 'are'} {plural(ranks, 'rank')}" if value else "placement is empty",
                                        s.line, s.column, help="list one rank per stage, each below `ranks`"))
             if stages is not None and len(value) != stages:
-                raise _Fail(self.error("PPS011", f"placement lists {len(value)} stages but the header says stages={stages}",
+                raise _Fail(self.error("PPS011", f"placement lists {plural(len(value), 'stage')} but the header says stages={stages}",
                                        s.line, s.column))
             return value
         if value not in placement_mod.NAMED:
@@ -384,7 +387,8 @@ class _Builder:
         return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages)), stages
 
     def generate(self, use: Tree[Token], ranks: int, microbatches: int, stages: int | None,
-                 explicit: tuple[int, ...] | None, header_spans: dict[str, Span], inference: bool
+                 explicit: tuple[int, ...] | None, header_spans: dict[str, Span], inference: bool,
+                 placement_name: str | None
                  ) -> tuple[tuple[tuple[Step, ...], ...], int, tuple[int, ...], Generated]:
         name_tok = use.children[0]
         assert isinstance(name_tok, Token)
@@ -406,14 +410,19 @@ class _Builder:
             if err.argument is not None and err.argument in arg_spans:
                 raise _Fail(self.at_span(arg_spans[err.argument], err.code, err.message, err.help)) from None
             raise _Fail(self.at(name_tok, err.code, err.message, err.help)) from None
-        if stages is not None and stages != built.stages:
-            s = header_spans["stages"]
-            raise _Fail(self.error("PPS011", f"`{name_tok}` makes {built.stages} stages but the header says stages={stages}",
-                                   s.line, s.column))
+        if "stages" in header_spans and stages != built.stages:
+            raise _Fail(self.at_span(header_spans["stages"], "PPS011",
+                                     f"`{name_tok}` makes {plural(built.stages, 'stage')} but the header says stages={stages}"))
+        if placement_name is not None and "stages" not in header_spans:
+            # A named shape without `stages=` takes the generator's stage count.
+            explicit = placement_mod.NAMED[placement_name](ranks, built.stages)
         if explicit is not None and explicit != built.placement:
-            s = header_spans["placement"]
-            raise _Fail(self.error("PPS011", f"`{name_tok}` places stages as {list(built.placement)}, "
-                                   f"not as the header's {list(explicit)}", s.line, s.column))
+            given = f"`placement={placement_name}`" if placement_name else "the header's placement"
+            raise _Fail(self.at_span(header_spans["placement"], "PPS011",
+                                     f"`{name_tok}` places its {plural(built.stages, 'stage')} as {list(built.placement)}, "
+                                     f"not as {given} ({list(explicit)})",
+                                     help="drop `placement=` (the generator places its stages), "
+                                          "or use a generator that makes this shape"))
         generated = Generated(registry.canonical_name(str(name_tok)), tuple(sorted(args.items())))  # type: ignore[arg-type]
         return built.rows, built.stages, built.placement, generated
 

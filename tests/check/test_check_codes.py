@@ -41,7 +41,7 @@ EXAMPLES: dict[str, tuple[str, int | None, int | None, tuple[str, ...], dict[str
                ("rank 0 waits at step 3 `0SEND_F1` for rank 1", "which waits at step 3 `1SEND_B0` for rank 0"), {}),
     "PPS301": ("pipeline ranks=1 microbatches=4 memory=2\nrank 0: 0F0 0F1 0F2 0B0 0B1 0B2 0F3 0B3\n", 0, 2,
                ("rank 0", "3 live activations", "step 2", "limit of 2"), {}),
-    "PPS302": ("pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0\n", None, None, ("2 memory weights", "1 stages"),
+    "PPS302": ("pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0\n", None, None, ("2 memory weights", "1 stage"),
                {"memory_weights": [1.0, 2.0]}),
     "PPS401": ("pipeline ranks=1 microbatches=3\nrank 0: 0F1 0F0 0F2 0B0 0B1 0B2\n", 0, 1, ("`0F0` comes after `0F1`",), {}),
     "PPS402": ("pipeline ranks=2 microbatches=1 stages=1 placement=[0]\nrank 0: 0F0 0B0\nrank 1: _\n", 1, None,
@@ -87,17 +87,17 @@ def test_api_only_codes() -> None:
 
 
 def test_stuck_without_cycle_is_pps211() -> None:
-    # Rank 1 waits for a receive of its own later forward: no cycle between ranks, no
-    # pairing fault either (the send and receive exist), yet rank 1 never gets past it.
+    # Rank 0 waits at `0W0` for `0I0`, which no rank runs: a wait with no cycle (not PPS108
+    # or PPS210), the case PPS211 names.
     from ppdsl.check.context import Context
     from ppdsl.check import deadlock
     from ppdsl.semantics import CommModel
 
     program = parse("pipeline ranks=1 microbatches=1\nrank 0: 0W0 0F0 0B0\n")
-    # W with no I at all: completeness would stop here; run the deadlock family alone.
+    # W with no I at all: completeness would stop here (PPS105); run the deadlock family alone.
     ctx = Context(program, CommModel.RENDEZVOUS, None, None)
-    codes = {d.code for d in deadlock.check(ctx)}
-    assert codes & {"PPS211", "PPS108"}
+    found = [(d.code, d.message, d.rank, d.step) for d in deadlock.check(ctx)]
+    assert found == [("PPS211", "rank 0 waits forever at step 0 `0W0` for `0I0`, which no rank runs", 0, 0)]
 
 
 def test_every_checker_code_is_explained_and_registered() -> None:

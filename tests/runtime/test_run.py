@@ -1,4 +1,5 @@
-"""`ppdsl run` with real processes on CPU (gloo over loopback).
+"""`ppdsl run` with real processes on CPU (gloo over loopback). What is decided before any
+process starts (plans, refusals, usage errors) is in test_plan_preflight.py, which needs no paddle.
 
 Each paddle process costs about a second and 380 MB to start, so the correctness runs put many
 schedule files in one launch (`ppdsl run a.pps b.pps ... --verify` runs them one after another
@@ -16,11 +17,7 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
-from ppdsl.diagnostics import PpsError
 from ppdsl.load import load_program
-from ppdsl.runtime import plan as P
-from ppdsl.runtime.preflight import deadlock, prepare
-from ppdsl.semantics import CommModel
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -41,52 +38,6 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str,
 def _verified(out: str, files: list[str]) -> None:
     for f in files:
         assert re.search(rf"{re.escape(f)}: \d+ steps, .*verify ok", out), f"{f} not verified:\n{out}"
-
-
-# --- without processes --------------------------------------------------------------------
-
-def test_plan_names_peers_pairs_and_labels() -> None:
-    program = load_program(str(HAND / "2r_v_overlap.pps"))
-    plan = P.compile_rank(program, 0)
-    assert plan.local_stages == (0, 3) and plan.pairs == ((0, 1),)
-    sends = [op for op in plan.ops if op.code == P.SEND_F]
-    assert [(op.label, op.peer) for op in sends] == [("0SEND_F0", 1), ("0SEND_F1", 1)]
-    overlap = next(op for op in plan.ops if op.code == P.OVERLAP)
-    assert [p.code for p in overlap.parts] == [P.F, P.B]  # forward first
-    assert P.compile_rank(program, 1).digest == plan.digest
-
-
-def test_plan_refuses_send_between_stages_of_one_rank(tmp_path: Path) -> None:
-    f = tmp_path / "bad.pps"
-    f.write_text("pipeline ranks=2 microbatches=1 stages=4 placement=v\n"
-                 "rank 0: 0F0 0SEND_F0 3RECV_F0 3F0 3B0 3SEND_B0 0RECV_B0 0B0\n"
-                 "rank 1: 1RECV_F0 1F0 1SEND_F0 2RECV_F0 2F0 2SEND_F0 2RECV_B0 2B0 2SEND_B0 1RECV_B0 1B0 1SEND_B0\n")
-    with pytest.raises(Exception, match="same rank"):
-        P.compile_rank(load_program(str(f)), 1)
-
-
-def test_gloo_refuses_paddles_1f1b_order_nccl_accepts_it() -> None:
-    program = load_program(str(HAND / "2r_deadlock.pps"))
-    why = deadlock(program, CommModel.RENDEZVOUS)
-    assert why is not None and "0SEND_F1" in why and "1SEND_B0" in why
-    assert deadlock(program, CommModel.GROUPED) is None
-    with pytest.raises(PpsError, match="PPS2"):  # the checker's wait-for cycle
-        prepare(program, CommModel.RENDEZVOUS)
-    assert prepare(program, CommModel.GROUPED) == program
-
-
-def test_run_refuses_a_file_that_would_hang_on_gloo(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err, seconds = _run(capsys, str(HAND / "2r_deadlock.pps"))
-    assert code == 1
-    assert "0SEND_F1" in err and "1SEND_B0" in err and "rendezvous" in err
-    assert seconds < 5  # refused before any process starts
-
-
-def test_run_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err, _ = _run(capsys, str(HAND / "2r_zb_iw.pps"), "--model", "nocolon")
-    assert code == 2 and "MODULE:NAME" in err
-    code, _, err, _ = _run(capsys, str(HAND / "2r_zb_iw.pps"), str(HAND / "4r_fthenb.pps"))
-    assert code == 2 and "same number of ranks" in err
 
 
 # --- correctness: every schedule against the unpipelined model ---------------------------

@@ -47,3 +47,20 @@ def test_every_code_in_codes_py_is_documented_in_language_md() -> None:
     text = page()
     missing = [code for code in CODES if not re.search(rf"\b{code}\b", text)]
     assert not missing, f"docs/language.md does not mention: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("index", range(len(re.findall(r"^```pps\n", PAGE.read_text(encoding="utf-8"), flags=re.M))))
+def test_example_lints_clean_when_copied(index: int) -> None:
+    """Each example is a whole file a reader can copy: no error and no warning."""
+    from ppdsl.check import check
+
+    text = examples()[index]
+    program = parse(text, f"language.md example {index}")
+    assert [(d.code, d.message) for d in check(program)] == []
+    # A row whose comment spells out actions (`# 0F0 1F0 ...`) expands to exactly those.
+    for line in text.splitlines():
+        row, _, comment = line.partition("#")
+        spelled = comment.split()
+        if row.startswith("rank ") and spelled and all(re.fullmatch(r"\d+[A-Z]\d+", w) for w in spelled):
+            rank = int(row.split()[1].rstrip(":"))
+            assert [str(step) for step in program.rows[rank]] == spelled
