@@ -40,6 +40,7 @@ def main() -> int:
             counts[(result.case.command, result.outcome)] += 1
             if result.defect:
                 defects.append(result)
+                print(f"defect: {result.outcome}: {result.case.reproducer()[:300]}", file=sys.stderr, flush=True)
             elif result.outcome == "big":
                 big.append(result)
             if done % 500 == 0:

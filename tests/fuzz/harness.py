@@ -42,6 +42,7 @@ MEMORY_BYTES = 3 * 2**30    # address space of a worker
 # of header may ask for a million steps. A slow input whose program has more steps than
 # this is counted apart ("big") with its size, not hidden: ~20 us a step is the price.
 BIG_ACTIONS = 100_000
+MAX_INPUT = 900_000  # bytes: the time rule is for inputs under 1 MB
 
 COMMANDS = ("lint", "fmt", "expand", "expand --comms", "simulate", "show", "show --svg", "convert to csv",
             "convert to pps", "simulate --costs", "simulate --profile")
@@ -138,12 +139,12 @@ def mutate(text: str, rng: random.Random) -> bytes:
             lines = s.split("\n")
             i = rng.randrange(len(lines))
             lines.insert(i, lines[i])
-            s = "\n".join(lines)
+            s = "\n".join(lines)[:MAX_INPUT]
         elif op == 4:  # repeat a token many times (long rows)
             words = s.split(" ")
             i = rng.randrange(len(words))
-            words[i] = " ".join([words[i]] * rng.choice((10, 100, 5000)))
-            s = " ".join(words)
+            words[i] = " ".join([words[i]] * rng.choice((10, 100, 2000)))
+            s = " ".join(words)[:MAX_INPUT]
         elif op == 5:  # swap two lines
             lines = s.split("\n")
             if len(lines) > 1:
@@ -268,18 +269,21 @@ def _run_one(case: Case, workdir: Path) -> tuple[str, str, int]:
     if code not in (0, 1, 2):
         return "bad exit", f"exit {code}: {text[-300:]}", actions
     if case.command.startswith("convert") and code == 0:
-        problem = _round_trip(path, workdir / ("out.csv" if case.command.endswith("csv") else "out.pps"), load_program)
+        written = workdir / ("out.csv" if case.command.endswith("csv") else "out.pps")
+        problem = _round_trip(path, written, load_program, lossy="warning[PPS031]" in text)
         if problem:
             return "round trip", problem, actions
     return f"exit {code}", "", actions
 
 
-def _same(a: Any, b: Any) -> bool:
-    return bool(a.ranks == b.ranks and a.microbatches == b.microbatches and a.stages == b.stages
-                and a.placement == b.placement and a.rows == b.rows and a.mode == b.mode)
+def _same(a: Any, b: Any, lossy: bool) -> bool:
+    """The same program; after a loss convert warned about (PPS031: batches split, a header
+    a CSV has no place for), the same shape."""
+    shape = a.ranks == b.ranks and a.stages == b.stages and a.placement == b.placement
+    return bool(shape and (lossy or (a.rows == b.rows and a.microbatches == b.microbatches and a.mode == b.mode)))
 
 
-def _round_trip(source: Path, written: Path, load: Any) -> str:
+def _round_trip(source: Path, written: Path, load: Any, lossy: bool) -> str:
     """What `convert` wrote must read back to the program it was made from."""
     from ppdsl.diagnostics import PpsError, UsageError
 
@@ -291,7 +295,7 @@ def _round_trip(source: Path, written: Path, load: Any) -> str:
         back = load(str(written))
     except (PpsError, UsageError) as exc:
         return f"convert's output does not read back: {str(exc)[:300]}"
-    if not _same(original, back):
+    if not _same(original, back, lossy):
         return "convert's output reads back to another program"
     return ""
 
