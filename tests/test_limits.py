@@ -144,3 +144,18 @@ def test_carriage_return_file_is_a_syntax_error(tmp_path: Path, capsys: pytest.C
     assert code == 1 and "internal error" not in err
     assert out.startswith(f"{f}:2:4: error[PPS002]")
     assert f"2 | use\n" in out  # the excerpt is the line the parser counted, not the `\r` split
+
+
+# ---- docs ------------------------------------------------------------------------------------
+
+def test_the_limits_table_in_language_md_states_limits_py() -> None:
+    from conftest import ROOT
+
+    page = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    table = page[page.index("### Limits"):page.index("## `ppdsl fmt`")]
+    for number in (limits.MAX_RANKS, limits.MAX_STAGES, limits.MAX_MICROBATCHES, limits.MAX_ACTIONS,
+                   limits.MAX_WIDTH, limits.MAX_STEPS, limits.MAX_PICTURE_CELLS):
+        assert f"{number:,}" in table, number
+    for number in (limits.MIN_COST, limits.MAX_COST, limits.MAX_QUANTITY, limits.MAX_MEMORY, limits.MAX_SECONDS):
+        assert f"{number:g}".replace("e+", "e").replace("e-0", "e-").replace("e0", "e") in table, number
+    assert f"{limits.MAX_FILE_BYTES // 2**20} MiB" in table
