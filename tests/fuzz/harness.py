@@ -231,8 +231,10 @@ def argv_for(command: str, name: str, out: str) -> list[str]:
         return base[command]
     schedule = str(SCHEDULES / "zbv.pps")
     if command == "simulate --costs":
-        return ["simulate", schedule, "--costs", "@" + name]  # the text of the file (see _expand)
-    return ["simulate", schedule, "--costs", name]
+        return ["simulate", schedule, "--costs", "@" + name]  # the text of the file (see _run_one)
+    if command == "simulate --profile":
+        return ["simulate", schedule, "--costs", name]
+    raise KeyError(f"no fuzz command `{command}`")
 
 
 # ---- the worker -------------------------------------------------------------------------------
@@ -300,15 +302,39 @@ def _round_trip(source: Path, written: Path, load: Any, lossy: bool) -> str:
     return ""
 
 
+class _SizeTimeout(Exception):
+    pass
+
+
 def _count_actions(case: Case, workdir: Path) -> int:
+    """The steps the input's program has (0: none, or not found within a few seconds)."""
+    import signal
+
     from ppdsl.load import load_program
 
     if not case.name.endswith((".pps", ".csv")):
         return 0
+    path = workdir / case.name
+    path.write_bytes(case.data)
+
+    def stop(signum: int, frame: object) -> None:
+        raise _SizeTimeout
+
+    old = signal.signal(signal.SIGPROF, stop)
+    signal.setitimer(signal.ITIMER_PROF, 3.0)
     try:
-        return load_program(str(workdir / case.name)).action_count
-    except Exception:  # noqa: BLE001 - only a size estimate for the report
+        return load_program(str(path)).action_count
+    except BaseException:  # noqa: BLE001 - only a size for the report (a timeout, a bad input)
         return 0
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
+
+
+def _may_be_big(case: Case) -> bool:
+    """Can a small input ask for many steps? A generator or a range can (rows cannot: they
+    hold no more steps than words)."""
+    return b"use" in case.data or b".." in case.data or len(case.data) > 400_000
 
 
 def _worker(conn: multiprocessing.connection.Connection, memory: int) -> None:
@@ -320,14 +346,15 @@ def _worker(conn: multiprocessing.connection.Connection, memory: int) -> None:
             case = conn.recv()
             if case is None:
                 break
+            actions = _count_actions(case, workdir) if _may_be_big(case) else 0
+            conn.send(("size", actions))
             start = time.process_time()
             try:
-                outcome, detail, actions = _run_one(case, workdir)
+                outcome, detail, _ = _run_one(case, workdir)
             except MemoryError:
-                outcome, detail, actions = "memory", "MemoryError in the harness", 0
+                outcome, detail = "memory", "MemoryError in the harness"
             seconds = time.process_time() - start
             if seconds > SLOW_SECONDS and len(case.data) < 2**20 and outcome in OUTCOMES_OK:
-                actions = _count_actions(case, workdir)
                 outcome = "big" if actions > BIG_ACTIONS else "slow"
                 detail = f"{seconds:.1f} s of CPU, {actions} actions"
             conn.send((outcome, detail, seconds, actions))
@@ -355,12 +382,14 @@ class Pool:
         """Results in the order cases finish."""
         pending = list(reversed(cases))
         busy: dict[int, tuple[Case, float]] = {}
+        size: dict[int, int] = {}  # the steps of each busy worker's input, once it has said
         while pending or busy:
             for i, (proc, conn) in enumerate(self.workers):
                 if i not in busy and pending:
                     case = pending.pop()
                     conn.send(case)
                     busy[i] = (case, time.monotonic())
+                    size.pop(i, None)
             conns = [self.workers[i][1] for i in busy]
             ready = multiprocessing.connection.wait(conns, timeout=0.5)
             for i in list(busy):
@@ -368,7 +397,13 @@ class Pool:
                 case, started = busy[i]
                 if conn in ready:
                     try:
-                        outcome, detail, seconds, actions = conn.recv()
+                        message = conn.recv()
+                        if message[0] == "size":
+                            size[i] = message[1]
+                            busy[i] = (case, time.monotonic())  # the clock of the command itself
+                            continue
+                        outcome, detail, seconds, actions = message
+                        actions = size.get(i, 0)
                     except (EOFError, OSError):
                         code = proc.exitcode if proc.exitcode is not None else proc.join(5) or proc.exitcode
                         outcome, detail, seconds, actions = "died", f"worker exit {code}", time.monotonic() - started, 0
@@ -380,7 +415,10 @@ class Pool:
                     proc.join(5)
                     self.workers[i] = self._start()
                     del busy[i]
-                    yield Result(case, "hang", time.monotonic() - started, f"killed after {self.wall:.0f} s")
+                    steps = size.get(i, 0)
+                    outcome = "big" if steps > BIG_ACTIONS else "hang"
+                    yield Result(case, outcome, time.monotonic() - started,
+                                 f"killed after {self.wall:.0f} s, {steps} actions", steps)
 
     def close(self) -> None:
         for proc, conn in self.workers:
