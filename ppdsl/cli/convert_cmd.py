@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         text, warnings = write_csv(program, args.write_dialect)
     else:
         text, warnings = print_program(program, f"converted from {args.input}"), []
-    warnings += read_back(program, text, target, args.input, args.write_dialect, bool(warnings))
+    warnings += read_back(program, text, target, args.input, bool(warnings))
     print_diagnostics(warnings)
     write_output(args.output, text)
     return 0
@@ -46,7 +46,7 @@ _CSV_CANNOT_HOLD = (("mode", "the mode (`mode=inference`)"), ("memory_limit", "t
                     ("costs", "the `costs` line"))
 
 
-def read_back(program: Program, text: str, target: str, source: str, dialect: str, warned: bool) -> list[Diagnostic]:
+def read_back(program: Program, text: str, target: str, source: str, warned: bool) -> list[Diagnostic]:
     """Read what convert is about to write: a loss the format forces is a PPS031 warning; an
     output that would not read back, or would read back to other steps, is refused (PPS031
     error, nothing written) so that `convert` of its output always works."""
@@ -58,7 +58,9 @@ def read_back(program: Program, text: str, target: str, source: str, dialect: st
                                     help="fix the problems `ppdsl lint` reports in the input, then convert it")])
 
     try:
-        back = read_csv(text, source, dialect) if target == "csv" else parse(text, source)
+        # Read as `convert` reads it next time, the dialect detected: a CSV that only reads
+        # back with --dialect is one a user cannot convert back.
+        back = read_csv(text, source) if target == "csv" else parse(text, source)
     except PpsError as exc:
         first = exc.diagnostics[0].message if exc.diagnostics else "?"
         raise refuse(f"not read back ({first})") from None

@@ -54,3 +54,15 @@ def test_an_output_that_would_not_read_back_is_refused(tmp_path: Path, capsys: p
     err = capsys.readouterr().err
     assert "error[PPS031]: not written: the CSV would not read back (empty CSV: no rank rows)" in err
     assert not csv.exists()
+
+
+def test_a_csv_whose_dialect_would_be_misread_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by scripts/fuzz.py: `B` then `W` reads as the legacy dialect, where `I` is no action.
+    src, csv = tmp_path / "in.pps", tmp_path / "out.csv"
+    src.write_text("pipeline ranks=3 microbatches=1\n"
+                   "rank 0: 0SEND_B{0..0} 0I{0..0} [0F{0..0} 0B{0..0}] (0F0;0B0) 0W0 <3SEND_F0 3RECV_B0>\n"
+                   "rank 1: <1SEND_F0 1RECV_B0>\nrank 2: <2SEND_F0 2RECV_B0> 1W{0..0} 2B0\n")
+    assert main(["convert", str(src), str(csv)]) == 1
+    assert "error[PPS031]: not written: the CSV would not read back (malformed action `0I0` (legacy dialect))" \
+        in capsys.readouterr().err
+    assert not csv.exists()
