@@ -36,3 +36,6 @@ MAX_PICTURE_CELLS: Final = 1_000_000
 # `run`: training steps and seconds.
 MAX_STEPS: Final = 10_000_000
 MAX_SECONDS: Final = 1e7
+# The checker and the engine size arrays by stages x microbatches: a program may declare at
+# most this many (stage, microbatch) pairs, or four per action it has, whichever is more.
+MAX_SPARSE_SLOTS: Final = 1 << 16

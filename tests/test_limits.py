@@ -159,3 +159,16 @@ def test_the_limits_table_in_language_md_states_limits_py() -> None:
     for number in (limits.MIN_COST, limits.MAX_COST, limits.MAX_QUANTITY, limits.MAX_MEMORY, limits.MAX_SECONDS):
         assert f"{number:g}".replace("e+", "e").replace("e-0", "e-").replace("e0", "e") in table, number
     assert f"{limits.MAX_FILE_BYTES // 2**20} MiB" in table
+
+
+def test_a_few_actions_under_huge_stages_and_microbatches_are_refused(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by scripts/fuzz.py: 4 actions under stages=microbatches=2048 took 1.2 GB in simulate.
+    f = tmp_path / "sparse.pps"
+    f.write_text("pipeline ranks=2 microbatches=2048 stages=2048 placement=loop\nrank 0: 0F2047 2046F3\n"
+                 "rank 1: 1F0 2047B2047\n")
+    for command in ("simulate", "show", "lint"):
+        code, out, err = run(capsys, command, str(f))
+        assert code == 1
+        assert f"{f}:1:1: error[PPS015]: 2,048 stages x 2,048 microbatches are 4,194,304 (stage, microbatch) " \
+               "pairs for 4 actions" in out + err
