@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -115,7 +116,7 @@ def worker(args: argparse.Namespace) -> None:
         run_ppdsl()
     profiled_step = (time.perf_counter() - t0) / args.steps
     inside = sum(sum(v) for v in ours.timings.values()) / (args.steps + 0)
-    actions = local_actions(ours.timings, 0)
+    actions = local_actions(ours.timings, 0, ours.started)
     gathered: list[object] = []
     dist.all_gather_object(gathered, {"rank": rank, "times": times, "dispatch": dispatch, "actions": actions,
                                       "profiled_step": profiled_step, "inside": inside, "n_actions": n_actions,
@@ -126,6 +127,24 @@ def worker(args: argparse.Namespace) -> None:
 
 def _noop(op: object) -> None:
     return None
+
+
+def run_ranks(script: str, program: object, argv: list[str], timeout: float = 120, threads: int | None = None
+              ) -> list[dict[str, Any]] | None:
+    """`script --worker ...` on the program's ranks; what rank 0 printed after `RESULT ` (None: failed)."""
+    import tempfile
+
+    from ppdsl.runtime.launcher import launch
+
+    logs = tempfile.mkdtemp(prefix="ppdsl-bench-")
+    outcome = launch([program], argv, steps=0, timeout=timeout, quiet=True, keep_logs=logs,  # type: ignore[list-item]
+                     command=[sys.executable, os.path.abspath(script)], threads=threads)
+    text = (Path(logs) / "rank0.log").read_text(errors="replace")
+    line = next((x for x in text.splitlines() if x.startswith("RESULT ")), None)
+    if outcome.code != 0 or line is None:
+        print(f"benchmark failed: {outcome.failure}; logs in {logs}", file=sys.stderr)
+        return None
+    return json.loads(line[len("RESULT "):])  # type: ignore[no-any-return]
 
 
 def main() -> int:
@@ -141,10 +160,8 @@ def main() -> int:
     if args.worker:
         worker(args)
         return 0
-    import tempfile
-
     from ppdsl.costs import parse_profile, profile_json
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.profile import pair_messages
     from ppdsl.runtime.preflight import prepare
     from ppdsl.semantics import CommModel
     from ppdsl.simulate import simulate
@@ -153,15 +170,9 @@ def main() -> int:
     program = prepare(parse(PROGRAM.format(m=args.microbatches), "<bench>"), CommModel.RENDEZVOUS)
     argv = ["--worker", "--width", str(args.width), "--batch", str(args.batch), "--microbatches",
             str(args.microbatches), "--steps", str(args.steps), "--rounds", str(args.rounds)]
-    logs = tempfile.mkdtemp(prefix="ppdsl-bench-")
-    outcome = launch([program], argv, steps=0, timeout=120, quiet=True, keep_logs=logs,
-                     command=[sys.executable, os.path.abspath(__file__)])
-    text = (Path(logs) / "rank0.log").read_text(errors="replace")
-    line = next((x for x in text.splitlines() if x.startswith("RESULT ")), None)
-    if outcome.code != 0 or line is None:
-        print(f"benchmark failed: {outcome.failure}; logs in {logs}", file=sys.stderr)
+    results = run_ranks(__file__, program, argv)
+    if results is None:
         return 1
-    results = json.loads(line[len("RESULT "):])
     # A step ends when the slowest rank ends: take each round's max over ranks.
     per = {name: [max(r["times"][name][i] for r in results) for i in range(args.rounds)] for name in ("paddle", "ppdsl")}
     theirs, ours = statistics.median(per["paddle"]), statistics.median(per["ppdsl"])
@@ -180,6 +191,7 @@ def main() -> int:
           f"({n_actions} actions per step over both ranks)")
     if args.profile:
         actions = [dict(a, rank=r["rank"]) for r in results for a in r["actions"]]
+        pair_messages(actions)  # as `ppdsl run --profile` does: one machine, one clock
         text = profile_json({}, unit="us", actions=actions)
         Path(args.profile).write_text(text, encoding="utf-8")
         sim = simulate(program, parse_profile(text), "rendezvous")

@@ -58,6 +58,7 @@ CODES: Final[dict[str, str]] = {
     "PPS208": "a batch holds something other than sends and receives",
     "PPS210": "deadlock: ranks wait for each other in a cycle under the communication model",
     "PPS211": "a rank waits forever for an operation no rank reaches",
+    "PPS212": "messages out of order on a link: the k-th send is not the one the k-th receive expects",
     "PPS220": "lowering needs a compute-only program",
     # --- checker: memory
     "PPS301": "peak live activations exceed the memory limit",

@@ -15,7 +15,9 @@ Keys (the same on the `.pps` `costs` line, after `--costs`, and in a profile's `
   a program without explicit communication). `bytes` and `bandwidth` (bytes per time unit)
   add `bytes / bandwidth` to every message.
 - `overlap`: for an overlapped pair `(F;B)`, the fraction of the shorter part hidden under the
-  longer one: 1 (the default) makes the pair cost the longer of the two, 0 their sum.
+  longer one: 0 (the default) makes the pair cost the sum of its parts, which is what a runtime
+  that runs them one after the other (ppdsl's own) takes; 1 the longer of the two, for a
+  runtime that really overlaps them (compute of one with communication of the other).
 
 Durations are in one unit of your choosing; a profile file can name it (`"unit": "ms"`).
 A JSON profile (`ppdsl simulate --costs profile.json`) holds measured times; see
@@ -93,10 +95,16 @@ def _check_value(key: str, value: float) -> None:
 
 @frozen
 class CostModel:
-    """Validated cost keys in the order given (later ones win), and the time unit's name."""
+    """Validated cost keys in the order given (later ones win), and the time unit's name.
+
+    `measured_comm`: the `comm` time was measured on explicit sends and receives (a runtime
+    profile), which occupy both ranks; a compute-only program is then simulated lowered
+    (`lowered_for`), as the runtime runs it, so that the measured time lands where it was spent.
+    """
 
     items: tuple[tuple[str, float], ...] = ()
     unit: str = "unit"
+    measured_comm: bool = False
     _values: dict[str, float] = field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -118,7 +126,7 @@ class CostModel:
     def merged(self, other: CostModel) -> CostModel:
         """These costs overridden by `other`'s keys (and its unit when it names one)."""
         unit = other.unit if other.unit != "unit" else self.unit
-        return CostModel(self.items + other.items, unit)
+        return CostModel(self.items + other.items, unit, self.measured_comm or other.measured_comm)
 
     def get(self, key: str) -> float | None:
         return self._values.get(key)
@@ -186,7 +194,7 @@ class CostModel:
 
     @property
     def overlap_fraction(self) -> float:
-        return self._values.get("overlap", 1.0)
+        return self._values.get("overlap", 0.0)
 
     def pair_time(self, a: float, b: float) -> float:
         """An overlapped pair whose parts cost a and b."""
@@ -264,14 +272,15 @@ def parse_profile(text: str) -> CostModel:
     if version != PROFILE_VERSION:
         raise CostError("PPS352", f"`ppdsl_profile` must be {PROFILE_VERSION}, not {_shown(version)}", "ppdsl_profile",
                         help="the first key of a profile names its format version")
-    unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "source", "notes"})
+    unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "memory", "source", "notes"})
     if unknown:
         raise CostError("PPS352", f"unknown profile key `{unknown[0]}`", unknown[0],
-                        help="a profile holds ppdsl_profile, unit, costs, actions (and free-form source, notes)")
+                        help="a profile holds ppdsl_profile, unit, costs, actions (and free-form memory, source, notes)")
     unit = data.get("unit", "unit")
     if not isinstance(unit, str) or unit not in UNITS:
         raise CostError("PPS352", f"unknown time unit {_shown(unit)}", "unit", help="use one of " + ", ".join(UNITS))
     items = _aggregate(data.get("actions", []))
+    measured_comm = any(key == "comm" for key, _ in items)
     costs = data.get("costs", {})
     if not isinstance(costs, dict):
         raise CostError("PPS352", "`costs` must be an object of KEY: number", "costs")
@@ -281,7 +290,7 @@ def parse_profile(text: str) -> CostModel:
         if number is None:
             raise CostError("PPS351", f"cost `{key}` must be a number, not {_shown(value)}", key)
         items.append((key, number))
-    return CostModel(tuple(items), unit)
+    return CostModel(tuple(items), unit, measured_comm)
 
 
 def _number(value: object) -> float | None:
@@ -301,7 +310,9 @@ def _shown(value: object) -> str:
 
 
 def _aggregate(actions: object) -> list[tuple[str, float]]:
-    """Measured actions -> per-stage median durations (`F_s0`...) and a median `comm`."""
+    """Measured actions -> per-stage mean durations (`F_s0`...) and a mean `comm` (present
+    only when the actions hold sends or receives). Means, not medians: a step is a sum of
+    actions, and the mean of a sum is the sum of the means, noisy machine or not."""
     if not isinstance(actions, list):
         raise CostError("PPS352", "`actions` must be a list of measured actions", "actions")
     compute: dict[tuple[str, int], list[float]] = {}
@@ -331,9 +342,9 @@ def _aggregate(actions: object) -> list[tuple[str, float]]:
                 raise CostError("PPS352", f"{where}: `stage` must be a whole number from 0 to {MAX_STAGES - 1}, "
                                 f"not {_shown(stage)}", "stage")
             compute.setdefault((kind, stage), []).append(number)
-    items = [(f"{kind}_s{stage}", statistics.median(v)) for (kind, stage), v in sorted(compute.items())]
+    items = [(f"{kind}_s{stage}", statistics.fmean(v)) for (kind, stage), v in sorted(compute.items())]
     if comm:
-        items.append(("comm", statistics.median(comm)))
+        items.append(("comm", statistics.fmean(comm)))
     return items
 
 
@@ -421,12 +432,17 @@ def resolve(program: Program, specs: Iterable[str] = ()) -> CostModel:
     return model
 
 
-def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterable[Mapping[str, object]] = ()) -> str:
-    """A profile file's text: what the runtime writes from measured times."""
+def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterable[Mapping[str, object]] = (),
+                 memory: Iterable[Mapping[str, object]] = ()) -> str:
+    """A profile file's text: what the runtime writes from measured times (and, per rank, the
+    memory it measured: informative, the simulator does not read it)."""
     data: dict[str, object] = {"ppdsl_profile": PROFILE_VERSION, "unit": unit}
     if costs:
         data["costs"] = dict(costs)
     acts = list(actions)
     if acts:
         data["actions"] = acts
+    mem = list(memory)
+    if mem:
+        data["memory"] = mem
     return json.dumps(data, indent=2) + "\n"

@@ -239,6 +239,11 @@ class Program:
     costs: tuple[tuple[str, float], ...] = ()
     generated: Generated | None = field(default=None, eq=False)
     source: SourceMap | None = field(default=None, eq=False, repr=False)
+    # Tables derived from the program once and kept with it (its integer encoding, the
+    # checker's last analysis): a program is immutable, so they stay right for its life,
+    # and they go when it goes (never a module-level cache keyed by id()). `evolve` starts
+    # a new program with none.
+    derived: dict[str, object] = field(factory=dict, init=False, eq=False, repr=False)
 
     def rank_of(self, stage: int) -> int:
         return self.placement[stage]

@@ -39,3 +39,6 @@ MAX_SECONDS: Final = 1e7
 # The checker and the engine size arrays by stages x microbatches: a program may declare at
 # most this many (stage, microbatch) pairs, or four per action it has, whichever is more.
 MAX_SPARSE_SLOTS: Final = 1 << 16
+# `ppdsl search` prices thousands of candidate orders; past this many actions one candidate
+# takes seconds and a search hours (16 ranks x 64 microbatches in a V is 6,144).
+MAX_SEARCH_ACTIONS: Final = 100_000

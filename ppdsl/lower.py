@@ -13,7 +13,9 @@ which only ever let more operations complete):
    after the exchanges that feed it (producer end <= consumer start, exchanges first on
    ties) and every exchange after the compute it carries (a compute ends after it starts).
 3. Each rank's row is exactly G restricted to that rank: its computes keep their order, and
-   an exchange appears on both of its ranks at the same place in G.
+   an exchange appears on both of its ranks at the same place in G. So on every link the
+   sends and the receives come in one order, G's: the k-th receive names the k-th send, as
+   the transports match them (`encoding.Links`), and PPS212 cannot arise.
 
 Run the rows: by induction over G, when every event before e has completed, e is at the
 head of the row of each rank it involves (those rows are projections of G), its inputs are
@@ -39,8 +41,17 @@ from operator import add, and_, ge, mod, mul
 from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters
 from .check import analyse
-from .check.context import LOW, no_gc
-from .semantics import B, F, I, CommModel, Encoded, execute, remember
+from .semantics import CommModel, execute
+from .encoding import COMM_KINDS, LOW, B, Encoded, F, I, Links, encode, remember
+from .gcpause import no_gc
+
+
+def needs_lowering(program: Program) -> bool:
+    """True when stages on different ranks exchange data but the program has no send/recv."""
+    if program.has_comms:
+        return False
+    P = program.placement
+    return any(P[s] != P[s + 1] for s in range(program.stages - 1))
 
 
 def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "rendezvous") -> Program:
@@ -51,24 +62,26 @@ def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "r
 
 def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program:
     model = CommModel(comm_model)
-    diagnostics, ctx = analyse(program, CommModel.RENDEZVOUS, families=("structure", "completeness", "order", "deadlock"),
-                               stop_if_comms=True)
-    if ctx.has_comms:
+    enc = encode(program)
+    if not enc.kinds.isdisjoint(COMM_KINDS):
+        path = program.source.path if program.source is not None else "<input>"
         raise PpsError([Diagnostic("PPS220", "the program already has sends and receives; lowering needs a "
-                                   "compute-only program", ctx.path, help="lint it with `ppdsl lint` instead")])
+                                   "compute-only program", path, help="lint it with `ppdsl lint` instead")])
+    diagnostics, _ = analyse(program, CommModel.RENDEZVOUS, families=("structure", "completeness", "order", "deadlock"))
     errors = [d for d in diagnostics if d.is_error]
     if errors:
         raise PpsError(errors)
-    ex = ctx.execution
-    assert ex is not None and ex.completed
-    rows, codes, emitted = _lowered_rows(program, ctx.enc, ctx.column, ex.starts, ex.ends)
+    ex = execute(program, CommModel.RENDEZVOUS)  # the run the checker just made (kept on the program)
+    assert ex.completed
+    rows, codes, emitted = _lowered_rows(program, enc, enc.column, ex.starts, ex.ends)
     if fuse:
         rows = _fuse(program, rows, model)
         codes = None
     result = program.evolve(rows=rows, source=None, generated=None)
     if codes is not None:
         # The encoding lowering built alongside the rows (the checker then need not re-encode).
-        remember(result, Encoded(result, codes, ctx.enc.kinds | emitted))
+        # Its links are in label order by construction (point 3 above; a property test holds it).
+        remember(result, Encoded(result, codes, enc.kinds | emitted, Links.by_construction()))
     return result
 
 

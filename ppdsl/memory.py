@@ -1,19 +1,26 @@
-"""The activation memory model shared by the checker and the simulator.
+"""The activation memory model, the one the checker (PPS301) and the simulator share.
 
 A forward `F(s,m)` makes one activation of stage s live (weighted per stage when weights are
 given); the backward that consumes it frees it: `B(s,m)`, or `W(s,m)` when the backward is
 split, since the weight gradient still needs the saved inputs. In an overlapped pair the
 forward allocates before the backward frees, so both count at that step. Peaks are measured
 per rank in step order, which is the order a rank allocates in whatever the timing.
+
+The rule is written once, in `_deltas` (what each action of a rank adds or frees, from the
+program's integer encoding); `profile` sums it step by step (and gives the live count after
+each step), `peaks_from_codes` only the peaks, by prefix sums over the codes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate, compress, repeat
+from operator import and_, eq, rshift
 
 from attrs import frozen
 
-from .ir import Kind, Program, actions_of
+from .encoding import B, Encoded, F, I, W, encode
+from .ir import Program
 
 
 @frozen
@@ -23,32 +30,95 @@ class MemoryProfile:
     live_after: tuple[tuple[float, ...], ...]  # per rank, per step: live activations after it
 
 
-def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryProfile:
+def _split(enc: Encoded) -> set[int]:
+    """The `stage * M + mb` whose backward is split (the program has their `I`)."""
+    out: set[int] = set()
+    if I in enc.kinds:
+        for codes in enc.codes:
+            out.update(map(rshift, compress(codes, map(eq, map(and_, codes, repeat(15)), repeat(I))), repeat(4)))
+    return out
+
+
+def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool) -> Sequence[Sequence[float]]:
+    """Per rank, per action (code): the activations it makes live (+) or frees (-).
+
+    `F` adds its stage's weight; `B` frees it unless that backward is split, `W` when it is.
+    One sign per kind says it when no backward is both full and split and every `W` has its
+    `I` (always after the checker's completeness: `trusted`), and the deltas come from
+    C-level passes; otherwise each `B` and `W` is looked up."""
+    M = enc.microbatches
+    sign = [0] * 16
+    sign[F], sign[B] = 1, -1
+    split: set[int] = set()
+    if I in enc.kinds:
+        sign[W] = -1
+        if not trusted:
+            split = _split(enc)
+            full: set[int] = set()
+            frees_on_w: set[int] = set()
+            for codes in enc.codes:
+                kinds = list(map(and_, codes, repeat(15)))
+                full.update(map(rshift, compress(codes, map(eq, kinds, repeat(B))), repeat(4)))
+                frees_on_w.update(map(rshift, compress(codes, map(eq, kinds, repeat(W))), repeat(4)))
+            if frees_on_w <= split and full.isdisjoint(split):
+                split = set()  # one sign per kind says it after all
+            else:
+                sign = []
+    # Without any `I`, no backward is split: a `W` frees nothing (sign 0).
+    per_sm = [1.0] * (enc.stages * M) if weights is None else [float(w) for w in weights for _ in range(M)]
+    if sign:
+        if weights is None:
+            return [list(map(sign.__getitem__, map(and_, codes, repeat(15)))) for codes in enc.codes]
+        return [[per_sm[c >> 4] * sign[c & 15] for c in codes] for codes in enc.codes]
+    out: list[list[float]] = []
+    for codes in enc.codes:
+        row: list[float] = []
+        for c in codes:
+            k, sm = c & 15, c >> 4
+            if k == F:
+                row.append(per_sm[sm])
+            elif (k == B and sm not in split) or (k == W and sm in split):
+                row.append(-per_sm[sm])
+            else:
+                row.append(0.0)
+        out.append(row)
+    return out
+
+
+def _check_weights(program: Program, weights: Sequence[float] | None) -> None:
     if weights is not None and len(weights) != program.stages:
         raise ValueError(f"memory weights give {len(weights)} stages, the program has {program.stages}")
-    w = list(weights) if weights is not None else [1.0] * program.stages
-    # Which (stage, microbatch) free on W rather than B: those whose backward is split.
-    split = {(a.stage, a.microbatch) for _, _, a in program.actions() if a.kind is Kind.I}
+
+
+def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryProfile:
+    _check_weights(program, weights)
+    enc = encode(program)
+    if enc.invalid:
+        raise ValueError("the program has out-of-range actions; check() reports them")
     peaks: list[float] = []
     peak_steps: list[int | None] = []
     lives: list[tuple[float, ...]] = []
-    for row in program.rows:
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted=False)):
+        n = len(program.rows[rank])
+        # Per step: what it allocates and what it frees (an overlapped pair does both).
+        alloc = [0.0] * n
+        freed = [0.0] * n
+        steps = enc.steps[rank]
+        for i, d in enumerate(deltas):
+            step = i if steps is None else steps[i]
+            if d > 0:
+                alloc[step] += d
+            elif d < 0:
+                freed[step] -= d
         live = 0.0
         peak = 0.0
         peak_step: int | None = None
         after: list[float] = []
-        for index, step in enumerate(row):
-            freed = 0.0
-            for a in actions_of(step):
-                k = a.kind
-                if k is Kind.F:
-                    live += w[a.stage]
-                elif (k is Kind.B and (a.stage, a.microbatch) not in split) or (
-                        k is Kind.W and (a.stage, a.microbatch) in split):
-                    freed += w[a.stage]
+        for step in range(n):
+            live += alloc[step]
             if live > peak:
-                peak, peak_step = live, index
-            live -= freed
+                peak, peak_step = live, step
+            live -= freed[step]
             after.append(live)
         peaks.append(peak)
         peak_steps.append(peak_step)
@@ -59,3 +129,22 @@ def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryP
 def peak_memory(program: Program, weights: Sequence[float] | None = None) -> tuple[float, ...]:
     """Peak live activations per rank."""
     return profile(program, weights).peak
+
+
+def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: bool = False
+                     ) -> list[tuple[float, int | None]] | None:
+    """Per rank (peak, first step at the peak): `profile`'s peaks as prefix sums over the
+    codes, at a fraction of its cost (a test holds them equal). None (use `profile`) for rows
+    with overlapped pairs, where a step both allocates and frees. `trusted`: the checker,
+    after completeness (see `_deltas`)."""
+    if any(not is_batch for groups in enc.groups for is_batch, _ in groups.values()):
+        return None
+    out: list[tuple[float, int | None]] = []
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted)):
+        live = list(accumulate(deltas))
+        peak = max(live, default=0)
+        if peak <= 0:
+            out.append((0.0, None))
+            continue
+        out.append((float(peak), enc.step_of(rank, live.index(peak))))
+    return out

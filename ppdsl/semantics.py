@@ -9,7 +9,12 @@ receive waits according to the communication model:
   has met its peer (NCCL's group calls). Operations outside batches behave as in rendezvous.
 - `buffered`: a send completes at once; a receive waits for its send (PyTorch's simulator).
 
-Data dependencies (stage s of microbatch m):
+Which send a receive meets is the same in every model, as on the transports: on each directed
+link (sender rank, receiver rank) the k-th receive posted takes the k-th message sent, batch
+members counted in written order (`encoding.Links`). When that is not the send the receive's
+label names, the run goes on with the data in the wrong place (the checker's PPS212).
+
+Data dependencies (stage s of microbatch m; the tables are `encoding.Needs`):
 - `F(s,m)` needs `F(s-1,m)`;
 - `B(s,m)` and `I(s,m)` need `F(s,m)` and the input gradient of stage s+1 (`B` or `I` of s+1);
 - `W(s,m)` needs `I(s,m)`.
@@ -23,9 +28,10 @@ after its producer ends.
 returns either the full timeline or, when it gets stuck, where every unfinished rank waits and
 on whom: the raw material of the checker's deadlock and cycle reports.
 
-Speed: the engine works on integer codes, `code = (stage * microbatches + mb) << 4 | kind`
-(see `encode`), with dependency keys `sm << 3 | slot` into one flat list of completion times,
-so a step costs a few list lookups. Each rank is woken only when the one thing it waits for
+Speed: the engine works on the program's integer encoding (`ppdsl/encoding.py`: codes
+`sm << 4 | kind`, dependency keys `sm << 3 | slot`, the tables of what each code waits for and
+which code it meets; the hot loops spell the shifts and masks as literals), with one flat list
+of completion times per key, so a step costs a few list lookups. Each rank is woken only when the one thing it waits for
 happens, so the run is linear in the number of actions. Times are kept per action (a step's
 are derived at the end); durations come from a table read by code (`Timing.from_table`) or,
 for callbacks, are looked up once per action before the run. `completes` answers "does it run
@@ -35,16 +41,14 @@ to the end?" by the same rules without any times.
 from __future__ import annotations
 
 import enum
-import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import repeat
-from operator import and_, attrgetter
-from typing import cast
 
 from attrs import frozen
 
-from .ir import Action, Batch, Idle, Kind, Overlap, Program, Step, actions_of
+from .encoding import (_COMM_KINDS, GRAD_DONE, I_DONE, KIND_MASK, NO_PEER, B, Encoded, F, I, RECV_B, RECV_F, SEND_B,
+                       SEND_F, W, compute_outputs, encode, peer_code, producers, received_key, sent_key)
+from .ir import Action, Overlap, Program
 
 
 class CommModel(str, enum.Enum):
@@ -57,17 +61,6 @@ class CommModel(str, enum.Enum):
 
 
 MODELS: tuple[str, ...] = tuple(m.value for m in CommModel)
-
-# Kind numbers as plain ints (IntEnum arithmetic is slower on the hot paths).
-F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)
-SEND_F, RECV_F, SEND_B, RECV_B = int(Kind.SEND_F), int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
-KIND_OF: tuple[Kind, ...] = tuple(Kind(k) if k < len(Kind) else Kind.F for k in range(16))
-
-# Slots of a dependency key: key = sm << 3 | slot, where sm = stage * microbatches + mb.
-F_DONE, GRAD_DONE, I_DONE, RECV_F_DONE, RECV_B_DONE, MSG_F_SENT, MSG_B_SENT = range(7)
-_COMM_KINDS = frozenset((SEND_F, RECV_F, SEND_B, RECV_B))
-SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", RECV_B_DONE: "RECV_B",
-              MSG_F_SENT: "SEND_F", MSG_B_SENT: "SEND_B"}
 
 
 def _unit_compute(a: Action) -> float:
@@ -151,145 +144,6 @@ class Execution:
 
 
 # --------------------------------------------------------------------------------------------
-# Encoding
-
-
-class Encoded:
-    """A program as integer codes, one list per rank, one code per action in written order.
-
-    `steps[r][i]` is the step index of action i of rank r (None when every step of the row is
-    one plain action, so i is the step). `groups[r]` maps the index of the first action of an
-    overlapped pair or a batch to (is_batch, member count). `invalid` lists actions whose
-    stage or microbatch is out of range (they get no code).
-    """
-
-    __slots__ = ("stages", "microbatches", "codes", "steps", "groups", "invalid", "rows", "_actions", "_kinds")
-
-    def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None):
-        S, M = program.stages, program.microbatches
-        self.stages, self.microbatches = S, M
-        self.rows = program.rows
-        self.codes: list[list[int]] = []
-        self.steps: list[list[int] | None] = []
-        self.groups: list[dict[int, tuple[bool, int]]] = []
-        self.invalid: list[tuple[int, int, Action]] = []
-        self._actions: list[list[Action]] | None = None
-        self._kinds: frozenset[int] | None = None
-        if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
-            self._kinds = kinds
-            self.codes = codes
-            self.steps = [None] * len(codes)
-            self.groups = [{} for _ in codes]
-            return
-        get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
-        for rank, row in enumerate(program.rows):
-            if row and set(map(type, row)) == {Action}:
-                try:
-                    stages_ok = 0 <= min(map(get_stage, row)) and max(map(get_stage, row)) < S
-                    mbs_ok = 0 <= min(map(get_mb, row)) and max(map(get_mb, row)) < M
-                except TypeError:  # a stage-only action (no microbatch): take the careful path
-                    stages_ok = mbs_ok = False
-                if stages_ok and mbs_ok:
-                    plain = cast("tuple[Action, ...]", row)
-                    self.codes.append([((a.stage * M + a.microbatch) << 4) + a.kind for a in plain])  # type: ignore[operator]
-                    self.steps.append(None)
-                    self.groups.append({})
-                    continue
-            self._careful(rank, row, S, M)
-
-    def _careful(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
-        codes: list[int] = []
-        steps: list[int] = []
-        groups: dict[int, tuple[bool, int]] = {}
-        for index, step in enumerate(row):
-            t = type(step)
-            if t is Idle:
-                continue
-            parts = actions_of(step)
-            if t is not Action:
-                groups[len(codes)] = (t is Batch, len(parts))
-            for a in parts:
-                m = 0 if a.microbatch is None else a.microbatch
-                if not (0 <= a.stage < S and 0 <= m < M and 0 <= a.kind < 16):
-                    self.invalid.append((rank, index, a))
-                    codes.append(-1)
-                else:
-                    codes.append(((a.stage * M + m) << 4) + a.kind)
-                steps.append(index)
-        self.codes.append(codes)
-        self.steps.append(steps)
-        self.groups.append(groups)
-
-    def step_of(self, rank: int, i: int) -> int:
-        steps = self.steps[rank]
-        return i if steps is None else steps[i]
-
-    def action(self, rank: int, i: int) -> Action:
-        """The Action object behind code i of a rank (for messages and timing callbacks)."""
-        return self.actions_of_rank(rank)[i]
-
-    def actions_of_rank(self, rank: int) -> list[Action]:
-        """The Action objects of a rank, one per code."""
-        if self._actions is None:
-            self._actions = [[a for s in row for a in actions_of(s)] for row in self.rows]
-        return self._actions[rank]
-
-    @property
-    def kinds(self) -> frozenset[int]:
-        """The kinds of action (Kind values) the program uses."""
-        if self._kinds is None:
-            found: set[int] = set()
-            for codes in self.codes:
-                found.update(map(and_, codes, repeat(15)))
-            found.discard(15)  # the -1 of an out-of-range action
-            self._kinds = frozenset(found)
-        return self._kinds
-
-    def describe(self, code: int) -> str:
-        """`0SEND_F3`-style text of a code."""
-        sm, k = code >> 4, code & 15
-        stage, mb = divmod(sm, self.microbatches)
-        kind = KIND_OF[k]
-        return f"{stage}{kind.name}" if kind.stage_only else f"{stage}{kind.name}{mb}"
-
-
-# The last few encodings made, by program identity: check() then lower() then check() of the
-# lowered program (the CLI's and the benchmark's path) encode each program once. A weak
-# reference guards against a recycled id().
-_REMEMBERED: dict[int, tuple[weakref.ref[Program], Encoded]] = {}
-
-
-def remember(program: Program, enc: Encoded) -> None:
-    """Record the encoding of `program` (lowering builds it alongside the rows)."""
-    while len(_REMEMBERED) >= 4:
-        _REMEMBERED.pop(next(iter(_REMEMBERED)))
-    _REMEMBERED[id(program)] = (weakref.ref(program), enc)
-
-
-def encode(program: Program) -> Encoded:
-    hit = _REMEMBERED.get(id(program))
-    if hit is not None and hit[0]() is program:
-        return hit[1]
-    enc = Encoded(program)
-    remember(program, enc)
-    return enc
-
-
-def peer_code(code: int, microbatches: int) -> int:
-    """The code of the operation a send or receive meets: SEND_F(s,m) <-> RECV_F(s+1,m), and
-    SEND_B(s,m) <-> RECV_B(s-1,m)."""
-    k = code & 15
-    sm = code >> 4
-    if k == SEND_F:
-        return ((sm + microbatches) << 4) | RECV_F
-    if k == RECV_F:
-        return ((sm - microbatches) << 4) | SEND_F
-    if k == SEND_B:
-        return ((sm - microbatches) << 4) | RECV_B
-    return ((sm + microbatches) << 4) | SEND_B
-
-
-# --------------------------------------------------------------------------------------------
 # The engine
 
 
@@ -304,7 +158,15 @@ def execute(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, tim
     enc = encoded if encoded is not None else encode(program)
     if enc.invalid:
         raise ValueError("the program has out-of-range actions; check() reports them")
-    return _Engine(program, enc, model, timing).run()
+    if timing is not UNIT or enc is not encode(program):
+        return _Engine(program, enc, model, timing).run()
+    # The unit-time run is what the checker explains a hang with and lowering places
+    # exchanges by: made once per program and model, kept on the program.
+    key = f"execution:{model.value}"
+    run = program.derived.get(key)
+    if not isinstance(run, Execution):
+        run = program.derived[key] = _Engine(program, enc, model, timing).run()
+    return run
 
 
 def completes(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, encoded: Encoded | None = None) -> bool:
@@ -321,24 +183,16 @@ def completes(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, e
         raise ValueError("the program has out-of-range actions; check() reports them")
     if any(enc.groups) or any(steps is not None for steps in enc.steps):
         return _Engine(program, enc, model, UNIT).run().completed
-    return _completes_plain(enc, program.placement, model is CommModel.BUFFERED)
+    return _completes_plain(enc, model is CommModel.BUFFERED)
 
 
-def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -> bool:  # noqa: C901 - one hot loop
+def _completes_plain(enc: Encoded, buffered: bool) -> bool:  # noqa: C901 - one hot loop
     S, M = enc.stages, enc.microbatches
     R = len(enc.codes)
-    with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
-    f_off, b_off, _, _ = _offsets(S, M, placement, with_comms)
-    peer_delta = [0] * 16
-    peer_delta[SEND_F], peer_delta[RECV_F] = (M << 4) + 1, -(M << 4) - 1
-    peer_delta[SEND_B], peer_delta[RECV_B] = -(M << 4) + 1, (M << 4) - 1
-    need_off: list[int | None] = [None] * 16
-    need_off[SEND_F], need_off[SEND_B] = F_DONE, GRAD_DONE
-    if buffered:
-        need_off[RECV_F], need_off[RECV_B] = -(M << 3) + MSG_F_SENT, (M << 3) + MSG_B_SENT
-    out_slot = [0] * 16
-    out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
-    recv_off = _recv_offsets(M)
+    needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
+    f_off, b_off = needs.f_off, needs.b_off
+    peer_delta, need_off, out_slot, recv_off = needs.peer_delta, needs.need_off, needs.out_slot, needs.recv_off
+    meets = needs.meets  # where a link's order differs from the labels: who meets whom
     done = bytearray((S * M + M) << 3)  # 1 once a key is complete; padded as in the engine
     posted: dict[int, int] = {}  # code of a posted send/receive -> its rank
     waiters: dict[int, list[int]] = {}
@@ -387,19 +241,27 @@ def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -
                 continue
             base = (c >> 4) << 3
             off = need_off[k]
-            if off is not None and not done[base + off]:
-                waiters.setdefault(base + off, []).append(r)
-                break
+            if off is not None:
+                key = base + off
+                if meets is not None and k & 1:  # a buffered receive waits for the send it meets
+                    key = sent_key(meets.get(c, c + peer_delta[k]))
+                if not done[key]:
+                    waiters.setdefault(key, []).append(r)
+                    break
             if buffered:
                 base |= out_slot[k]
             else:
-                pr = posted.pop(c + peer_delta[k], None)
+                pcode = c + peer_delta[k]
+                if meets is not None:
+                    pcode = meets.get(c, pcode)
+                pr = posted.pop(pcode, None)
                 if pr is None:
                     posted[c] = r
                     break
                 pc[pr] += 1  # the peer was parked on this very operation
                 push(pr)
-                base += recv_off[k]  # the pair's receive completes (a send's key matters only when buffered)
+                # The pair's receive completes (a send's key matters only when buffered).
+                base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
             done[base] = 1
             if waiters and base in waiters:
                 extend(waiters.pop(base))
@@ -408,41 +270,13 @@ def _completes_plain(enc: Encoded, placement: tuple[int, ...], buffered: bool) -
     return all(pc[r] >= len(codes_of[r]) for r in range(R))
 
 
-def _recv_offsets(M: int) -> list[int]:
-    """Per kind of send/receive: the offset from `(code >> 4) << 3` to the key the receive of
-    its pair completes (its own for a receive; its peer's for a send)."""
-    off = [0] * 16
-    off[RECV_F], off[RECV_B] = RECV_F_DONE, RECV_B_DONE
-    off[SEND_F], off[SEND_B] = (M << 3) + RECV_F_DONE, -(M << 3) + RECV_B_DONE
-    return off
-
-
-def _offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
-             ) -> tuple[list[int | None], list[int | None], list[bool], list[bool]]:
-    """Per (stage, microbatch) `sm`: the offset from `sm << 3` to the key a forward waits for,
-    and to the gradient key a backward waits for (None: no such dependency); per stage,
-    whether that input crosses ranks with no receive (compute-only programs: the hand-off
-    costs a message time). Lists of shared small objects: the loop reads them in order."""
-    f_off: list[int | None] = []
-    b_off: list[int | None] = []
-    f_hop = [False] * S
-    b_hop = [False] * S
-    for s in range(S):
-        fo: int | None = None
-        bo: int | None = None
-        if s > 0:
-            if placement[s - 1] == placement[s] or not with_comms:
-                fo, f_hop[s] = -(M << 3) | F_DONE, placement[s - 1] != placement[s]
-            else:
-                fo = RECV_F_DONE
-        if s < S - 1:
-            if placement[s + 1] == placement[s] or not with_comms:
-                bo, b_hop[s] = (M << 3) | GRAD_DONE, placement[s + 1] != placement[s]
-            else:
-                bo = RECV_B_DONE
-        f_off += [fo] * M
-        b_off += [bo] * M
-    return f_off, b_off, f_hop, b_hop
+# How the engine reads a duration: `dur[code & dur_mask]`. DUR_PER_KIND: a table of 16, one
+# per Kind value (every stage has the same times); DUR_PER_CODE (all bits set): one per code.
+DUR_PER_KIND = KIND_MASK
+DUR_PER_CODE = -1
+# A rank's position while a grouped batch waits for peers to meet its members: not a step;
+# `finish_peer` moves the rank past the batch when the last member is met.
+PARKED = -1
 
 
 class _Engine:
@@ -451,35 +285,36 @@ class _Engine:
         self.enc = enc
         self.model = model
         self.timing = timing
+        self.needs = enc.needs(model is CommModel.BUFFERED)
 
     def _durations(self, with_comms: bool, f_hop: list[bool], b_hop: list[bool]
                    ) -> tuple[list[float], int, list[float] | None, list[float] | None]:
         """Durations as the loop reads them, `dur[code & mask]`: per Kind value (mask 15) when
         every stage has the same, else per action code (mask -1): a compute's time, a send's
         or receive's message time. And per code, the message time an implicit hand-off adds
-        before a forward (hop1) or a backward (hop2) in a compute-only program (None: none)."""
+        before a forward (f_hop_time) or a backward (b_hop_time) in a compute-only program (None: none)."""
         enc, timing = self.enc, self.timing
         S, M = enc.stages, enc.microbatches
         SM = S * M
         needs_hops = not with_comms and (any(f_hop) or any(b_hop))
-        hop1: list[float] | None = None
-        hop2: list[float] | None = None
+        f_hop_time: list[float] | None = None
+        b_hop_time: list[float] | None = None
         if timing.is_unit:
-            return [1.0] * 4 + [0.0] * 12, 15, None, None
+            return [1.0] * 4 + [0.0] * 12, DUR_PER_KIND, None, None
         if timing.table is not None and timing.fixed_message is not None:
             msg = timing.fixed_message
             rows = [tuple(float(x) for x in (timing.table[s] if s < len(timing.table) else ()))[:4] for s in range(S)]
             rows = [row + (0.0,) * (4 - len(row)) for row in rows]
             if needs_hops and msg:
-                hop1, hop2 = [0.0] * (SM << 4), [0.0] * (SM << 4)
+                f_hop_time, b_hop_time = [0.0] * (SM << 4), [0.0] * (SM << 4)
                 for s in range(S):
                     c0, c1 = (s * M) << 4, ((s + 1) * M) << 4
                     if f_hop[s]:
-                        hop1[c0 + F:c1:16] = [msg] * M
+                        f_hop_time[c0 + F:c1:16] = [msg] * M
                     if b_hop[s]:
-                        hop2[c0 + B:c1:16] = hop2[c0 + I:c1:16] = [msg] * M
+                        b_hop_time[c0 + B:c1:16] = b_hop_time[c0 + I:c1:16] = [msg] * M
             if len(set(rows)) <= 1:  # the same on every stage: a table of 16
-                return list(rows[0] if rows else (0.0,) * 4) + [msg] * 4 + [0.0] * 8, 15, hop1, hop2
+                return list(rows[0] if rows else (0.0,) * 4) + [msg] * 4 + [0.0] * 8, DUR_PER_KIND, f_hop_time, b_hop_time
             dur = [0.0] * (SM << 4)
             for s, row in enumerate(rows):
                 c0, c1 = (s * M) << 4, ((s + 1) * M) << 4
@@ -490,26 +325,26 @@ class _Engine:
                 every = [msg] * SM
                 for k in (SEND_F, RECV_F, SEND_B, RECV_B):
                     dur[k::16] = every
-            return dur, -1, hop1, hop2
+            return dur, DUR_PER_CODE, f_hop_time, b_hop_time
         # The callback form: one call per action, made here rather than in the run.
         compute, message = timing.compute, timing.message
         dur = [0.0] * (SM << 4)
         if needs_hops:
-            hop1, hop2 = [0.0] * (SM << 4), [0.0] * (SM << 4)
+            f_hop_time, b_hop_time = [0.0] * (SM << 4), [0.0] * (SM << 4)
         for r, codes in enumerate(enc.codes):
             for c, a in zip(codes, enc.actions_of_rank(r)):
                 k = c & 15
                 if k <= B:
                     dur[c] = compute(a)
-                    if hop1 is not None and hop2 is not None:
+                    if f_hop_time is not None and b_hop_time is not None:
                         s = a.stage
                         if k == F and f_hop[s]:
-                            hop1[c] = message(a)
+                            f_hop_time[c] = message(a)
                         elif k != F and k != W and b_hop[s]:
-                            hop2[c] = message(a)
+                            b_hop_time[c] = message(a)
                 elif k <= RECV_B:
                     dur[c] = message(a)
-        return dur, -1, hop1, hop2
+        return dur, DUR_PER_CODE, f_hop_time, b_hop_time
 
     def run(self) -> Execution:  # noqa: C901 - one hot loop, kept flat on purpose
         program, enc, timing = self.program, self.enc, self.timing
@@ -519,21 +354,11 @@ class _Engine:
         buffered = self.model is CommModel.BUFFERED
         with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
         unit = timing.is_unit
-        f_off, b_off, f_hop, b_hop = _offsets(S, M, program.placement, with_comms)
-        dur, dmask, hop1, hop2 = self._durations(with_comms, f_hop, b_hop)
-
-        # Per kind of send/receive: the code of its peer is `code + peer_delta[kind]`; it waits
-        # for the key `(sm << 3) + need_off[kind]` (None: nothing) and completes `out_slot`.
-        peer_delta = [0] * 16
-        peer_delta[SEND_F], peer_delta[RECV_F] = (M << 4) + 1, -(M << 4) - 1
-        peer_delta[SEND_B], peer_delta[RECV_B] = -(M << 4) + 1, (M << 4) - 1
-        need_off: list[int | None] = [None] * 16
-        need_off[SEND_F], need_off[SEND_B] = F_DONE, GRAD_DONE
-        if buffered:
-            need_off[RECV_F], need_off[RECV_B] = -(M << 3) + MSG_F_SENT, (M << 3) + MSG_B_SENT
-        out_slot = [0] * 16
-        out_slot[SEND_F], out_slot[RECV_F], out_slot[SEND_B], out_slot[RECV_B] = MSG_F_SENT, RECV_F_DONE, MSG_B_SENT, RECV_B_DONE
-        recv_off = _recv_offsets(M)
+        needs = self.needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
+        f_off, b_off = needs.f_off, needs.b_off
+        dur, dur_mask, f_hop_time, b_hop_time = self._durations(with_comms, needs.f_hop, needs.b_hop)
+        peer_delta, need_off, out_slot, recv_off = needs.peer_delta, needs.need_off, needs.out_slot, needs.recv_off
+        meets = needs.meets  # where a link's order differs from the labels: who meets whom
 
         # Completion time per key (-1: not yet). M microbatches' worth of keys past the end
         # that nothing writes: the input of a send or receive to a stage outside the pipeline
@@ -584,8 +409,10 @@ class _Engine:
             if waiters:
                 wake(ok)
 
-        def deps_of(c: int) -> list[tuple[int, float]]:
-            return _deps_of(c, f_off, b_off, need_off, hop1, hop2)
+        def deps_here(c: int) -> list[tuple[int, float]]:
+            """(key, the implicit message time before it is usable) of what code c waits for."""
+            hops = f_hop_time if c & 15 == F else b_hop_time
+            return [(key, hops[c] if crosses and hops is not None else 0.0) for key, crosses in needs.of(c)]
 
         while work:
             r = popleft()
@@ -607,7 +434,7 @@ class _Engine:
                         t0 = t
                         stuck = False
                         for j in range(i, i + count):
-                            for key, delay in deps_of(codes[j]):
+                            for key, delay in deps_here(codes[j]):
                                 d = done[key]
                                 if d < 0:
                                     waiters.setdefault(key, []).append(r)
@@ -625,7 +452,7 @@ class _Engine:
                             end = t0 + (1.0 if unit else timing.overlap_time(pair))
                             for j in range(i, i + count):
                                 cj = codes[j]
-                                for key in _compute_outputs(cj):
+                                for key in compute_outputs(cj):
                                     if done[key] < 0:
                                         done[key] = end
                                     if waiters:
@@ -644,13 +471,15 @@ class _Engine:
                             cj = codes[j]
                             kj = cj & 15
                             pcode = cj + peer_delta[kj]
+                            if meets is not None:
+                                pcode = meets.get(cj, pcode)
                             other = posted.pop(pcode, None)
                             if other is None:
                                 posted[cj] = (r, t0)
                                 continue
                             pr, pt = other
                             start = t0 if t0 > pt else pt
-                            end = start + dur[cj & dmask]
+                            end = start + dur[cj & dur_mask]
                             ok = ((cj >> 4) << 3) | out_slot[kj]
                             if done[ok] < 0:
                                 done[ok] = end
@@ -662,7 +491,7 @@ class _Engine:
                             finish_peer(pr, pcode, start, end)
                         if pending[r]:
                             ready[r] = t
-                            i = -1  # parked: finish_peer completes the batch
+                            i = PARKED  # finish_peer completes the batch
                             break
                         t = batch_end[r]
                         en[i:i + count] = [t] * count
@@ -680,11 +509,11 @@ class _Engine:
                             if d < 0:
                                 waiters.setdefault(base + off, []).append(r)
                                 break
-                            if hop1 is not None:
-                                d += hop1[c]
+                            if f_hop_time is not None:
+                                d += f_hop_time[c]
                             if d > t0:
                                 t0 = d
-                        end = t0 + dur[c & dmask]
+                        end = t0 + dur[c & dur_mask]
                         done[base] = end
                         if waiters and base in waiters:
                             extend(waiters.pop(base))
@@ -695,7 +524,7 @@ class _Engine:
                             break
                         if d > t0:
                             t0 = d
-                        end = t0 + dur[c & dmask]
+                        end = t0 + dur[c & dur_mask]
                     else:  # B or I: its forward, and the gradient from the next stage
                         d = done[base]
                         if d < 0:
@@ -709,11 +538,11 @@ class _Engine:
                             if d < 0:
                                 waiters.setdefault(base + off, []).append(r)
                                 break
-                            if hop2 is not None:
-                                d += hop2[c]
+                            if b_hop_time is not None:
+                                d += b_hop_time[c]
                             if d > t0:
                                 t0 = d
-                        end = t0 + dur[c & dmask]
+                        end = t0 + dur[c & dur_mask]
                         base |= GRAD_DONE
                         done[base] = end
                         if waiters and base in waiters:
@@ -737,28 +566,34 @@ class _Engine:
                 t0 = t
                 off = need_off[k]
                 if off is not None:
-                    d = done[base + off]
+                    key = base + off
+                    if meets is not None and k & 1:  # a buffered receive waits for the send it meets
+                        key = sent_key(meets.get(c, c + peer_delta[k]))
+                    d = done[key]
                     if d < 0:
-                        waiters.setdefault(base + off, []).append(r)
+                        waiters.setdefault(key, []).append(r)
                         break
                     if d > t0:
                         t0 = d
                 if buffered:
-                    end = t0 if k & 1 else t0 + dur[c & dmask]  # a receive takes no time once its send is done
+                    end = t0 if k & 1 else t0 + dur[c & dur_mask]  # a receive takes no time once its send is done
                     base |= out_slot[k]
                     done[base] = end
                     if waiters and base in waiters:
                         extend(waiters.pop(base))
                 else:
                     pcode = c + peer_delta[k]
+                    if meets is not None:
+                        pcode = meets.get(c, pcode)
                     other = posted.pop(pcode, None)
                     if other is None:
                         posted[c] = (r, t0)
                         st[i] = t0
                         break
                     pr, pt = other
-                    end = (t0 if t0 > pt else pt) + dur[c & dmask]
-                    base += recv_off[k]  # the pair's receive completes (a send's key matters only when buffered)
+                    end = (t0 if t0 > pt else pt) + dur[c & dur_mask]
+                    # The pair's receive completes (a send's key matters only when buffered).
+                    base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
                     done[base] = end
                     if waiters and base in waiters:
                         extend(waiters.pop(base))
@@ -774,12 +609,12 @@ class _Engine:
                 en[i] = end
                 t = end
                 i += 1
-            if i >= 0:
+            if i != PARKED:
                 pc[r] = i
                 ready[r] = t
 
         completed = all(pc[r] >= len(codes_of[r]) for r in range(R))
-        waits = () if completed else tuple(self._waits(pc, pending, posted, f_off, b_off, need_off, done))
+        waits = () if completed else tuple(self._waits(pc, pending, posted, done))
         step_starts, step_ends = self._per_step(starts, ends)
         makespan = max(map(_last_end, step_ends), default=0.0)
         return Execution(completed, step_starts, step_ends, waits, makespan)
@@ -809,7 +644,6 @@ class _Engine:
         return tuple(out_s), tuple(out_e)
 
     def _waits(self, pc: list[int], pending: list[int], posted: dict[int, tuple[int, float]],
-               f_off: list[int | None], b_off: list[int | None], need_off: list[int | None],
                done: list[float]) -> list[Wait]:
         """Where each unfinished rank waits, and for what: worked out after the run from where
         it stopped (the loop keeps no record of it)."""
@@ -831,55 +665,35 @@ class _Engine:
             if pending[r]:
                 # A parked batch: name a member that has not met its peer yet.
                 j = next((j for j in members if codes[j] in posted), i)
-                reason, key, index = "peer", peer_code(codes[j], M), j
+                reason, key, index = "peer", enc.meets(codes[j]), j
             else:
                 for j in members:
-                    waiting = [key for key, _ in _deps_of(codes[j], f_off, b_off, need_off, None, None) if done[key] < 0]
+                    waiting = [key for key, _ in self.needs.of(codes[j]) if done[key] < 0]
                     if waiting:
                         reason, key, index = "data", waiting[0], j
                         break
                 else:
                     j = next((j for j in members if (codes[j] & 15) in _COMM_KINDS), i)
-                    reason, key, index = "peer", peer_code(codes[j], M), j
+                    reason, key, index = "peer", enc.meets(codes[j]), j
             action = enc.action(r, index)
             step = enc.step_of(r, i)
             if reason == "peer":
+                if key == NO_PEER:  # nothing left on the link to meet: name the labelled peer
+                    key = peer_code(codes[index], M)
                 on = where.get(key)
                 out.append(Wait(r, step, action, enc.describe(key), on, "peer" if on is not None else "missing"))
                 continue
+            if key < 0:  # a buffered receive with no send left on its link (NO_PEER)
+                out.append(Wait(r, step, action, enc.describe(peer_code(codes[index], M)), None, "missing"))
+                continue
             # A data key: the action that completes it.
-            sm, slot = key >> 3, key & 7
-            producer_kinds = {F_DONE: (F,), GRAD_DONE: (B, I), I_DONE: (I,), RECV_F_DONE: (RECV_F,),
-                              RECV_B_DONE: (RECV_B,), MSG_F_SENT: (SEND_F,), MSG_B_SENT: (SEND_B,)}[slot]
-            on = None
-            text = enc.describe((sm << 4) | producer_kinds[0])
-            for k in producer_kinds:
-                if ((sm << 4) | k) in where:
-                    on = where[(sm << 4) | k]
-                    text = enc.describe((sm << 4) | k)
-                    break
+            made_by = producers(key)
+            found = next((c for c in made_by if c in where), None)
+            on = None if found is None else where[found]
+            text = enc.describe(made_by[0] if found is None else found)
             out.append(Wait(r, step, action, text, on, "data" if on is not None else "missing"))
         return out
 
-
-def _deps_of(c: int, f_off: list[int | None], b_off: list[int | None], need_off: list[int | None],
-             hop1: list[float] | None, hop2: list[float] | None) -> list[tuple[int, float]]:
-    """(key, implicit message time) of each dependency of action code c, as the loop sees them."""
-    k, sm = c & 15, c >> 4
-    base = sm << 3
-    out: list[tuple[int, float]] = []
-    if k == F:
-        if f_off[sm] is not None:
-            out.append((base + f_off[sm], 0.0 if hop1 is None else hop1[c]))  # type: ignore[operator]
-    elif k == W:
-        out.append((base | I_DONE, 0.0))
-    elif k == B or k == I:
-        out.append((base, 0.0))
-        if b_off[sm] is not None:
-            out.append((base + b_off[sm], 0.0 if hop2 is None else hop2[c]))  # type: ignore[operator]
-    elif k < 16 and need_off[k] is not None:
-        out.append((base + need_off[k], 0.0))  # type: ignore[operator]
-    return out
 
 
 def _last_end(row_ends: Sequence[float | None]) -> float:
@@ -889,24 +703,6 @@ def _last_end(row_ends: Sequence[float | None]) -> float:
             return e
     return 0.0
 
-
-def _compute_outputs(code: int) -> tuple[int, ...]:
-    k = code & 15
-    sm3 = (code >> 4) << 3
-    if k == F:
-        return (sm3 | F_DONE,)
-    if k == B:
-        return (sm3 | GRAD_DONE,)
-    if k == I:
-        return (sm3 | GRAD_DONE, sm3 | I_DONE)
-    return ()
-
-
-def describe_key(key: int, microbatches: int) -> tuple[int, int, int, str]:
-    """(stage, microbatch, slot, text such as `1RECV_F3`) of a dependency key."""
-    sm, slot = key >> 3, key & 7
-    stage, mb = divmod(sm, microbatches)
-    return stage, mb, slot, f"{stage}{SLOT_NAMES[slot]}{mb}"
 
 
 def wait_cycle(waits: tuple[Wait, ...] | list[Wait]) -> list[Wait]:

@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import and_, sub
 
-from .check.memory import peaks_from_codes
 from .costs import DEFAULT, CostModel, shares_of
 from .diagnostics import Diagnostic
 from .ir import Action, Batch, Kind, Overlap, Program
-from .memory import MemoryProfile, profile
+from .memory import MemoryProfile, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path
-from .semantics import CommModel, Execution, Wait, encode, execute, wait_cycle
+from .semantics import CommModel, Execution, Wait, execute, wait_cycle
+from .encoding import encode
 
 _IS_COMPUTE = [k <= Kind.B for k in range(16)]
 _IS_COMM = [Kind.SEND_F <= k <= Kind.RECV_B for k in range(16)]
@@ -46,6 +46,9 @@ class Simulation:
         self.starts = execution.starts
         self.ends = execution.ends
         self._weights = memory_weights
+        # True when `program` is a compute-only file lowered to explicit send/recv first, as the
+        # runtime runs it (`cli.simulate_cmd.simulate_file`, for measured message times).
+        self.lowered = False
         busy: list[float] = []
         comm: list[float] = []
         enc = encode(program)
@@ -95,7 +98,7 @@ class Simulation:
     @functools.cached_property
     def peak_memory(self) -> tuple[float, ...]:
         """Peak live activations per rank (the checker's memory model, `memory.py`), from the
-        integer codes when one sign per kind says it (see `check.memory.peaks_from_codes`)."""
+        integer codes when one sign per kind says it (see `memory.peaks_from_codes`)."""
         fast = peaks_from_codes(encode(self.program), self._weights)
         if fast is None:
             return self.memory.peak

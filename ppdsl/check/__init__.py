@@ -8,24 +8,25 @@ otherwise also be a deadlock).
 
 Each family is one module with a docstring that documents its codes, `FAMILY`, `CODES`,
 `REQUIRES` and `check(ctx) -> Iterator[Diagnostic]`; the registry is explicit, as in yamllint.
+The rules read the program's encoding (`ppdsl/encoding.py`: codes, positions, links, what each
+code waits for) and the engine (`semantics`); the analysis is kept on the program, so lint,
+then lower, then the runtime's plan analyse a program once.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from types import ModuleType
+
+from attrs import frozen
 
 from ..diagnostics import Diagnostic, PpsError, sorted_unique
 from ..ir import Program
 from ..semantics import CommModel
-from . import completeness, comms, deadlock, memory, order, structure, warnings
+from . import completeness, comms, deadlock, links, memory, order, structure, warnings
 from .context import Context, no_gc
 
-RULES: tuple[ModuleType, ...] = (structure, completeness, order, comms, deadlock, memory, warnings)
-
-_LAST: dict[tuple[int, CommModel], tuple[weakref.ref[Program], Context, list[Diagnostic], frozenset[str],
-                                         tuple[float | None, tuple[float, ...] | None]]] = {}
+RULES: tuple[ModuleType, ...] = (structure, completeness, order, comms, links, deadlock, memory, warnings)
 
 RULE_OF_CODE: dict[str, ModuleType] = {code: rule for rule in RULES for code in rule.CODES}
 
@@ -37,29 +38,42 @@ def explain(code: str) -> str | None:
 
 
 def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_memory: float | None = None,
-            memory_weights: Sequence[float] | None = None, families: Sequence[str] | None = None,
-            stop_if_comms: bool = False) -> tuple[list[Diagnostic], Context]:
+            memory_weights: Sequence[float] | None = None, families: Sequence[str] | None = None
+            ) -> tuple[list[Diagnostic], Context]:
     """check() and the context it built (with the execution, when the program got that far).
 
-    `families` limits the rule families run; `stop_if_comms` returns at once, with no
-    diagnostics, for a program with communication (lowering refuses those anyway)."""
+    `families` limits the rule families run. The analysis is kept on the program
+    (`Program.derived`), so asking again (lint, then lower, then the runtime's plan) costs
+    nothing."""
     model = CommModel(comm_model)
     wanted = frozenset(r.FAMILY for r in RULES) if families is None else frozenset(families)
     memory_key = (max_memory, None if memory_weights is None else tuple(memory_weights))
-    hit = _LAST.get((id(program), model))
-    if hit is not None and hit[0]() is program and wanted <= hit[3] and ("memory" not in wanted or hit[4] == memory_key):
+    last = program.derived.get(_ANALYSIS)
+    if isinstance(last, _Analysis) and (last.model is model or not wanted & _BY_MODEL) and wanted <= last.families \
+            and ("memory" not in wanted or last.memory_key == memory_key):
         # The same immutable program analysed a moment ago (lint, then lower): reuse it.
-        _, ctx, found, _, _ = hit
         codes = {c for r in RULES if r.FAMILY in wanted for c in r.CODES}
-        return [d for d in found if d.code in codes], ctx
+        return [d for d in last.found if d.code in codes], last.ctx
     with no_gc():
         ctx = Context(program, model, max_memory, memory_weights)
-        if stop_if_comms and ctx.has_comms:
-            return [], ctx
         found = _analyse(ctx, wanted)
-    _LAST.clear()  # one entry: it holds the execution, which is large
-    _LAST[(id(program), model)] = (weakref.ref(program), ctx, found, wanted, memory_key)
+    program.derived[_ANALYSIS] = _Analysis(model, wanted, memory_key, ctx, found)  # one per program: it holds the execution
     return found, ctx
+
+
+_ANALYSIS = "analysis"  # its entry in Program.derived
+_BY_MODEL = frozenset(("deadlock",))  # the families whose verdict depends on the comm model
+
+
+@frozen
+class _Analysis:
+    """The last analysis of a program, kept on it (`Program.derived`)."""
+
+    model: CommModel
+    families: frozenset[str]
+    memory_key: tuple[float | None, tuple[float, ...] | None]
+    ctx: Context
+    found: list[Diagnostic]
 
 
 def _analyse(ctx: Context, families: frozenset[str]) -> list[Diagnostic]:

@@ -26,7 +26,8 @@ from itertools import compress, repeat
 from operator import and_, ge, gt
 
 from ..diagnostics import Diagnostic
-from ..semantics import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F
+from ..encoding import (COMM_KINDS, COMPLETES, INPUT_FROM_RECEIVE, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, B, F, I,
+                        RECV_B, RECV_F, SEND_B, SEND_F)
 from .context import ABSENT_LAST, Context
 
 FAMILY = "comms"
@@ -47,8 +48,9 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
 
     # Sends and receives that point outside the pipeline, or stay on one rank.
     reported: set[int] = set()
-    partner_kind = {SEND_F: RECV_F, RECV_F: SEND_F, SEND_B: RECV_B, RECV_B: SEND_B}
-    for k, step_to, edge in ((SEND_F, 1, S - 1), (RECV_F, -1, 0), (SEND_B, -1, 0), (RECV_B, 1, S - 1)):
+    for k in COMM_KINDS:
+        step_to, partner = PEER_OF_KIND[k]  # which stage and kind it names as its peer
+        edge = S - 1 if step_to > 0 else 0
         suspicious = [edge] + [s for s in range(S) if s != edge and placement[s] == placement[s + step_to]]
         for stage in suspicious:
             lo = stage * M
@@ -61,8 +63,8 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
                     yield ctx.diag("PPS207", f"{ctx.text(code)} names a stage {where}", rank, step,
                                    help="delete it: there is no such stage")
                     continue
-                partner = (sm + step_to * M) << 4 | partner_kind[k]
-                if k in (RECV_F, RECV_B) and pos[partner] >= 0:
+                partner_code = (sm + step_to * M) << 4 | partner
+                if k in (RECV_F, RECV_B) and pos[partner_code] >= 0:
                     continue  # reported once, on the send
                 rank, step = at(code)
                 yield ctx.diag("PPS204", f"{ctx.text(code)} hands data between stages {stage} and {stage + step_to}, "
@@ -72,7 +74,8 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     # Pairing: a send of (s, m) meets the receive of (s+1, m) forward, (s-1, m) backward.
     # Stage by stage: where both are there for every microbatch (or neither is), the stage
     # pairs up, decided by two C-level scans.
-    for send, recv, step_to in ((SEND_F, RECV_F, 1), (SEND_B, RECV_B, -1)):
+    for send in (SEND_F, SEND_B):
+        step_to, recv = PEER_OF_KIND[send]
         sends, recvs = col[send], col[recv]
         for stage in range(S):
             peer_stage = stage + step_to
@@ -111,7 +114,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     # (structure holds), so global indices compare as positions in one row. An absent
     # producer or consumer is PPS103's business: it never counts as late here.
     kinds = ctx.kinds
-    for k, producer in ((SEND_F, F), (SEND_B, B), (SEND_B, I)):
+    for k, producer in ((k, p) for k, slot in SEND_NEEDS.items() for p in PRODUCERS[slot]):
         if producer not in kinds:
             continue
         for sm in _later(col[producer], col[k], M):
@@ -120,7 +123,8 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             yield ctx.diag("PPS205", f"{ctx.text(code)} at step {step} sends what {ctx.text(sm << 4 | producer)} "
                            f"computes later, at step {ctx.locate(col[producer][sm])[1]}", rank, step,
                            help="move the send after the compute")
-    for k, consumer in ((RECV_F, F), (RECV_B, B), (RECV_B, I)):
+    for k, consumer in ((k, c) for k in (RECV_F, RECV_B) for c, slot in INPUT_FROM_RECEIVE.items()
+                        if slot == COMPLETES[k]):
         if consumer not in kinds:
             continue
         for sm in _later(col[k], col[consumer], M):

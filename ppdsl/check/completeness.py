@@ -21,14 +21,13 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..semantics import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F, W
+from ..encoding import COMM_KINDS, B, F, I, W
 from .context import SHIFT, Context, mb_ranges
 
 FAMILY = "completeness"
 CODES = ("PPS103", "PPS104", "PPS105", "PPS203")
 REQUIRES: tuple[str, ...] = ("structure",)  # families that must have found no error
 
-_COMM = {SEND_F, RECV_F, SEND_B, RECV_B}
 
 
 def check(ctx: Context) -> Iterator[Diagnostic]:
@@ -97,6 +96,6 @@ def _duplicates(ctx: Context) -> Iterator[Diagnostic]:
         for i, c in enumerate(codes):
             if c in repeated and first[c] != (rank << SHIFT | i):
                 r0, s0 = ctx.locate(first[c])
-                code = "PPS203" if (c & 15) in _COMM else "PPS104"
+                code = "PPS203" if (c & 15) in COMM_KINDS else "PPS104"
                 yield ctx.diag(code, f"{ctx.text(c)} appears again; it first runs on rank {r0} at step {s0}",
                                rank, ctx.enc.step_of(rank, i), help="each action runs exactly once: delete one")

@@ -2,7 +2,7 @@
 way to turn (rank, step) into a located diagnostic.
 
 Built once per `check()` call. The position table maps an action code (see
-`semantics.encode`) to its global index `rank << SHIFT | i` (i: index of the action in the
+`encoding.encode`) to its global index `rank << SHIFT | i` (i: index of the action in the
 rank's list of actions), so rules can ask "is `2RECV_F3` there, and before `2F3`?" with one
 list lookup, or ask it of every microbatch of every stage at once with a slice.
 """
@@ -10,36 +10,19 @@ list lookup, or ask it of every microbatch of every stage at once with a slice.
 from __future__ import annotations
 
 import bisect
-import gc
 import re
-from collections import deque
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from ..diagnostics import Diagnostic, Severity
 from ..ir import Program, Span
-from ..semantics import CommModel, Encoded, Execution, encode
+from ..semantics import CommModel, Execution
+from ..encoding import COMM_KINDS, LOW as LOW, SHIFT as SHIFT, Encoded, encode
+from ..gcpause import no_gc as no_gc
 
-SHIFT = 32
-LOW = (1 << SHIFT) - 1
 # `x & ABSENT_LAST` keeps a position and turns -1 (absent) into a number past every position:
 # "is it later than ...?" is then false for an absent action, in one C-level map.
 ABSENT_LAST = (1 << 62) - 1
 _WORD = re.compile(r"\S+")
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: checking and lowering make hundreds of thousands of
-    small acyclic objects, and each generation-2 pass would rescan all of them (measured: it
-    made lowering 64 ranks x 1024 microbatches several times slower)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def mb_ranges(mbs: Sequence[int]) -> str:
@@ -69,36 +52,17 @@ class Context:
         # Filled by the rules, read by later ones.
         self.failed: set[str] = set()  # rule families that reported an error
         self.execution: Execution | None = None
-        self._pos: list[int] | None = None
-        self._columns: dict[int, list[int]] = {}
         self._span_cache: dict[int, tuple[list[int], list[list[tuple[int, int]] | None]]] = {}
 
     # -- tables ----------------------------------------------------------------------------
     @property
     def pos(self) -> list[int]:
-        """code -> global index of its first occurrence, -1 where the program lacks it.
-
-        A list over the whole code space rather than a dict: a rule reads every (stage,
-        microbatch) of one kind as the slice `pos[kind::16]`, in C. Filled by scattering each
-        row backwards, so the first occurrence of a code is the one that stays."""
-        if self._pos is None:
-            pos = [-1] * (self.S * self.M * 16)
-            setter = pos.__setitem__
-            for rank in range(len(self.enc.codes) - 1, -1, -1):
-                codes = self.enc.codes[rank]
-                base = rank << SHIFT
-                deque(map(setter, reversed(codes), range(base + len(codes) - 1, base - 1, -1)), maxlen=0)
-            if pos:
-                pos[-1] = -1  # an out-of-range action's code -1 landed here; no real code does (kind 15)
-            self._pos = pos
-        return self._pos
+        """code -> global index of its first occurrence, -1 where absent (`Encoded.pos`)."""
+        return self.enc.pos
 
     def column(self, kind: int) -> list[int]:
         """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""
-        col = self._columns.get(kind)
-        if col is None:
-            col = self._columns[kind] = self.pos[kind::16]
-        return col
+        return self.enc.column(kind)
 
     @property
     def kinds(self) -> frozenset[int]:
@@ -107,7 +71,7 @@ class Context:
 
     @property
     def has_comms(self) -> bool:
-        return not self.kinds.isdisjoint((4, 5, 6, 7))
+        return not self.kinds.isdisjoint(COMM_KINDS)
 
     def locate(self, g: int) -> tuple[int, int]:
         """(rank, step) of a global index."""
@@ -147,6 +111,11 @@ class Context:
         if 0 <= j < len(w):
             return Span(seg.line, seg.column + w[j][0], seg.column + w[j][1])
         return Span(seg.line, seg.column)
+
+    def where(self, rank: int | None, step: int | None) -> str:
+        """`path:line:col` of a step, for messages that name more than one place."""
+        span = self.span(rank, step)
+        return f"{self.path}:{span.line}:{span.column}"
 
     def diag(self, code: str, message: str, rank: int | None = None, step: int | None = None,
              help: str | None = None, notes: Sequence[str] = (), warning: bool = False) -> Diagnostic:

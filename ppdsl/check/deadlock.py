@@ -24,8 +24,9 @@ from collections import deque
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
+from ..encoding import producers
 from ..english import plural
-from ..semantics import B, CommModel, F, I, W, completes, execute, wait_cycle
+from ..semantics import CommModel, completes, execute, wait_cycle
 from .context import SHIFT, Context
 
 FAMILY = "deadlock"
@@ -109,7 +110,8 @@ def shortest_cycle(ctx: Context) -> list[tuple[int, bool]]:
     program order costs 0, a data dependency 1), as [(global index, edge into it is data)]."""
     ex = ctx.execution
     assert ex is not None
-    enc, M, S, pos = ctx.enc, ctx.M, ctx.S, ctx.pos
+    enc, pos = ctx.enc, ctx.pos
+    needs = enc.needs(False)  # compute-only: the model does not matter
     unfinished: set[int] = set()
     for rank, codes in enumerate(enc.codes):
         ends = ex.ends[rank]
@@ -123,22 +125,11 @@ def shortest_cycle(ctx: Context) -> list[tuple[int, bool]]:
         out: list[tuple[int, int]] = []
         if i > 0 and (g - 1) in unfinished:
             out.append((g - 1, 0))
-        c = enc.codes[rank][i]
-        k, sm = c & 15, c >> 4
-        stage = sm // M
-        deps: list[int] = []
-        if k == F and stage > 0:
-            deps.append((sm - M) << 4 | F)
-        elif k in (B, I):
-            deps.append(sm << 4 | F)
-            if stage < S - 1:
-                deps.extend(((sm + M) << 4 | B, (sm + M) << 4 | I))
-        elif k == W:
-            deps.append(sm << 4 | I)
-        for d in deps:
-            h = pos[d]
-            if h >= 0 and h in unfinished:
-                out.append((h, 1))
+        for key, _ in needs.of(enc.codes[rank][i]):  # the engine's rule (encoding.Needs)
+            for d in producers(key):
+                h = pos[d]
+                if h >= 0 and h in unfinished:
+                    out.append((h, 1))
         return out
 
     best: list[tuple[int, bool]] = []

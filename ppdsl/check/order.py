@@ -12,7 +12,7 @@ from itertools import repeat
 from operator import and_, lt
 
 from ..diagnostics import Diagnostic
-from ..semantics import B, F, I, W
+from ..encoding import LOCAL_NEEDS
 from .context import ABSENT_LAST, Context
 
 FAMILY = "order"
@@ -26,7 +26,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     # when both are there (a missing later action counts as past everything, a missing
     # earlier one as -1).
     kinds = ctx.kinds
-    for before, after in ((F, B), (F, I), (I, W)):
+    for before, after in LOCAL_NEEDS:  # the dependency rule within one stage and microbatch
         if before not in kinds or after not in kinds:
             continue
         first = ctx.column(before)

@@ -26,7 +26,7 @@ from operator import floordiv
 from ..diagnostics import Diagnostic
 from ..english import plural
 from ..ir import Batch
-from ..semantics import B, I, RECV_B, SEND_B, W
+from ..encoding import B, I, RECV_B, SEND_B, W
 from .context import Context
 
 FAMILY = "structure"

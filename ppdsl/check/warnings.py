@@ -14,7 +14,7 @@ from operator import lt
 from ..diagnostics import Diagnostic
 from ..english import plural
 from ..ir import Idle
-from ..semantics import B, F, I, W
+from ..encoding import B, F, I, W
 from .context import Context
 
 FAMILY = "warnings"

@@ -19,7 +19,7 @@ from ..diagnostics import PpsError, UsageError
 from .common import print_diagnostics
 
 # Subcommand -> module in this package, in the order `--help` lists them.
-COMMANDS = ("lint", "fmt", "expand", "simulate", "show", "convert", "run")
+COMMANDS = ("lint", "fmt", "expand", "simulate", "show", "search", "convert", "run")
 
 
 def _modules() -> dict[str, ModuleType]:

@@ -19,6 +19,8 @@ from ..english import plural
 from ..limits import MAX_COST, MAX_SECONDS, MAX_STEPS
 from .common import number, whole_number
 
+MAX_THREADS = 1024
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", nargs="+",
@@ -40,11 +42,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", metavar="OUT.json", help="write measured per-action times (ppdsl simulate --costs)")
     p.add_argument("--sum-grads", action="store_true",
                    help="sum microbatch gradients instead of averaging them (Paddle's own behaviour)")
+    p.add_argument("--no-split-backward", action="store_true",
+                   help="run I as paddle.grad with the graph kept and W as a second backward, instead of "
+                        "deferring the Linear layers' weight gradients to W")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="intra-op threads per local rank (default: cores / ranks, at least 1)")
     p.add_argument("--logs", metavar="DIR", help="keep each rank's log in DIR")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
     for name in ("model", "data", "loss"):
         spec = getattr(args, name)
         if spec is not None and ":" not in spec:
@@ -67,19 +76,15 @@ def _launch(args: argparse.Namespace) -> int:
 
     from ..ir import Program
     from ..load import load_program
-    from ..runtime.launcher import launch
+    from ..runtime.launcher import launch, threads_per_rank
     from ..runtime.plan import compile_rank
-    from ..runtime.preflight import Refused, prepare
+    from ..runtime.preflight import prepare
     from ..semantics import CommModel
 
     programs: list[Program] = []
     for file in args.file:
         program = load_program(file)
-        try:
-            program = prepare(program, CommModel.RENDEZVOUS)  # local processes talk over gloo
-        except Refused as exc:
-            print(f"ppdsl run: {file}: refused: {exc}", file=sys.stderr)
-            return 1
+        program = prepare(program, CommModel.RENDEZVOUS)  # local processes talk over gloo
         for rank in range(program.ranks):
             compile_rank(program, rank)
         if programs and program.ranks != programs[0].ranks:
@@ -91,13 +96,14 @@ def _launch(args: argparse.Namespace) -> int:
                          "or paddlepaddle-gpu from Paddle's own index")
     out = sys.stdout
     first = programs[0]
+    threads, why = threads_per_rank(first.ranks, args.threads)
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
         print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}, {plural(first.stages, 'stage')}, "
-              f"{plural(first.microbatches, 'microbatch')}, "
-              f"{plural(args.steps, 'step')} (gloo, local processes)", file=out, flush=True)
+              f"{plural(first.microbatches, 'microbatch')}, {plural(args.steps, 'step')} "
+              f"(gloo, local processes, {plural(threads, 'thread')} each: {why})", file=out, flush=True)
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
-                     keep_logs=args.logs, names=args.file)
+                     keep_logs=args.logs, names=args.file, threads=threads)
     if outcome.failure is not None:
         print(f"ppdsl run: failed: {outcome.failure}", file=sys.stderr)
         return 1
@@ -114,7 +120,10 @@ def _launch(args: argparse.Namespace) -> int:
         print(summary, file=out)
     if args.profile and outcome.profile is not None:
         print(f"ppdsl run: wrote {args.profile} ({outcome.profile.get('actions')} measured actions)"
-              + _simulated_vs_measured(args.profile, programs[-1], outcome.file(len(programs) - 1).step_time), file=out)
+              + _simulated_vs_measured(args.profile, args.file[-1], outcome.file(len(programs) - 1).step_time), file=out)
+        for index, file in enumerate(args.file):
+            for m in outcome.file(index).memory:
+                print(memory_line(m, file if len(args.file) > 1 else ""), file=out)
     return outcome.code
 
 
@@ -126,26 +135,38 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             argv += [f"--{name}", value]
-    for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads")):
+    for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads"), ("--no-split-backward", "no_split_backward")):
         if getattr(args, name):
             argv.append(flag)
     return argv
 
 
-def _simulated_vs_measured(path: str, program: object, measured: float | None) -> str:
-    """How far `ppdsl simulate` with the written profile is from the measured step time."""
-    from pathlib import Path
+def memory_line(m: dict[str, object], file: str = "") -> str:
+    """One rank's measured memory next to the checker's prediction."""
+    where = f"{file}: " if file else ""
+    line = (f"ppdsl run: {where}rank {m['rank']}: peak {m['peak_microbatches']} live microbatch graphs "
+            f"(checker predicts {m['predicted_microbatches']}), {_mib(m['peak_bytes'])} in tensors kept between actions")
+    if "allocator_peak_bytes" in m:
+        line += f", allocator peak {_mib(m['allocator_peak_bytes'])}"
+    return line
 
-    from ..costs import CostError, parse_profile
-    from ..ir import Program
-    from ..simulate import simulate
 
-    if not measured or not isinstance(program, Program):
+def _mib(n: object) -> str:
+    return f"{float(n) / 2**20:.2f} MiB" if isinstance(n, (int, float)) else "?"
+
+
+def _simulated_vs_measured(path: str, file: str, measured: float | None) -> str:
+    """How far `ppdsl simulate FILE --costs PATH` (the same function) is from the measured step."""
+    from ..costs import CostError
+    from ..diagnostics import PpsError
+    from .simulate_cmd import num, simulate_file
+
+    if not measured:
         return ""
     try:
-        sim = simulate(program, parse_profile(Path(path).read_text(encoding="utf-8")), "rendezvous")
-    except (CostError, OSError):
+        sim = simulate_file(file, [path], "rendezvous")
+    except (CostError, OSError, PpsError, UsageError):
         return ""
     us = measured * 1e6
-    return (f"; simulated step {sim.makespan:.0f} us vs measured {us:.0f} us "
-            f"({(sim.makespan - us) / us * 100:+.0f}%)")
+    return (f"; ppdsl simulate {file} --costs {path}: makespan {num(sim.makespan)} us vs measured step {us:.0f} us "
+            f"({(sim.makespan - us) / us * 100:+.1f}%)")

@@ -15,6 +15,7 @@ from ..diagnostics import Diagnostic, PpsError, UsageError
 from ..english import plural
 from ..ir import Program
 from ..load import load_program
+from ..lower import lower, needs_lowering
 from ..semantics import CommModel
 from ..simulate import Simulation, simulate, stuck_diagnostic
 from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, write_output
@@ -42,10 +43,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_and_simulate(path: str, args: argparse.Namespace) -> Simulation:
     """Load one file and simulate it with the command line's costs and model."""
-    program: Program = load_program(path, dialect=args.dialect)
-    costs = resolve(program, args.costs)
+    return simulate_file(path, args.costs, args.comm_model, args.dialect)
+
+
+def simulate_file(path: str, costs_specs: list[str], comm_model: str, dialect: str | None = None) -> Simulation:
+    """The one simulation of a file `ppdsl simulate` prints (and `ppdsl run --profile` quotes).
+
+    With measured message times (a runtime profile), a compute-only program is lowered first,
+    as `ppdsl run` runs it: sends and receives then take time on both ranks, as measured."""
+    program: Program = load_program(path, dialect=dialect)
+    costs = resolve(program, costs_specs)
+    lowered = costs.measured_comm and needs_lowering(program)
+    if lowered:
+        program = lower(program, fuse=False, comm_model=comm_model)
     try:
-        return simulate(program, costs, args.comm_model)
+        sim = simulate(program, costs, comm_model)
+        sim.lowered = lowered
+        return sim
     except CostError as exc:  # pragma: no cover - resolve() has checked stages already
         raise UsageError(exc.message) from None
 
@@ -96,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
 # --- text reports ---------------------------------------------------------------------------
 
 def num(x: float) -> str:
-    """Short and exact enough: 22, 6752.8, 0.125."""
+    """Short and exact enough: 22, 6752.8, 0.125, and 1023170 (a measured step in us), not 1.02317e+06."""
     if x == int(x) and abs(x) < 1e15:
         return str(int(x))
+    if 1e6 <= abs(x) < 1e15:
+        return f"{x:.0f}"
     return f"{x:.6g}"
 
 
@@ -142,6 +158,8 @@ def report(path: str, sim: Simulation, full_path: bool = False, status_note: str
     p = sim.program
     lines = [f"{path}: {plural(p.ranks, 'rank')}, {plural(p.stages, 'stage')}, {plural(p.microbatches, 'microbatch')}, "
              f"{plural(p.action_count, 'action', str(p.action_count))}, comm model {sim.comm_model}", _costs_line(sim)]
+    if sim.lowered:
+        lines.append("lowered to explicit send/recv as `ppdsl run` runs it (the profile measured them)")
     if not sim.completed:
         lines.append("STUCK: the figures below cover only the steps that ran")
     elif status_note:

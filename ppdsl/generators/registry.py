@@ -131,11 +131,11 @@ def expand(name: str, ranks: int, microbatches: int, args: Mapping[str, object],
     if len(built.rows) != ranks or len(built.placement) != built.stages:  # pragma: no cover - generator bug
         raise AssertionError(f"generator {spec.name} built a malformed program")
     if inference:
-        built = Built(tuple(_forwards_only(row) for row in built.rows), built.stages, built.placement)
+        built = Built(tuple(forwards_only(row) for row in built.rows), built.stages, built.placement)
     return built
 
 
-def _forwards_only(row: tuple[Step, ...]) -> tuple[Step, ...]:
+def forwards_only(row: tuple[Step, ...]) -> tuple[Step, ...]:
     out: list[Step] = []
     for step in row:
         for action in actions_of(step):

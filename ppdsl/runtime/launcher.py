@@ -26,7 +26,8 @@ from typing import Any, TextIO
 from attrs import define, field
 
 from ..ir import Program
-from .plan import compile_rank, needs_lowering
+from ..lower import needs_lowering
+from .plan import compile_rank
 
 STARTUP_SECONDS = 60.0  # importing paddle and joining the group, on a busy machine
 GRACE_SECONDS = 2.0
@@ -54,6 +55,7 @@ class FileOutcome:
     step_time: float | None = None
     step_times: list[float] = field(factory=list)
     actions: dict[int, int] = field(factory=dict)
+    memory: list[dict[str, Any]] = field(factory=list)  # per rank, with --profile
 
 
 @define
@@ -67,6 +69,7 @@ class Outcome:
     # 0; a rank that only lost its peer (a broken connection, a timeout) ranks 1.
     failures: list[tuple[int, str]] = field(factory=list)
     profile: dict[str, Any] | None = None
+    warnings: list[str] = field(factory=list)
     events: list[dict[str, Any]] = field(factory=list)
     exits: dict[int, int] = field(factory=dict)  # rank -> the exit status it announced
 
@@ -117,15 +120,39 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+def cores() -> int:
+    """The cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_rank(ranks: int, requested: int | None = None) -> tuple[int, str]:
+    """Intra-op threads for each of `ranks` local processes, and where the number came from.
+
+    So that ranks x threads <= cores: N ranks each using every core (Paddle's default) fight
+    over them. `requested` (`--threads`) wins, then OMP_NUM_THREADS from the environment."""
+    if requested is not None:
+        return requested, "--threads"
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env), "OMP_NUM_THREADS"
+    return max(1, cores() // max(1, ranks)), f"{cores()} cores / {ranks} ranks"
+
+
 def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, timeout: float, quiet: bool = False,
            stream: TextIO | None = None, keep_logs: str | None = None, names: Sequence[str] = (),
-           command: Sequence[str] | None = None) -> Outcome:
+           command: Sequence[str] | None = None, threads: int | None = None) -> Outcome:
     """Run `ppdsl run argv...` as local processes (one per rank) and collect what they report.
 
     `programs` are the prepared programs of the files in argv, in order; all have the same
-    number of ranks. `command` replaces `python -m ppdsl run` (e.g. a script using the API)."""
+    number of ranks. `command` replaces `python -m ppdsl run` (e.g. a script using the API).
+    Each rank gets `threads` intra-op threads (default: `threads_per_rank`)."""
     out = stream or sys.stdout
     n = programs[0].ranks
+    if threads is None:
+        threads = threads_per_rank(n)[0]
     tmp = Path(tempfile.mkdtemp(prefix="ppdsl-run-"))
     ports = free_ports(n)
     endpoints = ",".join(f"127.0.0.1:{p}" for p in ports)
@@ -150,7 +177,8 @@ def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, time
                 "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")])),
             })
             env.setdefault("GLOG_minloglevel", "2")  # Paddle's INFO lines
-            env.setdefault("OMP_NUM_THREADS", "1")   # N ranks share this machine's cores
+            # N ranks share this machine's cores; read before paddle loads its math library.
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = env["PPDSL_THREADS"] = str(threads)
             with open(log, "wb") as logf:
                 base = list(command) if command is not None else [sys.executable, "-m", "ppdsl", "run"]
                 proc = subprocess.Popen([*base, *argv], env=env,
@@ -280,6 +308,12 @@ def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[i
             f.step_times = list(e.get("step_times", []))
     elif kind == "profile":
         outcome.profile = e
+        f.memory = list(e.get("memory", []))
+    elif kind == "warning":
+        message = f"rank {rank}: {e.get('message')}"
+        if message not in outcome.warnings:  # once per layer, however many files run
+            outcome.warnings.append(message)
+            print(f"ppdsl run: warning: {message}", file=sys.stderr, flush=True)
     elif kind == "exit":
         outcome.exits[rank] = int(e.get("code", 0))
 

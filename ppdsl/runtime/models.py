@@ -123,3 +123,39 @@ def loss(output: paddle.Tensor, target: paddle.Tensor) -> paddle.Tensor:
     import paddle
 
     return paddle.nn.functional.mse_loss(output, target)
+
+
+# Building what a rank trains, shared by the worker and `--verify`'s single-process copy.
+
+
+class SetupFailure(Exception):
+    """A rank cannot set up what it trains (world size, model, data): reported, not a traceback."""
+
+
+def build_stages(build: Any, stages: tuple[int, ...], num_stages: int, seed: int, name: str) -> dict[int, Any]:
+    """Each stage from the same seed on every rank, so weights agree with `--verify`'s copy."""
+    import paddle
+
+    layers = {}
+    for s in stages:
+        paddle.seed(seed * 1_000_003 + s)
+        try:
+            layer = build(s, num_stages)
+        except Exception as exc:  # noqa: BLE001 - the user's factory failed
+            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) raised {type(exc).__name__}: {exc}") from None
+        if not isinstance(layer, paddle.nn.Layer):
+            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) returned {type(layer).__name__}, "
+                               "not a paddle.nn.Layer")
+        layers[s] = layer
+    return layers
+
+
+def make_optimizer(spec: str, lr: float, parameters: list[Any]) -> Any:
+    import paddle
+
+    table = {"sgd": paddle.optimizer.SGD, "adam": paddle.optimizer.Adam, "adamw": paddle.optimizer.AdamW,
+             "momentum": paddle.optimizer.Momentum}
+    if spec in table:
+        return table[spec](learning_rate=lr, parameters=parameters)
+    factory = load_callable(spec, "optimizer")
+    return factory(parameters)

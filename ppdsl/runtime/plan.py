@@ -10,8 +10,11 @@ import hashlib
 
 from attrs import frozen
 
-from ..diagnostics import UsageError
+from ..check import analyse
+from ..diagnostics import UsageError, render_header
+from ..encoding import peer_stage
 from ..ir import Action, Batch, Idle, Kind, Overlap, Program
+from ..lower import needs_lowering
 from ..syntax.printer import print_program
 
 # Interpreter op codes. Compute kinds keep Kind's values; the rest are the runtime's own.
@@ -59,10 +62,7 @@ class Plan:
 
 def peer_of(action: Action, placement: tuple[int, ...]) -> int:
     """The rank on the other end of a send or receive."""
-    s, k = action.stage, action.kind
-    if k is Kind.SEND_F or k is Kind.RECV_B:
-        return placement[s + 1]
-    return placement[s - 1]
+    return placement[peer_stage(action.stage, action.kind)]
 
 
 def program_digest(program: Program) -> str:
@@ -79,32 +79,20 @@ def communicating_pairs(program: Program) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(pairs))
 
 
-def _check_action(a: Action, rank: int, program: Program) -> None:
-    """Local sanity a run needs beyond what the parser checks; the linter covers the rest."""
-    S, P = program.stages, program.placement
-    if a.kind.stage_only:
-        return
-    if P[a.stage] != rank:
-        raise UsageError(f"rank {rank} runs `{a}` but stage {a.stage} is placed on rank {P[a.stage]}")
-    if a.kind.is_comm:
-        if (a.kind in (Kind.SEND_F, Kind.RECV_B) and a.stage == S - 1) or \
-           (a.kind in (Kind.RECV_F, Kind.SEND_B) and a.stage == 0):
-            raise UsageError(f"`{a}` on rank {rank} has no stage to talk to")
-        if peer_of(a, P) == rank:
-            raise UsageError(f"`{a}` on rank {rank} sends between two stages of the same rank; "
-                             "stages on one rank hand data over locally, without send/recv")
+# What no rank can run, whatever the model: the checker's verdicts (a stage on the wrong rank,
+# ranges, a batch of computes, a send to no stage or between two stages of one rank). The
+# checker's analysis is kept on the program, so the preflight's lint already paid for it.
+_UNRUNNABLE = frozenset(("PPS101", "PPS102", "PPS204", "PPS207", "PPS208"))
 
 
-def needs_lowering(program: Program) -> bool:
-    """True when stages on different ranks exchange data but the program has no send/recv."""
-    if program.has_comms:
-        return False
-    P = program.placement
-    return any(P[s] != P[s + 1] for s in range(program.stages - 1))
+def _refuse_unrunnable(program: Program) -> None:
+    found, _ = analyse(program, families=("structure", "comms"))
+    bad = [d for d in found if d.is_error and d.code in _UNRUNNABLE]
+    if bad:
+        raise UsageError(render_header(bad[0]))
 
 
 def _op(a: Action, rank: int, program: Program) -> Op:
-    _check_action(a, rank, program)
     if a.kind.stage_only:
         return Op(NOOP, a.stage, -1, -1, str(a))
     assert a.microbatch is not None
@@ -119,6 +107,7 @@ def compile_rank(program: Program, rank: int) -> Plan:
     if needs_lowering(program):
         raise UsageError("this program has no send/recv between its ranks: lower it first "
                          "(`ppdsl expand --comms`)")
+    _refuse_unrunnable(program)
     ops: list[Op] = []
     for step in program.rows[rank]:
         t = type(step)
@@ -136,8 +125,6 @@ def compile_rank(program: Program, rank: int) -> Plan:
         else:
             assert isinstance(step, Batch)
             parts = tuple(_op(p, rank, program) for p in step.parts)
-            if not parts or any(not Kind(p.code).is_comm for p in parts if p.code != NOOP):
-                raise UsageError(f"batch `{step}` on rank {rank} must hold only sends and receives")
             ops.append(Op(BATCH, -1, -1, -1, str(step), parts))
     return Plan(
         rank=rank,

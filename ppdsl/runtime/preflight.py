@@ -10,13 +10,8 @@ from __future__ import annotations
 from ..check import check
 from ..diagnostics import Diagnostic, PpsError
 from ..ir import Program
-from ..lower import lower
+from ..lower import lower, needs_lowering
 from ..semantics import CommModel, execute, wait_cycle
-from .plan import needs_lowering
-
-
-class Refused(Exception):
-    """The program would not run correctly under this backend; `str()` says why."""
 
 
 def lint(program: Program, model: CommModel) -> list[Diagnostic]:
@@ -41,19 +36,17 @@ def deadlock(program: Program, model: CommModel) -> str | None:
 def prepare(program: Program, model: CommModel) -> Program:
     """The program ready to run: linted under `model` and lowered to explicit send/recv.
 
-    Raises PpsError with the checker's diagnostics, or Refused when the lowered program would
-    deadlock under `model`.
+    Raises PpsError with the checker's diagnostics (a hang under `model` is PPS210 among
+    them). Each program is analysed once: the analysis stays on it for `compile_rank`.
     """
     errors = lint(program, model)
     if errors:
         raise PpsError(errors)
     if needs_lowering(program):
+        # lower() reuses the analysis lint just made (it is kept on the program).
         program = lower(program, fuse=False, comm_model=str(model))
         errors = lint(program, model)
         if errors:  # pragma: no cover - lowering produces sound programs from sound ones
             raise PpsError(errors)
-    if program.ranks > 1:
-        why = deadlock(program, model)
-        if why is not None:
-            raise Refused(why)
+    # No run of its own to look for a hang: the lint ran the program under `model` (PPS210).
     return program

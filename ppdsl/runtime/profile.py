@@ -1,26 +1,41 @@
 """`--profile out.json`: measured per-action times in the simulator's profile format.
 
 Each rank times every action of every step after the warm-up step (the first step also
-agrees shapes). Compute actions keep their median duration. A send or receive blocks until
-its peer is ready, so its duration mixes waiting with moving data; the fastest occurrence of
-each is the closest to the transfer itself and is what the profile keeps. Rank 0 gathers
-everything and writes the file (`ppdsl simulate --costs out.json` reads it).
+agrees shapes). Compute actions keep their median duration, per stage and kind.
+
+A send or receive blocks until its peer is ready, so its own duration mixes waiting with
+moving data. The simulator's rendezvous model says a pair completes a message time after the
+later of its two sides is posted, so that is what is measured: for each pair of a step,
+(the later end) - (the later start), from both ranks' clocks (`time.perf_counter`, one clock
+for all processes of a machine), and its median over steps. Ranks on different machines do
+not share a clock: then each side keeps its fastest occurrence, the closest to the transfer
+alone. Rank 0 gathers everything and writes the file (`ppdsl simulate --costs out.json`
+reads it), with each rank's measured memory next to the checker's prediction.
 """
 
 from __future__ import annotations
 
 import re
+import socket
 import statistics
 from typing import Any
 
 from ..costs import profile_json
+from ..memory import peak_memory
+from .memory import allocator_peak_bytes
 from .watchdog import Reporter
 
 _LABEL = re.compile(r"^(\d+)([A-Z_]+?)(\d+)?$")
+# The other side of each message: (kind, stage offset) of the matching operation.
+_PARTNER = {"SEND_F": ("RECV_F", 1), "RECV_F": ("SEND_F", -1), "SEND_B": ("RECV_B", -1), "RECV_B": ("SEND_B", 1)}
 
 
-def local_actions(timings: dict[str, list[float]], warmup: int) -> list[dict[str, Any]]:
-    """One entry per action label: kind, stage, microbatch, duration in microseconds."""
+def local_actions(timings: dict[str, list[float]], warmup: int,
+                  started: dict[str, list[float]] | None = None) -> list[dict[str, Any]]:
+    """One entry per action label: kind, stage, microbatch, duration in microseconds.
+
+    With `started`, a send or receive also carries its measured spans (`_spans`, seconds) for
+    `pair_messages`; alone, it keeps its fastest occurrence."""
     out: list[dict[str, Any]] = []
     for label, times in timings.items():
         m = _LABEL.match(label)
@@ -29,28 +44,58 @@ def local_actions(timings: dict[str, list[float]], warmup: int) -> list[dict[str
         kind = m.group(2)
         kept = times[warmup:] or times
         is_comm = kind.startswith(("SEND", "RECV"))
-        duration = min(kept) if is_comm else statistics.median(kept)
+        duration = min(kept) if is_comm else statistics.fmean(kept)
         entry: dict[str, Any] = {"kind": kind, "stage": int(m.group(1)), "duration": round(duration * 1e6, 3)}
         if m.group(3) is not None:
             entry["microbatch"] = int(m.group(3))
+        if is_comm and started is not None and label in started:
+            starts = started[label]
+            skip = warmup if len(times) > warmup else 0
+            entry["_spans"] = [(t0, t0 + d) for t0, d in zip(starts[skip:], times[skip:])]
         out.append(entry)
     return out
 
 
-def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter) -> None:
+def pair_messages(actions: list[dict[str, Any]]) -> None:
+    """Each send/receive's duration becomes its pair's median (later end - later start)."""
+    index = {(a["kind"], a["stage"], a.get("microbatch")): a for a in actions if "_spans" in a}
+    for a in index.values():
+        kind, offset = _PARTNER[a["kind"]]
+        other = index.get((kind, a["stage"] + offset, a.get("microbatch")))
+        if other is None:
+            continue
+        pairs = list(zip(a["_spans"], other["_spans"]))
+        if pairs:
+            a["duration"] = round(statistics.fmean(max(x[1], y[1]) - max(x[0], y[0]) for x, y in pairs) * 1e6, 3)
+    for a in actions:
+        a.pop("_spans", None)
+
+
+def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: int = 0) -> None:
     import paddle.distributed as dist
 
-    mine = local_actions(sched.timings, cfg.warmup)
+    mine = local_actions(sched.timings, cfg.warmup, sched.started)
     for entry in mine:
         entry["rank"] = rank
+    memory = {"rank": rank, "peak_microbatches": sched.memory.peak_graphs,
+              "predicted_microbatches": int(peak_memory(sched.program)[rank]),
+              "peak_bytes": sched.memory.peak_bytes}
+    allocator = allocator_peak_bytes()
+    if allocator is not None:
+        memory["allocator_peak_bytes"] = allocator
     gathered: list[Any] = []
     sched.watchdog.arm("gathering the profile", "all ranks")
-    dist.all_gather_object(gathered, mine)
+    dist.all_gather_object(gathered, (socket.gethostname(), mine, memory))
     sched.watchdog.disarm()
     if rank != 0:
         return
-    actions = [e for part in gathered for e in part]
-    text = profile_json({}, unit="us", actions=actions)
+    actions = [e for _, part, _ in gathered for e in part]
+    if len({host for host, _, _ in gathered}) == 1:
+        pair_messages(actions)
+    for a in actions:
+        a.pop("_spans", None)
+    memories = [m for _, _, m in gathered]
+    text = profile_json({}, unit="us", actions=actions, memory=memories)
     with open(cfg.profile, "w", encoding="utf-8") as f:
         f.write(text)
-    reporter.send("profile", path=cfg.profile, actions=len(actions))
+    reporter.send("profile", file=file, path=cfg.profile, actions=len(actions), memory=memories)

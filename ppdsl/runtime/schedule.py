@@ -8,8 +8,10 @@ Each action of the rank's row runs in order:
 - `F`: forward of that stage on that microbatch. The first stage reads the microbatch input,
   a later stage the activation received (or handed over locally by the stage before it on
   this rank); the last stage computes the loss.
-- `B`: full backward. `I`: input gradient only (`paddle.grad` w.r.t. the stage input, graph
-  kept). `W`: the weight gradients (the rest of the backward over the kept graph).
+- `B`: full backward. `I`: the backward with the weight gradients of the stage's Linear layers
+  left out and kept, keyed by (stage, microbatch), for `W`, which computes exactly those (see
+  `split_backward.py`). With `split_backward=False`: `I` is `paddle.grad` w.r.t. the stage
+  input with the graph kept and `W` a second full backward (every matmul twice).
 - `SEND_*`/`RECV_*`: blocking P2P on the pair's own 2-rank group; a batch `<...>` is one
   `batch_isend_irecv` on NCCL and its members in written order on gloo.
 - `UNSHARD`/`RESHARD`/`REDUCE_GRAD`: no-ops (no data parallelism here), logged at debug level.
@@ -22,13 +24,16 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..ir import Program
 from . import plan as P
 from .comm import PeerError, Transport, comm_model_of
+from .memory import LiveMemory
 from .preflight import prepare
+from .split_backward import DeferredGrads, switch_linears
 from .watchdog import Reporter, Watchdog
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,12 +64,16 @@ class PipelineSchedule:
     order). `loss_fn(output, target)` must return a scalar. With `scale_grads` (default) each
     microbatch's loss is divided by the number of microbatches before its backward, so the
     gradients are those of the mean loss; Paddle's own schedules leave them summed.
+    With `split_backward` (default) and a program that has `I`/`W` actions, every plain
+    `paddle.nn.Linear` of the stage layers is switched to the split matmul (same parameters,
+    numerics and state dict); `split_warnings` names any Linear that could not be.
+    `profile=True` fills `timings` (per action label) and `memory` (live microbatches and bytes).
     """
 
     def __init__(self, program: Program, stages: Mapping[int, paddle.nn.Layer] | Sequence[paddle.nn.Layer],
                  loss_fn: Callable[[Any, Any], Any] | None, *, rank: int | None = None,
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
-                 backend: str | None = None, profile: bool = False):
+                 backend: str | None = None, profile: bool = False, split_backward: bool = True):
         import paddle
         import paddle.distributed as dist
 
@@ -86,13 +95,22 @@ class PipelineSchedule:
         # Called with (step, op index) before each op: the launcher's crash report reads it.
         self.mark: Callable[[int, int], None] | None = None
         self.timings: dict[str, list[float]] = {}
+        self.started: dict[str, list[float]] = {}  # perf_counter at each start (same clock on one machine)
+        self.memory = LiveMemory()
+        self.deferred: DeferredGrads | None = None
+        self.split_warnings: list[str] = []
+        if split_backward and self.plan.training and _has_split_backward(self.plan):
+            self._switch_layers()
         self._agree_on_program(dist)
         self.transport = Transport(self.rank, self.plan.pairs, self.watchdog, self.backend)
         self._sent_shapes: dict[tuple[int, Key], list[int]] = {}
         self._recv_shapes: dict[Key, tuple[list[int], str]] = {}
         self._loss_checked = False
+        split = self.deferred is not None
         self._handlers: dict[int, Callable[[P.Op], None]] = {
-            P.F: self._forward, P.B: self._backward, P.I: self._backward_input, P.W: self._backward_weight,
+            P.F: self._forward, P.B: self._backward,
+            P.I: self._input_grad if split else self._backward_input,
+            P.W: self._deferred_weight_grad if split else self._backward_weight,
             P.SEND_F: self._send_f, P.RECV_F: self._recv_f, P.SEND_B: self._send_b, P.RECV_B: self._recv_b,
             P.NOOP: self._noop, P.OVERLAP: self._overlap, P.BATCH: self._batch,
         }
@@ -100,6 +118,16 @@ class PipelineSchedule:
         self._reset()
 
     # --- set-up -----------------------------------------------------------------------------
+    def _switch_layers(self) -> None:
+        self.deferred = DeferredGrads()
+        for s, layer in sorted(self.layers.items()):
+            _, kept = switch_linears(layer, self.deferred)
+            for name in kept:
+                message = (f"stage {s}: layer {name} overrides Linear.forward, so its weight gradient "
+                           "cannot be deferred to W; it is computed with the input gradient in I")
+                self.split_warnings.append(message)
+                warnings.warn(message, stacklevel=3)
+
     def _agree_on_program(self, dist: Any) -> None:
         """All ranks compare the digest of the program they hold, and fail together."""
         paddle = self.paddle
@@ -126,6 +154,8 @@ class PipelineSchedule:
         self._losses: dict[int, Any] = {}
         self._inputs: list[Any] = []
         self._targets: list[Any] = []
+        if self.deferred is not None:
+            self.deferred.clear()
 
     # --- the step ---------------------------------------------------------------------------
     def step(self, *args: Any, target: Any = None, losses: list[Any] | None = None) -> None:
@@ -146,16 +176,25 @@ class PipelineSchedule:
         try:
             if self.profile or self.mark is not None:
                 timings = self.timings if self.profile else None
+                started = self.started
                 mark = self.mark
                 clock = time.perf_counter
                 step = self.step_index
+                memory = self.memory if self.profile else None
+                # An action's time runs from the end of the one before: the interpreter's own
+                # work between two actions belongs to the rank's timeline too.
+                t0 = clock()
                 for i, (handler, op) in enumerate(self._compiled):
                     if mark is not None:
                         mark(step, i)
-                    t0 = clock()
                     handler(op)
                     if timings is not None:
-                        timings.setdefault(op.label, []).append(clock() - t0)
+                        t1 = clock()
+                        timings.setdefault(op.label, []).append(t1 - t0)
+                        started.setdefault(op.label, []).append(t0)
+                        t0 = t1
+                    if memory is not None:
+                        memory.observe(self)
             else:
                 for handler, op in self._compiled:
                     handler(op)
@@ -217,6 +256,19 @@ class PipelineSchedule:
         if s > 0:
             self._dx[(s, m)] = self._x.pop((s, m)).grad
 
+    def _input_grad(self, op: P.Op) -> None:
+        """`I` with the split matmul: one backward (the graph is freed), weight grads deferred."""
+        assert self.deferred is not None
+        self.deferred.key = (op.stage, op.microbatch)
+        try:
+            self._backward(op)
+        finally:
+            self.deferred.key = None
+
+    def _deferred_weight_grad(self, op: P.Op) -> None:
+        assert self.deferred is not None
+        self.deferred.run((op.stage, op.microbatch))
+
     def _backward_input(self, op: P.Op) -> None:
         s, m = op.stage, op.microbatch
         g = self._grad_of_output(s, m)
@@ -237,6 +289,8 @@ class PipelineSchedule:
     def _overlap(self, op: P.Op) -> None:
         for part in op.parts:  # forwards first (plan order): a forward never needs a backward
             self._handlers[part.code](part)
+            if self.profile:  # the forward allocates before the backward frees: both count
+                self.memory.observe(self)
 
     def _noop(self, op: P.Op) -> None:
         log.debug("rank %d: %s is a no-op without data parallelism", self.rank, op.label)
@@ -340,6 +394,10 @@ class PipelineSchedule:
                 self._recv_x[key] = buf
             else:
                 self._dy[key] = buf
+
+
+def _has_split_backward(plan: P.Plan) -> bool:
+    return any(o.code in (P.I, P.W) for op in plan.ops for o in (op.parts or (op,)))
 
 
 def _stage_map(stages: Mapping[int, Any] | Sequence[Any], plan: P.Plan) -> dict[int, Any]:

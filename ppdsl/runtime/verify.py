@@ -29,7 +29,7 @@ def relative_difference(a: Any, b: Any) -> float:
 class Verifier:
     def __init__(self, cfg: Any, setup: Any, rank: int, world: int):
         from . import models
-        from .worker import build_stages, make_optimizer
+        from .models import build_stages, make_optimizer
 
         self.cfg = cfg
         self.setup = setup

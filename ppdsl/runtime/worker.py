@@ -24,8 +24,9 @@ from ..load import load_program
 from ..semantics import CommModel
 from . import models
 from .comm import comm_model_of
+from .models import SetupFailure, build_stages, make_optimizer
 from .plan import Plan, compile_rank, count_actions
-from .preflight import Refused, prepare
+from .preflight import prepare
 from .watchdog import Reporter, Watchdog
 
 
@@ -47,6 +48,7 @@ class RunConfig:
     profile: str | None = None
     scale_grads: bool = True
     warmup: int = 1
+    split_backward: bool = True
 
 
 def rank_from_env() -> tuple[int, int]:
@@ -72,7 +74,7 @@ class Setup:
         self.batches: Iterator[tuple[Any, Any]] | None = None
         try:
             self._build(cfg, file, rank, world, model)
-        except (UsageError, Refused, SetupFailure) as exc:
+        except (UsageError, SetupFailure) as exc:
             self.error = str(exc)
         except PpsError as exc:
             self.error = "the program does not pass lint: " + "; ".join(
@@ -100,39 +102,6 @@ class Setup:
                 self.batches = iter(source())
             except Exception as exc:  # noqa: BLE001
                 raise SetupFailure(f"--data {cfg.data}: {type(exc).__name__}: {exc}") from None
-
-
-class SetupFailure(Exception):
-    pass
-
-
-def build_stages(build: Any, stages: tuple[int, ...], num_stages: int, seed: int, name: str) -> dict[int, Any]:
-    """Each stage from the same seed on every rank, so weights agree with `--verify`'s copy."""
-    import paddle
-
-    layers = {}
-    for s in stages:
-        paddle.seed(seed * 1_000_003 + s)
-        try:
-            layer = build(s, num_stages)
-        except Exception as exc:  # noqa: BLE001 - the user's factory failed
-            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) raised {type(exc).__name__}: {exc}") from None
-        if not isinstance(layer, paddle.nn.Layer):
-            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) returned {type(layer).__name__}, "
-                               "not a paddle.nn.Layer")
-        layers[s] = layer
-    return layers
-
-
-def make_optimizer(spec: str, lr: float, parameters: list[Any]) -> Any:
-    import paddle
-
-    table = {"sgd": paddle.optimizer.SGD, "adam": paddle.optimizer.Adam, "adamw": paddle.optimizer.AdamW,
-             "momentum": paddle.optimizer.Momentum}
-    if spec in table:
-        return table[spec](learning_rate=lr, parameters=parameters)
-    factory = models.load_callable(spec, "optimizer")
-    return factory(parameters)
 
 
 class Status:
@@ -188,11 +157,21 @@ def backend_from_env() -> str:
     return "nccl" if paddle.device.is_compiled_with_cuda() else "gloo"
 
 
+def apply_threads() -> None:
+    """The intra-op thread count the launcher chose (PPDSL_THREADS), for Paddle's math library."""
+    value = os.environ.get("PPDSL_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        import paddle
+
+        paddle.base.core.set_num_threads(int(value))
+
+
 def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: Watchdog) -> int:
     t_start = time.perf_counter()
     import paddle.distributed as dist
 
     backend = backend_from_env()
+    apply_threads()
     # Joining waits for the slowest rank to import paddle: allow more than one P2P wait.
     saved, watchdog.timeout = watchdog.timeout, max(watchdog.timeout, STARTUP_TIMEOUT)
     watchdog.arm("starting the process group", "all ranks")
@@ -231,7 +210,10 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
     from .schedule import PipelineSchedule
 
     sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, rank=rank, watchdog=watchdog,
-                             backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile))
+                             backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile),
+                             split_backward=cfg.split_backward)
+    for message in sched.split_warnings:
+        reporter.send("warning", file=index, message=message)
     params = [p for s in sorted(setup.layers) for p in setup.layers[s].parameters()]
     optimizer = make_optimizer(cfg.optimizer, cfg.lr, params) if params else None
     verifier = None
@@ -275,14 +257,17 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
     if cfg.profile:
         from .profile import gather_profile
 
-        gather_profile(sched, cfg, rank, reporter)
+        gather_profile(sched, cfg, rank, reporter, index)
     return 1 if verifier is not None and verifier.failure is not None else 0
 
 
 def run_from_args(args: Any) -> int:
+    if getattr(args, "threads", None) and "PPDSL_THREADS" not in os.environ:  # under Paddle's launcher
+        os.environ["PPDSL_THREADS"] = str(args.threads)
     cfg = RunConfig(files=tuple(args.file), steps=args.steps, model=args.model, data=args.data, loss=args.loss,
                     optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
-                    verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads)
+                    verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads,
+                    split_backward=not args.no_split_backward)
     code = main(cfg)
     sys.stdout.flush()
     return code

@@ -1,13 +1,13 @@
 """The critical path of a simulated timeline: the chain of steps that sets the makespan.
 
 Walking back from the step that ends last, each step's start was set by one thing (the rules
-are `semantics.py`'s): the data it needed (its producer's end, plus a message time across
+are the engine's, read from the same table, `encoding.Needs`): the data it needed (its producer's end, plus a message time across
 ranks in a program without explicit communication) or the previous step of its own rank. A
 send or receive under rendezvous that sat blocked until its peer came is explained by the
 peer's side; a buffered receive completes when its send has. Ties go to the data dependency,
 so the path shows how work flows between ranks rather than only along one rank.
 
-Producers are found through the program's integer codes (`semantics.encode`): one table,
+Producers are found through the program's integer codes (`encoding.encode`): one table,
 code -> where it first ran, built by C-level passes; the walk itself touches only the steps
 on the path.
 """
@@ -19,17 +19,13 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-from ..ir import Action, Idle, Kind, Program, actions_of
-from ..semantics import Encoded, encode
+from ..ir import Action, Idle, Program, actions_of
+from ..encoding import Encoded, encode, producers
 
 _Times = Sequence[Sequence[float | None]]
 
 _SHIFT = 32  # a place is `rank << _SHIFT | step`
 _LOW = (1 << _SHIFT) - 1
-# The operation a send or receive meets: (stage step, its kind).
-_PEER = {Kind.SEND_F: (1, Kind.RECV_F), Kind.RECV_F: (-1, Kind.SEND_F), Kind.SEND_B: (-1, Kind.RECV_B),
-         Kind.RECV_B: (1, Kind.SEND_B)}
-_COMM = frozenset((Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B))
 
 
 @frozen
@@ -68,58 +64,31 @@ def _places(enc: Encoded, ends: _Times, size: int) -> list[int]:
 def critical_path(program: Program, starts: _Times, ends: _Times, message: float,
                   rendezvous: bool) -> tuple[PathStep, ...]:
     S, M = program.stages, program.microbatches
-    placement = program.placement
     enc = encode(program)
-    with_comms = not enc.kinds.isdisjoint(_COMM)
     size = S * M * 16
     where = _places(enc, ends, size)
 
-    def made(code: int) -> int:
-        """Where what `code` names was made; a `B` code stands for "the gradient", made by the
-        first `B` or `I` of that stage and microbatch."""
-        if not 0 <= code < size:
-            return -1
-        p = where[code]
-        if code & 15 == Kind.B:
-            q = where[code - Kind.B + Kind.I]
-            if q >= 0 and (p < 0 or q < p):
-                return q
-        return p
+    needs = enc.needs(not rendezvous)  # what each code waits for: the engine's own table
+
+    def made(key: int) -> int:
+        """Where what `key` stands for was completed: the first of its producers that ran (a
+        gradient by the `B` or the `I`), or -1."""
+        places = [where[c] for c in producers(key) if 0 <= c < size and where[c] >= 0]
+        return min(places, default=-1)
 
     def peer(a: Action) -> int:
-        """The code of the operation a send or receive meets (-1: outside the pipeline)."""
-        step, kind = _PEER[a.kind]
-        s, m = a.stage + step, a.microbatch
-        assert m is not None
-        return (((s * M + m) << 4) | kind) if 0 <= s < S else -1
+        """The code of the operation a send or receive meets on its link (-1: none)."""
+        assert a.microbatch is not None
+        code = enc.meets(((a.stage * M + a.microbatch) << 4) | a.kind)
+        return code if 0 <= code < size else -1
 
-    def deps(a: Action, rank: int) -> list[tuple[int, float]]:
-        """(code of what it waits for, delay), as in semantics."""
-        s, k, m = a.stage, a.kind, a.microbatch
-        if m is None:
+    def deps(a: Action) -> list[tuple[int, float]]:
+        """(key it waits for, delay): the engine's rule (`encoding.Needs`), with a message
+        time where an input crosses ranks with no receive."""
+        if a.microbatch is None:
             return []
-        sm = s * M + m
-        if k is Kind.F and s > 0:
-            if placement[s - 1] == rank or not with_comms:
-                return [(((sm - M) << 4) | Kind.F, 0.0 if placement[s - 1] == rank else message)]
-            return [((sm << 4) | Kind.RECV_F, 0.0)]
-        if k is Kind.B or k is Kind.I:
-            out: list[tuple[int, float]] = [((sm << 4) | Kind.F, 0.0)]
-            if s < S - 1:
-                if placement[s + 1] == rank or not with_comms:
-                    out.append((((sm + M) << 4) | Kind.B, 0.0 if placement[s + 1] == rank else message))
-                else:
-                    out.append(((sm << 4) | Kind.RECV_B, 0.0))
-            return out
-        if k is Kind.W:
-            return [((sm << 4) | Kind.I, 0.0)]
-        if k is Kind.SEND_F:
-            return [((sm << 4) | Kind.F, 0.0)]
-        if k is Kind.SEND_B:
-            return [((sm << 4) | Kind.B, 0.0)]
-        if not rendezvous and k.is_recv:  # a buffered receive completes when its send has
-            return [(peer(a), 0.0)]
-        return []
+        code = ((a.stage * M + a.microbatch) << 4) | a.kind
+        return [(key, message if crosses else 0.0) for key, crosses in needs.of(code)]
 
     def end_of(p: int) -> float:
         e = ends[p >> _SHIFT][p & _LOW]
@@ -136,8 +105,8 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
     def binding(rank: int, index: int, at: float) -> int:
         """The step whose end made this one start at `at`."""
         for a in actions_of(program.rows[rank][index]):
-            for code, delay in deps(a, rank):
-                p = made(code)
+            for key, delay in deps(a):
+                p = made(key)
                 if p >= 0 and _close(end_of(p) + delay, at):
                     return p
         return previous(rank, index)

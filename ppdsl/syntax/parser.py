@@ -192,7 +192,7 @@ class _Builder:
             named = values.get("placement")
             built_rows, stages, final_placement, generated = self.generate(
                 use, ranks, microbatches, stages, explicit_placement, spans, mode == "inference",
-                named if isinstance(named, str) else None)
+                named if isinstance(named, str) else None, cost_items)
             smap = SourceMap(self.path, self.text, header_span, tuple(Span(use.meta.line, use.meta.column) for _ in built_rows),
                              tuple(None for _ in built_rows), spans)
         else:
@@ -388,7 +388,7 @@ class _Builder:
 
     def generate(self, use: Tree[Token], ranks: int, microbatches: int, stages: int | None,
                  explicit: tuple[int, ...] | None, header_spans: dict[str, Span], inference: bool,
-                 placement_name: str | None
+                 placement_name: str | None, costs: tuple[tuple[str, float], ...] = ()
                  ) -> tuple[tuple[tuple[Step, ...], ...], int, tuple[int, ...], Generated]:
         name_tok = use.children[0]
         assert isinstance(name_tok, Token)
@@ -405,7 +405,16 @@ class _Builder:
             raise _Fail(self.at(use, "PPS015", f"{shown} makes more than {MAX_ACTIONS:,} steps",
                                 help="use fewer ranks, microbatches or virtual stages"))
         try:
-            built = registry.expand(str(name_tok), ranks, microbatches, dict(args), inference)
+            if str(name_tok) == "search":
+                # The search is a pass, not a registered generator: it reads the file's costs.
+                from ..search.use import expand_use
+
+                built = expand_use(ranks, microbatches, dict(args), costs)
+                if inference:
+                    built = registry.Built(tuple(registry.forwards_only(r) for r in built.rows), built.stages,
+                                           built.placement)
+            else:
+                built = registry.expand(str(name_tok), ranks, microbatches, dict(args), inference)
         except registry.GeneratorError as err:
             if err.argument is not None and err.argument in arg_spans:
                 raise _Fail(self.at_span(arg_spans[err.argument], err.code, err.message, err.help)) from None

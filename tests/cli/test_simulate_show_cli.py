@@ -73,3 +73,28 @@ def test_show_draws_a_broken_schedule(files: dict[str, str], tmp_path: Path, cap
     assert main(["show", files["stuck"], "--svg", str(svg)]) == 1
     assert "STUCK" in svg.read_text()
     assert "error[" in capsys.readouterr().err
+
+
+def test_a_profile_with_measured_messages_simulates_the_file_as_the_runtime_runs_it(
+        files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ppdsl.costs import profile_json
+
+    def profile(name: str, kinds: tuple[str, ...]) -> str:
+        p = tmp_path / name
+        p.write_text(profile_json({}, unit="us", actions=[
+            {"kind": k, "stage": s, "microbatch": 0, "duration": 10.0 if k in "FBIW" else 30.0}
+            for s in range(4) for k in kinds]))
+        return str(p)
+
+    measured, compute_only = profile("m.json", ("F", "B", "SEND_F")), profile("c.json", ("F", "B"))
+    assert main(["simulate", files["1f1b"], "--costs", measured, "--format", "json"]) == 0
+    lowered = json.loads(capsys.readouterr().out)
+    assert main(["expand", "--comms", files["1f1b"], "-o", str(tmp_path / "low.pps")]) == 0
+    assert main(["simulate", str(tmp_path / "low.pps"), "--costs", measured, "--format", "json"]) == 0
+    explicit = json.loads(capsys.readouterr().out)
+    # Sends and receives take measured time on both ranks: the simulation is the lowered file's.
+    assert lowered["makespan"] == explicit["makespan"] and sum(lowered["comm"]) > 0
+    assert main(["simulate", files["1f1b"], "--costs", measured]) == 0
+    assert "lowered to explicit send/recv" in capsys.readouterr().out
+    assert main(["simulate", files["1f1b"], "--costs", compute_only]) == 0  # no messages measured
+    assert "lowered" not in capsys.readouterr().out

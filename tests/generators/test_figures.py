@@ -83,3 +83,25 @@ def test_v_half_bubble_at_most_1f1b(p: int) -> None:
 
 def test_looped_bfs_holds_everything() -> None:
     assert profile(build("looped_bfs", 4, 8, virtual=2)).peak == (16.0,) * 4
+
+
+# The paper's authors' own V-Half / V-Min generators, at unit cost per chunk (F = I = W = 1 for
+# one chunk, i.e. 2 for a rank's share): the makespans our v_half / v_min must not exceed.
+AUTHORS = {"v_half": {(4, 8): 53, (4, 16): 101, (8, 16): 113, (8, 32): 209},
+           "v_min": {(4, 8): 59, (4, 16): 107, (8, 16): 123, (8, 32): 219}}
+
+
+@pytest.mark.parametrize("name,p,m", [(n, p, m) for n, sizes in AUTHORS.items() for p, m in sizes])
+def test_v_half_and_v_min_as_short_as_the_authors_at_their_memory(name: str, p: int, m: int) -> None:
+    makespan, _, _ = measure(build(name, p, m))
+    assert 2 * makespan <= AUTHORS[name][(p, m)]  # our default F=1 a rank is 0.5 a chunk
+    budget = (p + 2) // 2 if name == "v_half" else (p + 4) // 3
+    assert max(profile(build(name, p, m), [0.5] * 2 * p).peak) == budget
+
+
+@pytest.mark.parametrize("name", ["v_half", "v_min"])
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 6, 8, 12, 16])
+def test_v_half_and_v_min_bubble_never_above_1f1b(name: str, p: int) -> None:
+    for m in (1, 2, p - 1, p, 2 * p, 4 * p):
+        if m >= 1:
+            assert measure(build(name, p, m))[1] <= measure(build("1f1b", p, m))[1] + 1e-12, (p, m)

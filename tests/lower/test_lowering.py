@@ -16,10 +16,8 @@ from hypothesis import strategies as st
 from ppdsl.check import check
 from ppdsl.ir import Action, Batch, Kind, Program, Step, actions_of
 from ppdsl.lower import lower
-from ppdsl.memory import profile
-from ppdsl.check.context import Context
-from ppdsl.check.memory import _fast_peaks
-from ppdsl.semantics import CommModel
+from ppdsl.memory import peaks_from_codes, profile
+from ppdsl.encoding import encode
 
 
 def random_program(seed: int, ranks: int, stages: int, microbatches: int, split: bool) -> Program:
@@ -84,7 +82,7 @@ def test_fast_memory_peaks_equal_the_memory_model(seed: int, ranks: int, stages:
     program = random_program(seed, ranks, stages, microbatches, split)
     weights = [1.0 + (s % 3) * 0.5 for s in range(stages)] if weighted else None
     for p in (program, lower(program)):
-        fast = _fast_peaks(Context(p, CommModel.RENDEZVOUS, None, weights), weights)
+        fast = peaks_from_codes(encode(p), weights, trusted=True)
         ref = profile(p, weights)
         assert fast == [(float(a), b if a > 0 else None) for a, b in zip(ref.peak, ref.peak_step)]
 

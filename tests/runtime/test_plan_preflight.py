@@ -45,7 +45,7 @@ def test_plan_refuses_send_between_stages_of_one_rank(tmp_path: Path) -> None:
     f.write_text("pipeline ranks=2 microbatches=1 stages=4 placement=v\n"
                  "rank 0: 0F0 0SEND_F0 3RECV_F0 3F0 3B0 3SEND_B0 0RECV_B0 0B0\n"
                  "rank 1: 1RECV_F0 1F0 1SEND_F0 2RECV_F0 2F0 2SEND_F0 2RECV_B0 2B0 2SEND_B0 1RECV_B0 1B0 1SEND_B0\n")
-    with pytest.raises(UsageError, match="`1SEND_F0` on rank 1 sends between two stages of the same rank"):
+    with pytest.raises(UsageError, match=r"error\[PPS204\]: `1SEND_F0` hands data between stages 1 and 2, both on rank 1"):
         P.compile_rank(load_program(str(f)), 1)
 
 

@@ -40,6 +40,14 @@ def _verified(out: str, files: list[str]) -> None:
         assert re.search(rf"{re.escape(f)}: \d+ steps, .*verify ok", out), f"{f} not verified:\n{out}"
 
 
+def _memory_as_predicted(out: str, files: list[str], ranks: int) -> None:
+    """Each rank's measured peak of live microbatch graphs is the checker's, file by file."""
+    for f in files:
+        found = re.findall(rf"{re.escape(f)}: rank (\d+): peak (\d+) live microbatch graphs \(checker predicts (\d+)\)", out)
+        assert sorted(int(r) for r, _, _ in found) == list(range(ranks)), f"{f}: no memory lines:\n{out}"
+        assert all(a == b for _, a, b in found), f"{f}: measured != predicted: {found}"
+
+
 # --- correctness: every schedule against the unpipelined model ---------------------------
 
 def test_verify_every_generator_and_hand_written_schedule_on_2_ranks(
@@ -50,32 +58,69 @@ def test_verify_every_generator_and_hand_written_schedule_on_2_ranks(
         f.write_text(f"pipeline ranks=2 microbatches=4\nuse {call}\n")
         files.append(str(f))
     files += sorted(str(f) for f in HAND.glob("2r_*.pps") if "deadlock" not in f.name)
-    code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "-q", "--timeout", "30")
+    code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "-q", "--timeout", "30",
+                             "--profile", str(tmp_path / "p.json"))
     assert code == 0, err
     _verified(out, files)
+    _memory_as_predicted(out, files, 2)
 
 
-def test_verify_every_shipped_schedule_on_4_ranks(capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_every_shipped_schedule_on_4_ranks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from ppdsl.generators.registry import ALIASES, REGISTRY
+
     files = sorted(str(f) for f in (ROOT / "schedules").glob("*.pps"))
     files += sorted(str(f) for f in HAND.glob("4r_*.pps"))
-    assert any("dualpipev" in f for f in files) and any("interleaved" in f for f in files)
-    code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "-q", "--timeout", "30")
+    used = {ALIASES.get(m.group(1), m.group(1)) for f in files
+            for m in re.finditer(r"^use (\w+)\(", Path(f).read_text(), re.M)}
+    assert used == set(REGISTRY), "every generator runs at 4 ranks"
+    code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "-q", "--timeout", "30",
+                             "--profile", str(tmp_path / "p.json"))
     assert code == 0, err
     _verified(out, files)
+    _memory_as_predicted(out, files, 4)
+
+
+def test_split_backward_opt_out_is_exact(capsys: pytest.CaptureFixture[str]) -> None:
+    files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
+    code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", "0", "-q", "--no-split-backward")
+    assert code == 0, err
+    _verified(out, files)
+    assert "warning" not in err
+
+
+def test_a_linear_the_split_cannot_defer_warns_once_and_stays_exact(capsys: pytest.CaptureFixture[str]) -> None:
+    files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
+    code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", "0", "-q", "--model",
+                             f"{HERE / 'scaled_linear_model.py'}:build_stage")
+    assert code == 0, err
+    _verified(out, files)
+    warnings = re.findall(r"ppdsl run: warning: .*", err)
+    assert warnings == ["ppdsl run: warning: rank 0: stage 0: layer 0 (ScaledLinear) overrides Linear.forward, "
+                        "so its weight gradient cannot be deferred to W; it is computed with the input gradient in I"]
 
 
 def test_default_run_trains_prints_each_loss_and_profiles(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from ppdsl.costs import parse_profile
+    from ppdsl.runtime.launcher import cores
 
-    f = str(HAND / "2r_1f1b_batched.pps")
+    f = tmp_path / "zb1p.pps"  # compute-only: the runtime lowers it, and so must the simulation
+    f.write_text("pipeline ranks=2 microbatches=4\nuse zb1p()\n")
     profile = tmp_path / "p.json"
-    code, out, err, _ = _run(capsys, f, "--steps", "3", "--lr", "0.1", "--profile", str(profile))
+    code, out, err, _ = _run(capsys, str(f), "--steps", "3", "--lr", "0.1", "--profile", str(profile))
     assert code == 0, err
+    threads = max(1, cores() // 2)
+    assert f"(gloo, local processes, {threads} thread" in out  # the thread choice, printed once
     losses = [float(x) for x in re.findall(r"step \d/3  loss ([0-9.]+)", out)]
     assert len(losses) == 3 and all(x > 0 for x in losses)
     costs = parse_profile(profile.read_text())  # the simulator reads what the runtime wrote
-    assert costs.unit == "us" and costs.get("F_s0") and costs.get("B_s1") and costs.get("comm")
-    assert "simulated step" in out
+    assert costs.unit == "us" and costs.get("F_s0") and costs.get("I_s1") and costs.get("W_s1") and costs.get("comm")
+    said = re.search(r"makespan ([0-9.]+) us vs measured step (\d+) us", out)
+    assert said, out
+    # One number for "simulated step": `ppdsl simulate` on the same file and profile prints it.
+    assert main(["simulate", str(f), "--costs", str(profile)]) == 0
+    sim_out = capsys.readouterr().out
+    assert "lowered to explicit send/recv" in sim_out
+    assert f"\nmakespan: {said.group(1)}\n" in sim_out
 
 
 def test_verify_catches_a_wrong_gradient(capsys: pytest.CaptureFixture[str]) -> None:

@@ -83,17 +83,15 @@ def test_uniform_table_uses_the_same_times_as_per_stage_table() -> None:
 
 @pytest.mark.parametrize("call", CALLS)
 def test_lowering_remembers_the_encoding_a_fresh_one_would_give(call: str) -> None:
-    from ppdsl.semantics import Encoded, encode
-
-    from ppdsl.semantics import _REMEMBERED
+    from ppdsl.encoding import Encoded, encode
 
     base = programs(call)[0]
     lowered = lower(base)
     plain = all(type(st) is Action for row in base.rows for st in row)
-    # Lowering builds the encoding alongside the rows when every step is one action.
-    # An entry under the same id may be a dead program's whose id was reused: ask the weakref.
-    hit = _REMEMBERED.get(id(lowered))
-    assert (hit is not None and hit[0]() is lowered) == plain
+    # Lowering builds the encoding alongside the rows when every step is one action, and
+    # leaves it on the lowered program (not in a cache keyed by id()).
+    assert ("encoding" in lowered.derived) == plain
     kept = encode(lowered)
+    assert encode(lowered) is kept
     fresh = Encoded(lowered)
     assert (kept.codes, kept.steps, kept.groups, kept.kinds) == (fresh.codes, fresh.steps, fresh.groups, fresh.kinds)

@@ -1,0 +1,174 @@
+"""Does the split backward pay? zb1p against 1f1b under `ppdsl run`'s interpreter, 2 local ranks.
+
+    python benchmarks/bench_split_backward.py [--rounds 11] [--steps 1] [--rows 128]
+
+The model is `examples/wide_linear.py` (each rank: 2 x Linear(768) + GELU, float32), 8
+microbatches of `--rows` rows. In the same two processes it builds, from the same weights:
+ppdsl's `1f1b`, `zb1p` (with the split backward), `zb1p` with `split_backward=False` (the old
+`paddle.grad` + second backward), `gpipe`, and Paddle's own `ScheduleFThenB` (the same order as
+gpipe; Paddle's Schedule1F1B deadlocks on gloo). Rounds alternate between them so machine
+noise hits all alike; a round's time is the slower rank's, and a ratio is the median over
+rounds of the two sides' times within a round (load that drifts between rounds cancels). Per-action times come from
+separate profiled steps (stage 1 is rank 1's stage). Prints:
+
+- median `I + W` of stage 1 over median `B` of stage 1 (goal <= 1.10);
+- median zb1p step over median 1f1b step (goal <= 0.97);
+- gpipe over Paddle's ScheduleFThenB (as benchmarks/bench_runtime.py), and the others too;
+- the machine's core count and the intra-op threads each rank ran with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODEL = str(ROOT / "examples" / "wide_linear.py")
+SIDES = ("1f1b", "zb1p", "zb1p_unsplit", "gpipe", "paddle")
+
+
+def worker(args: argparse.Namespace) -> None:
+    import paddle
+    import paddle.distributed as dist
+    from paddle.distributed import fleet
+    from paddle.distributed.auto_parallel.pipelining.schedules import ScheduleFThenB
+    from paddle.distributed.auto_parallel.pipelining.stage import PipelineStage
+
+    from ppdsl.runtime.models import load_callable
+    from ppdsl.runtime.preflight import prepare
+    from ppdsl.runtime.schedule import PipelineSchedule
+    from ppdsl.runtime.worker import apply_threads
+    from ppdsl.semantics import CommModel
+    from ppdsl.syntax.parser import parse
+
+    apply_threads()
+    dist.init_parallel_env()
+    rank = dist.get_rank()
+    fleet.auto.set_mesh(dist.ProcessMesh([0, 1], dim_names=["pp"]))  # Paddle's stages look their rank up here
+    build = load_callable(f"{MODEL}:build_stage", "model")
+    M = 8
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = paddle.to_tensor(rng.standard_normal((M * args.rows, 768)).astype("float32"))
+    y = paddle.to_tensor(rng.standard_normal((M * args.rows, 768)).astype("float32"))
+
+    def loss_fn(out: Any, target: Any) -> Any:
+        return paddle.nn.functional.mse_loss(out, target)
+
+    def layer() -> Any:
+        paddle.seed(rank)
+        return build(rank, 2)
+
+    layers: dict[str, Any] = {}
+    steps: dict[str, Any] = {}
+    for name, gen, split in (("1f1b", "1f1b", True), ("zb1p", "zb1p", True), ("zb1p_unsplit", "zb1p", False),
+                             ("gpipe", "gpipe", True)):
+        program = prepare(parse(f"pipeline ranks=2 microbatches={M}\nuse {gen}()\n", "<bench>"), CommModel.RENDEZVOUS)
+        layers[name] = layer()
+        sched = PipelineSchedule(program, {rank: layers[name]}, loss_fn, rank=rank, scale_grads=False, timeout=120,
+                                 split_backward=split)
+        steps[name] = (lambda s: lambda: s.step(x, target=y, losses=[]))(sched)
+        layers[name + "/sched"] = sched
+    layers["paddle"] = layer()
+    theirs = ScheduleFThenB(PipelineStage(layers["paddle"], rank, 2), M, loss_fn=loss_fn)
+    steps["paddle"] = (lambda: theirs.step(x)) if rank == 0 else (lambda: theirs.step(target=y, losses=[]))
+
+    def run(name: str) -> None:
+        steps[name]()
+        layers[name].clear_gradients(set_to_zero=False)
+
+    # The same gradients after one step from the same weights: the split changes no numbers.
+    for name in SIDES:
+        steps[name]()
+    ref = [p.grad.numpy() for p in layers["1f1b"].parameters()]
+    diff = {name: max(float(np.max(np.abs(p.grad.numpy() - r))) / max(1e-30, float(np.max(np.abs(r))))
+                      for p, r in zip(layers[name].parameters(), ref)) for name in SIDES}
+    for name in SIDES:
+        layers[name].clear_gradients(set_to_zero=False)
+    times: dict[str, list[float]] = {name: [] for name in SIDES}
+    for r in range(args.rounds):
+        order = SIDES if r % 2 == 0 else tuple(reversed(SIDES))
+        for name in order:
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                run(name)
+            times[name].append((time.perf_counter() - t0) / args.steps)
+        for name in ("1f1b", "zb1p"):  # one profiled step each per round, outside the timed ones
+            sched = layers[name + "/sched"]
+            sched.profile = True
+            dist.barrier()
+            run(name)
+            sched.profile = False
+    actions: dict[str, list[float]] = {}  # "1f1b F", "zb1p I", ... of this rank's stage
+    for name in ("1f1b", "zb1p"):
+        for label, durations in layers[name + "/sched"].timings.items():
+            if label[0] == str(rank) and label[1] in "FBIW" and label[2:].isdigit():
+                actions.setdefault(f"{name} {label[1]}", []).extend(durations)
+    gathered: list[object] = []
+    dist.all_gather_object(gathered, {"rank": rank, "times": times, "actions": actions, "diff": diff,
+                                      "threads": os.environ.get("PPDSL_THREADS")})
+    if rank == 0:
+        print("RESULT " + json.dumps(gathered), flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=128, help="rows per microbatch (default 128)")
+    p.add_argument("--steps", type=int, default=1, help="steps per side and round (default 1)")
+    p.add_argument("--rounds", type=int, default=11, help="rounds, alternating the sides (default 11)")
+    p.add_argument("--threads", type=int, help="intra-op threads per rank (default: cores / 2)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+    from bench_runtime import run_ranks
+
+    from ppdsl.runtime.launcher import cores, threads_per_rank
+    from ppdsl.runtime.preflight import prepare
+    from ppdsl.semantics import CommModel
+    from ppdsl.syntax.parser import parse
+
+    program = prepare(parse("pipeline ranks=2 microbatches=8\nuse gpipe()\n", "<bench>"), CommModel.RENDEZVOUS)
+    threads = threads_per_rank(2, args.threads)[0]
+    argv = ["--worker", "--rows", str(args.rows), "--steps", str(args.steps), "--rounds", str(args.rounds)]
+    results = run_ranks(__file__, program, argv, timeout=300, threads=threads)
+    if results is None:
+        return 1
+    per = {name: [max(r["times"][name][i] for r in results) for i in range(args.rounds)] for name in SIDES}
+    med = {name: statistics.median(v) for name, v in per.items()}
+    acts = {r["rank"]: {k: statistics.median(v) for k, v in r["actions"].items()} for r in results}
+    b, i, w = acts[1]["1f1b B"], acts[1]["zb1p I"], acts[1]["zb1p W"]
+    print(f"machine: {cores()} cores; 2 ranks x {threads} intra-op thread(s); model: each rank 2 x Linear(768) + GELU, "
+          f"float32, 8 microbatches of {args.rows} rows; {args.rounds} rounds x {args.steps} steps, alternating")
+    for name in SIDES:
+        print(f"  {name:13s} {med[name] * 1e3:9.2f} ms/step  (rounds: {', '.join(f'{t * 1e3:.1f}' for t in per[name])})")
+    for stage in (0, 1):
+        print(f"stage {stage}: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(acts[stage].items())))
+    def ratio(a: str, b: str) -> float:
+        """Median over rounds of a / b within the round: load that drifts between rounds cancels."""
+        return statistics.median(x / y for x, y in zip(per[a], per[b]))
+
+    print(f"ratio (I + W) / B on stage 1: {(i + w) / b:.3f}  (goal <= 1.10)")
+    print(f"ratio zb1p / 1f1b step:       {ratio('zb1p', '1f1b'):.3f}  (goal <= 0.97; ratio of medians "
+          f"{med['zb1p'] / med['1f1b']:.3f})")
+    print(f"ratio zb1p without the split / 1f1b: {ratio('zb1p_unsplit', '1f1b'):.3f}  (the old I/W)")
+    print(f"ratio ppdsl gpipe / Paddle ScheduleFThenB: {ratio('gpipe', 'paddle'):.3f}  (same order; goal <= 1.05); "
+          f"1f1b / FThenB {ratio('1f1b', 'paddle'):.3f}; zb1p / FThenB {ratio('zb1p', 'paddle'):.3f}")
+    worst = max(max(r["diff"].values()) for r in results)
+    print(f"same gradients after one step (all sides against ppdsl 1f1b): max relative difference {worst:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,555 @@
+"""The integer encoding of a program: the one statement of what each action waits for and which
+operation each send or receive meets. The engine (`semantics`), the completeness fast path,
+the critical path (`sim/critical.py`), the checker (`check/`), lowering and memory read it.
+
+Layout:
+- an action is a *code*, `code = sm << KIND_BITS | kind`, with `sm = stage * microbatches + mb`
+  and `kind` a `Kind` value (F=0, I=1, W=2, B=3, SEND_F=4, RECV_F=5, SEND_B=6, RECV_B=7,
+  UNSHARD.. stage-only). An action with a stage or microbatch out of range has INVALID_CODE;
+- a dependency is a *key*, `key = sm << SLOT_BITS | slot`, one per thing that completes: the
+  slots F_DONE, GRAD_DONE (B or I of that stage and microbatch), I_DONE, RECV_F_DONE,
+  RECV_B_DONE, MSG_F_SENT, MSG_B_SENT. Engines keep one flat list of completion per key;
+- what each code waits for: `Needs`, one per encoding and model (`Encoded.needs`), built from
+  `input_offsets` (per sm, the key a forward and a backward wait for: on the same rank or in a
+  compute-only program the producer's key, else the receive's) and `comm_tables` (a send waits
+  for its producer, a buffered receive for its send); `Needs.of(code)` spells the rule out per
+  code, and `PRODUCERS`/`producers(key)` say what completes a key;
+- which code a send or receive names: `PEER_OF_KIND` (`peer_code`, `named_deltas`), and which
+  it meets: on each directed link the k-th receive takes the k-th send (`Links`; where that
+  differs from the names, `Links.meets` holds the exceptions);
+- where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence).
+
+`encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
+never in a module-level cache keyed by `id()`. The hot loops of the engine spell the shifts
+and masks as literals (a named constant would cost a global lookup per action).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import compress, repeat
+from operator import add, and_, attrgetter, eq, lt
+from typing import cast
+
+from .ir import Action, Batch, Idle, Kind, Program, Step, actions_of
+
+KIND_BITS = 4  # a code's low bits: the Kind value
+KIND_MASK = (1 << KIND_BITS) - 1
+SLOT_BITS = 3  # a key's low bits: which of the seven things of (stage, microbatch) completed
+SLOT_MASK = (1 << SLOT_BITS) - 1
+INVALID_CODE = -1  # an action out of range: no code (its kind bits read 15, no real kind)
+# A place in the program: `rank << SHIFT | i`, i the index of the action in its rank's codes
+# (the checker's position table, lowering).
+SHIFT = 32
+LOW = (1 << SHIFT) - 1
+
+# Kind numbers as plain ints (IntEnum arithmetic is slower on the hot paths).
+F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)
+SEND_F, RECV_F, SEND_B, RECV_B = int(Kind.SEND_F), int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
+KIND_OF: tuple[Kind, ...] = tuple(Kind(k) if k < len(Kind) else Kind.F for k in range(16))
+
+# Slots of a dependency key: key = sm << 3 | slot, where sm = stage * microbatches + mb.
+F_DONE, GRAD_DONE, I_DONE, RECV_F_DONE, RECV_B_DONE, MSG_F_SENT, MSG_B_SENT = range(7)
+# Engines size their table of keys past the end by one stage: the input of a send or receive
+# to a stage outside the pipeline lands there (a negative key wraps around to it) and never
+# completes; NO_KEY, its last key, is what a receive with nothing left on its link waits for.
+NO_KEY = -1
+# The kinds that move data between ranks (Kind values 4..7), as a tuple and as a set.
+COMM_KINDS: tuple[int, ...] = (SEND_F, RECV_F, SEND_B, RECV_B)
+_COMM_KINDS = frozenset(COMM_KINDS)
+SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", RECV_B_DONE: "RECV_B",
+              MSG_F_SENT: "SEND_F", MSG_B_SENT: "SEND_B"}
+
+# The dependency rule, as data (stage s, microbatch m), read by `Needs`, `comm_tables`,
+# `input_offsets` and the checker's order rules:
+# - a compute needs from its own stage and microbatch: (the kind needed, the kind needing it),
+#   through the slot the needed kind completes (B and I need the F; W needs the I);
+LOCAL_NEEDS: tuple[tuple[int, int], ...] = ((F, B), (F, I), (I, W))
+OWN_SLOT: dict[int, int] = {F: F_DONE, I: I_DONE}
+# - a forward needs the F of stage s-1, a backward (B or I) the gradient of stage s+1; when
+#   that stage is on another rank and the program has sends and receives, it waits instead for
+#   its own receive, which completes this slot:
+INPUT_FROM_RECEIVE: dict[int, int] = {F: RECV_F_DONE, B: RECV_B_DONE, I: RECV_B_DONE}
+# - a send needs what it sends: the slot of its own (stage, microbatch) its producer completes;
+#   a receive completes its slot, and a send the MSG slot a buffered receive waits for.
+SEND_NEEDS: dict[int, int] = {SEND_F: F_DONE, SEND_B: GRAD_DONE}
+COMPLETES: dict[int, int] = {SEND_F: MSG_F_SENT, RECV_F: RECV_F_DONE, SEND_B: MSG_B_SENT, RECV_B: RECV_B_DONE}
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+
+
+class Encoded:
+    """A program as integer codes, one list per rank, one code per action in written order.
+
+    `steps[r][i]` is the step index of action i of rank r (None when every step of the row is
+    one plain action, so i is the step). `groups[r]` maps the index of the first action of an
+    overlapped pair or a batch to (is_batch, member count). `invalid` lists actions whose
+    stage or microbatch is out of range (they get no code).
+    """
+
+    __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
+                 "_kinds", "_links", "_needs", "_pos", "_columns")
+
+    def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
+                 links: Links | None = None):
+        S, M = program.stages, program.microbatches
+        self.stages, self.microbatches = S, M
+        self.placement = program.placement
+        self.rows = program.rows
+        self._links: Links | None = None
+        self._needs: dict[bool, Needs] = {}
+        self._pos: list[int] | None = None
+        self._columns: dict[int, list[int]] = {}
+        self.codes: list[list[int]] = []
+        self.steps: list[list[int] | None] = []
+        self.groups: list[dict[int, tuple[bool, int]]] = []
+        self.invalid: list[tuple[int, int, Action]] = []
+        self._actions: list[list[Action]] | None = None
+        self._kinds: frozenset[int] | None = None
+        if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
+            self._kinds = kinds
+            self._links = links
+            self.codes = codes
+            self.steps = [None] * len(codes)
+            self.groups = [{} for _ in codes]
+            return
+        get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
+        for rank, row in enumerate(program.rows):
+            if row and set(map(type, row)) == {Action}:
+                try:
+                    stages_ok = 0 <= min(map(get_stage, row)) and max(map(get_stage, row)) < S
+                    mbs_ok = 0 <= min(map(get_mb, row)) and max(map(get_mb, row)) < M
+                except TypeError:  # a stage-only action (no microbatch): take the careful path
+                    stages_ok = mbs_ok = False
+                if stages_ok and mbs_ok:
+                    plain = cast("tuple[Action, ...]", row)
+                    self.codes.append([((a.stage * M + a.microbatch) << 4) + a.kind for a in plain])  # type: ignore[operator]
+                    self.steps.append(None)
+                    self.groups.append({})
+                    continue
+            self._careful(rank, row, S, M)
+
+    def _careful(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
+        codes: list[int] = []
+        steps: list[int] = []
+        groups: dict[int, tuple[bool, int]] = {}
+        for index, step in enumerate(row):
+            t = type(step)
+            if t is Idle:
+                continue
+            parts = actions_of(step)
+            if t is not Action:
+                groups[len(codes)] = (t is Batch, len(parts))
+            for a in parts:
+                m = 0 if a.microbatch is None else a.microbatch
+                if not (0 <= a.stage < S and 0 <= m < M and 0 <= a.kind < 16):
+                    self.invalid.append((rank, index, a))
+                    codes.append(INVALID_CODE)
+                else:
+                    codes.append(((a.stage * M + m) << 4) + a.kind)
+                steps.append(index)
+        self.codes.append(codes)
+        self.steps.append(steps)
+        self.groups.append(groups)
+
+    def step_of(self, rank: int, i: int) -> int:
+        steps = self.steps[rank]
+        return i if steps is None else steps[i]
+
+    def action(self, rank: int, i: int) -> Action:
+        """The Action object behind code i of a rank (for messages and timing callbacks)."""
+        return self.actions_of_rank(rank)[i]
+
+    def actions_of_rank(self, rank: int) -> list[Action]:
+        """The Action objects of a rank, one per code."""
+        if self._actions is None:
+            self._actions = [[a for s in row for a in actions_of(s)] for row in self.rows]
+        return self._actions[rank]
+
+    @property
+    def kinds(self) -> frozenset[int]:
+        """The kinds of action (Kind values) the program uses."""
+        if self._kinds is None:
+            found: set[int] = set()
+            for codes in self.codes:
+                found.update(map(and_, codes, repeat(15)))
+            found.discard(15)  # the -1 of an out-of-range action
+            self._kinds = frozenset(found)
+        return self._kinds
+
+    @property
+    def pos(self) -> list[int]:
+        """code -> place of its first occurrence (`rank << SHIFT | i`), -1 where the program
+        lacks it.
+
+        A list over the whole code space rather than a dict: a reader takes every (stage,
+        microbatch) of one kind as the slice `pos[kind::16]`, in C. Filled by scattering each
+        row backwards, so the first occurrence of a code is the one that stays."""
+        if self._pos is None:
+            pos = [-1] * (self.stages * self.microbatches << KIND_BITS)
+            setter = pos.__setitem__
+            for rank in range(len(self.codes) - 1, -1, -1):
+                codes = self.codes[rank]
+                base = rank << SHIFT
+                deque(map(setter, reversed(codes), range(base + len(codes) - 1, base - 1, -1)), maxlen=0)
+            if pos:
+                pos[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
+            self._pos = pos
+        return self._pos
+
+    def column(self, kind: int) -> list[int]:
+        """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""
+        col = self._columns.get(kind)
+        if col is None:
+            col = self._columns[kind] = self.pos[kind::16]
+        return col
+
+    @property
+    def links(self) -> Links:
+        """Which operation each send and receive meets on its link (see `Links`)."""
+        if self._links is None:
+            self._links = Links(self)
+        return self._links
+
+    def needs(self, buffered: bool) -> Needs:
+        """What each code waits for, under `buffered` or a model where sends block (see `Needs`)."""
+        table = self._needs.get(buffered)
+        if table is None:
+            table = self._needs[buffered] = Needs(self, buffered)
+        return table
+
+    def meets(self, code: int) -> int:
+        """The code of the operation a send or receive `code` meets on its link (NO_PEER: none)."""
+        exceptions = self.links.meets
+        named = peer_code(code, self.microbatches)
+        return named if exceptions is None else exceptions.get(code, named)
+
+    def describe(self, code: int) -> str:
+        """`0SEND_F3`-style text of a code."""
+        sm, k = code >> 4, code & 15
+        stage, mb = divmod(sm, self.microbatches)
+        kind = KIND_OF[k]
+        return f"{stage}{kind.name}" if kind.stage_only else f"{stage}{kind.name}{mb}"
+
+
+# A send or receive with nothing to meet on its link (more sends than receives on it): its
+# peer is a code no rank ever posts, so it waits forever.
+NO_PEER = -1
+
+
+# The operation a send or receive names as its peer, per kind: (stage step, peer kind).
+# SEND_F(s,m) <-> RECV_F(s+1,m) carries an activation, SEND_B(s,m) <-> RECV_B(s-1,m) a gradient.
+PEER_OF_KIND: dict[int, tuple[int, int]] = {SEND_F: (1, RECV_F), RECV_F: (-1, SEND_F), SEND_B: (-1, RECV_B),
+                                            RECV_B: (1, SEND_B)}
+
+
+def named_deltas(M: int) -> list[int]:
+    """Per kind: `code + delta[kind]` is the operation a send or receive names as its peer."""
+    delta = [0] * 16
+    for k, (step, peer) in PEER_OF_KIND.items():
+        delta[k] = (step * M << KIND_BITS) + peer - k
+    return delta
+
+
+def peer_stage(stage: int, kind: int) -> int:
+    """The stage on the other end of a send or receive of `stage` (maybe outside the pipeline)."""
+    return stage + PEER_OF_KIND[kind][0]
+
+
+class Links:
+    """The matching rule of every transport and model: on each directed link (sender rank,
+    receiver rank) the k-th receive posted takes the k-th message sent, whatever its label.
+    Paddle's send/recv and `batch_isend_irecv` on gloo and NCCL carry no tag. A rank posts its
+    operations in row order and a batch its members as written, so the k-th of each is fixed
+    by the text: forward activations and backward gradients that go the same way on a link
+    (a V placement) share its order.
+
+    `order[(src, dst)]` holds (the link's send codes in src's row order, its receive codes in
+    dst's row order), filled only when some link's order is not its label order (found from
+    the position table, `in_label_order`, without a scan in the usual case). `meets` is None when on every link the k-th send is the peer the k-th
+    receive names (`peer_code`): matching by position and by name agree, and the engine's
+    arithmetic stands. Otherwise `meets` maps each code whose partner on the link differs from
+    the named one to that partner (NO_PEER: none), and `mismatches` gives, per such link, the
+    first position where they differ: (src, dst, k, send code, receive code), NO_PEER for the
+    side that has run out.
+    """
+
+    __slots__ = ("order", "meets", "mismatches")
+
+    @classmethod
+    def by_construction(cls) -> Links:
+        """The links of a program whose maker puts every link in label order (lowering, whose
+        rows all follow one global order of exchanges): nothing differs, nothing to scan."""
+        links = cls.__new__(cls)
+        links.order, links.meets, links.mismatches = {}, None, []
+        return links
+
+    def __init__(self, enc: Encoded, scan: bool = False):
+        """`scan`: read every row even when the position table shows label order (tests
+        compare the two ways)."""
+        self.order: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        self.meets: dict[int, int] | None = None
+        self.mismatches: list[tuple[int, int, int, int, int]] = []
+        if not scan and in_label_order(enc):
+            return  # the usual case, decided from the position table without a scan
+        self._scan(enc)
+
+    def _scan(self, enc: Encoded) -> None:
+        S, M = enc.stages, enc.microbatches
+        placement = enc.placement
+        # Per code: which end of which link it is, `other rank << 1 | is a send` (-1: not a send
+        # or receive, or one to a stage outside the pipeline, PPS207); one entry past the code
+        # space for INVALID_CODE. One lookup per code, then two scans per link of a row.
+        end = [-1] * ((S * M << 4) + 1)
+        for s in range(S):
+            lo, hi = (s * M) << 4, ((s + 1) * M) << 4
+            for k in COMM_KINDS:
+                t = peer_stage(s, k)
+                if 0 <= t < S:
+                    end[lo + k:hi:16] = [placement[t] << 1 | (k in (SEND_F, SEND_B))] * M
+        for r, codes in enumerate(enc.codes):
+            ends = list(map(end.__getitem__, codes))
+            for e in set(ends):
+                if e < 0:
+                    continue
+                mine = list(compress(codes, map(eq, ends, repeat(e))))
+                o = e >> 1
+                if e & 1:
+                    self.order.setdefault((r, o), ([], []))[0].extend(mine)
+                else:
+                    self.order.setdefault((o, r), ([], []))[1].extend(mine)
+        delta = named_deltas(M)
+        for (src, dst), (sent, got) in sorted(self.order.items()):
+            named = list(map(add, sent, map(delta.__getitem__, map(and_, sent, repeat(15)))))
+            if named == got:
+                continue
+            meets: dict[int, int] = self.meets if self.meets is not None else {}
+            self.meets = meets
+            n = max(len(sent), len(got))
+            first = next((k for k in range(n) if k >= len(sent) or k >= len(got) or named[k] != got[k]), n)
+            self.mismatches.append((src, dst, first, sent[first] if first < len(sent) else NO_PEER,
+                                    got[first] if first < len(got) else NO_PEER))
+            for k in range(first, n):
+                sc = sent[k] if k < len(sent) else NO_PEER
+                rc = got[k] if k < len(got) else NO_PEER
+                if sc != NO_PEER and rc != sc + delta[sc & 15]:
+                    meets[sc] = rc
+                if rc != NO_PEER and sc != rc + delta[rc & 15]:
+                    meets[rc] = sc
+
+
+def comm_tables(M: int, buffered: bool) -> tuple[list[int], list[int | None], list[int]]:
+    """Per kind of send or receive, as the engines read them: `code + peer_delta[kind]` is the
+    peer its label names; it waits for the key `(sm << SLOT_BITS) + need_off[kind]` (None:
+    nothing; a send waits for its producer, and a buffered receive for its send); it completes
+    the key of slot `out_slot[kind]` of its own sm."""
+    peer_delta = named_deltas(M)
+    need_off: list[int | None] = [None] * 16
+    out_slot = [0] * 16
+    for k in COMM_KINDS:
+        out_slot[k] = COMPLETES[k]
+        if k in SEND_NEEDS:
+            need_off[k] = SEND_NEEDS[k]
+        elif buffered:  # a receive waits for the MSG slot of the send its label names
+            step, send = PEER_OF_KIND[k]
+            need_off[k] = (step * M << SLOT_BITS) + COMPLETES[send]
+    return peer_delta, need_off, out_slot
+
+
+def in_label_order(enc: Encoded) -> bool:
+    """Whether on every link the k-th send is the one the k-th receive names, decided from the
+    position table: per link, the sends and receives it carries pair up by label (stage s's
+    `SEND_F`s with stage s+1's `RECV_F`s, a stage's `SEND_B`s with the previous one's
+    `RECV_B`s), and the order holds when sorting the pairs by the send's place also sorts them
+    by the receive's. False also when it cannot say that way (an action missing or repeated):
+    then `Links` scans the rows."""
+    S, M = enc.stages, enc.microbatches
+    pos = enc.pos
+    if len(pos) - pos.count(-1) != sum(map(len, enc.codes)) - len(enc.invalid):
+        return False  # an action appears twice: the position table holds only its first place
+    pairs: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+    for s in range(S):
+        for send in (SEND_F, SEND_B):
+            step, recv = PEER_OF_KIND[send]
+            t = s + step
+            if not 0 <= t < S:
+                continue
+            sent = pos[((s * M) << KIND_BITS) + send:((s + 1) * M) << KIND_BITS:16]
+            got = pos[((t * M) << KIND_BITS) + recv:((t + 1) * M) << KIND_BITS:16]
+            if sent.count(-1) == M and got.count(-1) == M:
+                continue  # no such hand-off in the program
+            if -1 in sent or -1 in got:
+                return False  # a send without its receive, or the reverse
+            into = pairs.setdefault((enc.placement[s], enc.placement[t]), ([], []))
+            into[0].extend(sent)
+            into[1].extend(got)
+    for sent, got in pairs.values():
+        if not all(map(lt, sent, sent[1:])):
+            by_send = sorted(range(len(sent)), key=sent.__getitem__)
+            got = list(map(got.__getitem__, by_send))
+        if not all(map(lt, got, got[1:])):
+            return False
+    # Sends and receives with no partner stage (PPS207) are on no link; the rows' other
+    # sends and receives are all in `pairs` (each appears once), so every link was seen.
+    return True
+
+
+def sent_key(send: int) -> int:
+    """The key a send completes (in `buffered`, what the receive it meets waits for)."""
+    if send < 0:
+        return NO_KEY  # NO_PEER: nothing on the link to wait for
+    return ((send >> 4) << 3) | (MSG_F_SENT if send & 15 == SEND_F else MSG_B_SENT)
+
+
+def received_key(recv: int) -> int:
+    """The key a receive completes when it meets its send."""
+    return ((recv >> 4) << 3) | (RECV_F_DONE if recv & 15 == RECV_F else RECV_B_DONE)
+
+
+def encode(program: Program) -> Encoded:
+    """The encoding of `program`, made once and kept on the program itself (`Program.derived`):
+    the checker, the engine, lowering and the simulator all ask for it, and a program is
+    immutable, so the first answer stays right for the program's whole life."""
+    enc = program.derived.get(_KEY)
+    if enc is None:
+        enc = program.derived[_KEY] = Encoded(program)
+    assert isinstance(enc, Encoded)
+    return enc
+
+
+def remember(program: Program, enc: Encoded) -> None:
+    """Give `program` an encoding its maker built alongside the rows (lowering does)."""
+    program.derived[_KEY] = enc
+
+
+_KEY = "encoding"  # its entry in Program.derived
+
+
+def peer_code(code: int, microbatches: int) -> int:
+    """The code of the operation a send or receive names as its peer: SEND_F(s,m) <->
+    RECV_F(s+1,m), and SEND_B(s,m) <-> RECV_B(s-1,m). On a link whose order agrees with the
+    labels it is also the one it meets (`Encoded.meets` answers in general)."""
+    k = code & KIND_MASK
+    step, peer = PEER_OF_KIND.get(k, (0, k))  # not a send or receive: itself
+    return code + (step * microbatches << KIND_BITS) + peer - k
+
+
+def recv_offsets(M: int) -> list[int]:
+    """Per kind of send/receive: the offset from `(code >> 4) << 3` to the key the receive of
+    its pair completes (its own for a receive; its peer's for a send)."""
+    off = [0] * 16
+    off[RECV_F], off[RECV_B] = RECV_F_DONE, RECV_B_DONE
+    off[SEND_F], off[SEND_B] = (M << 3) + RECV_F_DONE, -(M << 3) + RECV_B_DONE
+    return off
+
+
+def input_offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
+             ) -> tuple[list[int | None], list[int | None], list[bool], list[bool]]:
+    """Per (stage, microbatch) `sm`: the offset from `sm << 3` to the key a forward waits for,
+    and to the gradient key a backward waits for (None: no such dependency); per stage,
+    whether that input crosses ranks with no receive (compute-only programs: the hand-off
+    costs a message time). Lists of shared small objects: the loop reads them in order."""
+    f_off: list[int | None] = []
+    b_off: list[int | None] = []
+    f_hop = [False] * S
+    b_hop = [False] * S
+    for s in range(S):
+        fo: int | None = None
+        bo: int | None = None
+        if s > 0:
+            if placement[s - 1] == placement[s] or not with_comms:
+                fo, f_hop[s] = -(M << 3) | F_DONE, placement[s - 1] != placement[s]
+            else:
+                fo = INPUT_FROM_RECEIVE[F]
+        if s < S - 1:
+            if placement[s + 1] == placement[s] or not with_comms:
+                bo, b_hop[s] = (M << 3) | GRAD_DONE, placement[s + 1] != placement[s]
+            else:
+                bo = INPUT_FROM_RECEIVE[B]
+        f_off += [fo] * M
+        b_off += [bo] * M
+    return f_off, b_off, f_hop, b_hop
+
+
+class Needs:
+    """What each code waits for under one model, built once per encoding and model
+    (`Encoded.needs`): the tables the engines' hot loops read, and `of(code)`, the same rule
+    spelled out per code for everything that is not a hot loop (the engine's explanation of
+    a stuck run, the critical path, the checker's cycle search).
+
+    - `f_off[sm]`, `b_off[sm]`: offset from `sm << SLOT_BITS` to the key a forward, and a
+      backward's gradient input, waits for (None: none); `f_hop[stage]`, `b_hop[stage]`:
+      whether that input crosses ranks with no receive (a compute-only program);
+    - `peer_delta`, `need_off`, `out_slot` per kind of send or receive (`comm_tables`), and
+      `recv_off`: the key the receive of a matched pair completes, from a send or a receive;
+    - `meets`: the link partners that differ from the labelled ones (`Links`; None: none).
+    """
+
+    __slots__ = ("M", "buffered", "f_off", "b_off", "f_hop", "b_hop", "peer_delta", "need_off", "out_slot",
+                 "recv_off", "meets")
+
+    def __init__(self, enc: Encoded, buffered: bool):
+        S, M = enc.stages, enc.microbatches
+        with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
+        self.M, self.buffered = M, buffered
+        self.f_off, self.b_off, self.f_hop, self.b_hop = input_offsets(S, M, enc.placement, with_comms)
+        self.peer_delta, self.need_off, self.out_slot = comm_tables(M, buffered)
+        self.recv_off = recv_offsets(M)
+        self.meets = enc.links.meets if with_comms else None
+
+    def of(self, c: int) -> list[tuple[int, bool]]:
+        """(key, crosses ranks with no receive) of each thing code c waits for, as the
+        engines see them; a buffered receive waits for the send it meets on its link."""
+        k, sm = c & 15, c >> 4
+        base = sm << 3
+        if k == F:
+            off = self.f_off[sm]
+            return [] if off is None else [(base + off, self.f_hop[sm // self.M])]
+        if k == W or k == B or k == I:
+            out = [(base | OWN_SLOT[needed], False) for needed, needer in LOCAL_NEEDS if needer == k]
+            off = None if k == W else self.b_off[sm]
+            return out if off is None else out + [(base + off, self.b_hop[sm // self.M])]
+        need = self.need_off[k] if k < 16 else None
+        if need is None:
+            return []
+        if self.meets is not None and k & 1 and c in self.meets:
+            return [(sent_key(self.meets[c]), False)]
+        return [(base + need, False)]
+
+
+# What completes each slot of a key: the kinds whose action, of the key's stage and
+# microbatch, does (a gradient by the B or the I).
+PRODUCERS: dict[int, tuple[int, ...]] = {F_DONE: (F,), GRAD_DONE: (B, I), I_DONE: (I,), RECV_F_DONE: (RECV_F,),
+                                         RECV_B_DONE: (RECV_B,), MSG_F_SENT: (SEND_F,), MSG_B_SENT: (SEND_B,)}
+
+
+def producers(key: int) -> list[int]:
+    """The codes that can complete `key`, in the order to look for them."""
+    sm = key >> SLOT_BITS
+    return [(sm << KIND_BITS) | k for k in PRODUCERS[key & SLOT_MASK]]
+
+
+# Per compute kind, the slots its action completes: PRODUCERS read the other way.
+_OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
+    tuple(slot for slot, kinds in PRODUCERS.items() if k in kinds) for k in (F, I, W, B))
+
+
+def compute_outputs(code: int) -> tuple[int, ...]:
+    """The keys a compute action completes (B and I: the gradient it sends back; I also
+    what its W waits for)."""
+    k = code & KIND_MASK
+    if k > B:
+        return ()
+    sm3 = (code >> KIND_BITS) << SLOT_BITS
+    return tuple(sm3 | slot for slot in _OUTPUT_SLOTS[k])
+
+
+def describe_key(key: int, microbatches: int) -> tuple[int, int, int, str]:
+    """(stage, microbatch, slot, text such as `1RECV_F3`) of a dependency key."""
+    sm, slot = key >> 3, key & 7
+    stage, mb = divmod(sm, microbatches)
+    return stage, mb, slot, f"{stage}{SLOT_NAMES[slot]}{mb}"
+
+

@@ -1,0 +1,66 @@
+"""What a rank really keeps alive between actions, counted from the interpreter's own stores.
+
+A microbatch graph of stage s is live from its `F` until its last backward action: while the
+interpreter holds its output (the graph hangs off it), the gradient kept between a retained
+`I` and its `W`, or weight gradients deferred under its key. The bytes are those of every
+distinct tensor in the stores (inputs, outputs, gradients waiting to be sent or used) and in
+the deferred weight gradients; autograd's own saved tensors inside a graph are not visible
+from here and are not counted. The checker predicts the count (`ppdsl.memory`); the two
+agree when the runtime frees each microbatch at the action the schedule says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+
+class LiveMemory:
+    """Peaks over every observation (one after each action, and inside an overlapped pair)."""
+
+    def __init__(self) -> None:
+        self.peak_graphs = 0
+        self.peak_bytes = 0
+
+    def observe(self, sched: Any) -> None:
+        graphs = set(sched._y)
+        graphs.update(sched._kept_dy)
+        deferred = sched.deferred
+        if deferred is not None:
+            graphs.update(deferred.keys())
+        if len(graphs) > self.peak_graphs:
+            self.peak_graphs = len(graphs)
+        held = self.bytes_of(_tensors(sched))
+        if held > self.peak_bytes:
+            self.peak_bytes = held
+
+    @staticmethod
+    def bytes_of(tensors: Iterable[Any]) -> int:
+        """Bytes of the distinct buffers among `tensors` (a detached copy shares its buffer)."""
+        seen: set[int] = set()
+        total = 0
+        for t in tensors:
+            if t is None:
+                continue
+            ptr = t.data_ptr()
+            if ptr in seen:
+                continue
+            seen.add(ptr)
+            total += int(t.size) * t.element_size()
+        return total
+
+
+def _tensors(sched: Any) -> Iterator[Any]:
+    for store in (sched._x, sched._y, sched._dx, sched._dy, sched._kept_dy, sched._recv_x):
+        yield from store.values()
+    if sched.deferred is not None:
+        yield from sched.deferred.tensors()
+
+
+def allocator_peak_bytes() -> int | None:
+    """The GPU allocator's peak, when there is a GPU (None on a CPU build)."""
+    import paddle
+
+    if not paddle.device.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
+        return None
+    return int(paddle.device.cuda.max_memory_allocated())

@@ -1,0 +1,100 @@
+"""The named generators as the search's yardstick and its starting points.
+
+`named_results` prices every registered generator at a size under the given costs, with its
+peak in the search's unit (a rank's whole share of the model; a V or interleaved stage counts
+1/v). `seed_rows` turns those that fit a problem's shape and limit into the search's codes,
+so the search starts from the best of them and can only improve on it.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from ..costs import CostModel, shares_of
+from ..generators import registry
+from ..ir import Action, Kind, Program
+from ..simulate import simulate
+from .listsched import FWD, GRAD, WGT
+from .problem import EPSILON, Problem, cuts_of, reshape
+
+# Arguments a generator is tried with besides its defaults (the search's shapes hold <= 2 stages a rank).
+VARIANTS: dict[str, tuple[dict[str, object], ...]] = {"interleaved_1f1b": ({"virtual": 2},),
+                                                      "looped_bfs": ({"virtual": 2},)}
+
+
+@frozen
+class NamedResult:
+    name: str
+    program: Program
+    makespan: float
+    peak: float  # in the search's unit
+
+
+def named_results(ranks: int, microbatches: int, costs: CostModel, cuts: int | None = None) -> list[NamedResult]:
+    """Every named generator that accepts this size, priced under `costs` (per-stage keys
+    numbering `cuts` stages, see `problem.reshape`), shortest first."""
+    out = []
+    if cuts is None:
+        cuts = cuts_of(costs, ranks)
+        if cuts is None:
+            raise ValueError("per-stage costs name a stage past two a rank")
+    for spec in registry.REGISTRY.values():
+        for args in VARIANTS.get(spec.name, ({},)):
+            try:
+                built = registry.expand(spec.name, ranks, microbatches, args)
+            except registry.GeneratorError:
+                continue
+            program = Program(ranks, built.stages, microbatches, built.placement, built.rows)
+            weights = [1.0 / n for n in shares_of(program)]
+            sim = simulate(program, reshape(costs, cuts, built.stages), memory_weights=weights)
+            if sim.completed:
+                out.append(NamedResult(spec.name, program, sim.makespan, max(sim.peak_memory)))
+    out.sort(key=lambda n: (n.makespan, n.peak, n.name))
+    return out
+
+
+def best_fitting(results: list[NamedResult], limit: float) -> NamedResult | None:
+    """The shortest named schedule whose peak is within `limit`."""
+    for n in results:
+        if n.peak <= limit + EPSILON:
+            return n
+    return None
+
+
+def seed_rows(problem: Problem, results: list[NamedResult]) -> list[tuple[str, list[list[int]]]]:
+    """The named schedules that fit `problem` (same placement, within the limit), as codes."""
+    M = problem.microbatches
+    out = []
+    for n in results:
+        p = n.program
+        if p.placement != problem.placement or n.peak > problem.limit + EPSILON:
+            continue
+        rows: list[list[int]] = []
+        split_seen = unsplit_seen = False
+        for row in p.rows:
+            codes = []
+            for step in row:
+                if type(step) is not Action:
+                    break
+                a = step
+                assert a.microbatch is not None
+                sm = a.stage * M + a.microbatch
+                if a.kind is Kind.F:
+                    codes.append(sm * 3 + FWD)
+                elif a.kind is Kind.I or a.kind is Kind.B:
+                    codes.append(sm * 3 + GRAD)
+                    split_seen |= a.kind is Kind.I
+                    unsplit_seen |= a.kind is Kind.B
+                elif a.kind is Kind.W:
+                    codes.append(sm * 3 + WGT)
+            else:
+                rows.append(codes)
+                continue
+            break  # a step the search does not model (an overlapped pair): not a seed
+        if len(rows) != problem.ranks or (split_seen and unsplit_seen):
+            continue
+        if unsplit_seen:
+            # B = I then W at once: the same order with the weight gradient right after.
+            rows = [[c for code in row for c in ((code, code + 1) if code % 3 == GRAD else (code,))] for row in rows]
+        out.append((n.name, rows))
+    return out

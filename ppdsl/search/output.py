@@ -1,0 +1,90 @@
+"""A found schedule as a checked program, as `.pps` text with the numbers it was found with, as JSON.
+
+`finish` is the gate every result passes: the compute-only program is simulated under the
+same costs (its makespan must be the search's), checked, lowered to sends and receives and
+checked again under `rendezvous`. A found schedule that fails is a bug in the search, raised
+as one; it is never written out.
+"""
+
+from __future__ import annotations
+
+from attrs import evolve
+
+from ..check import check
+from ..costs import CostModel
+from ..lower import lower
+from ..simulate import simulate
+from ..syntax.printer import print_program
+from .driver import Found
+from .problem import EPSILON, rank_weights, reshape, stage_limit
+
+
+def _number(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def finish(found: Found, costs: CostModel) -> Found:
+    """The result with its program carrying the header's memory limit and the costs, verified."""
+    costs = reshape(costs, found.cuts, found.program.stages)
+    program = found.program.evolve(memory_limit=stage_limit(found.limit, found.stages_per_rank),
+                                   costs=tuple(costs.items))
+    sim = simulate(program, costs, memory_weights=rank_weights(program.placement, program.ranks))
+    if not sim.completed or abs(sim.makespan - found.makespan) > 1e-6 * max(1.0, found.makespan):
+        raise AssertionError(f"search priced {found.makespan} but the simulator says {sim.makespan}")
+    errors = [d for d in check(program) if d.is_error]
+    if not errors:
+        errors = [d for d in check(lower(program), "rendezvous") if d.is_error]
+    if errors:
+        raise AssertionError(f"a found schedule fails the checker: {errors[0].code} {errors[0].message}")
+    peak = max(sim.peak_memory)
+    if peak > found.limit + EPSILON:
+        raise AssertionError(f"a found schedule holds {peak} over the limit {found.limit}")
+    return evolve(found, program=program, bubble=sim.bubble_ratio, peak=peak)
+
+
+def header_comment(found: Found, costs: CostModel) -> str:
+    shape = "loop, 1 stage per rank" if found.stages_per_rank == 1 else "V, 2 stages per rank"
+    given = " ".join(f"{k}={_number(v)}" for k, v in costs.items) or "defaults (F=1, I=W=1, free messages)"
+    lines = [
+        f"found by `ppdsl search` ({found.candidates} candidates priced)",
+        f"makespan {_number(found.makespan)}, bubble {found.bubble:.1%}, peak memory {_number(found.peak)} "
+        f"(limit {_number(found.limit)})",
+        f"memory unit: one microbatch's activations of a rank's whole share of the model "
+        f"(header memory={_number(stage_limit(found.limit, found.stages_per_rank))} counts stage activations)",
+        f"costs: {given}" + (f" (unit: {costs.unit})" if costs.unit != "unit" else "") + f"; shape: {shape}",
+    ]
+    if found.named is not None:
+        n = found.named
+        gain = 1 - found.makespan / n.makespan if n.makespan > 0 else 0.0
+        lines.append(f"best named generator within the limit: {n.name}, makespan {_number(n.makespan)} "
+                     f"(peak {_number(n.peak)}); this one is {gain:.1%} shorter")
+    else:
+        lines.append("no named generator fits this limit")
+    proof = ("proven optimal (meets the lower bound)" if found.optimal
+             else f"not proven optimal (lower bound {_number(found.lower_bound)})")
+    lines.append(f"method: {found.method}; {proof}" + ("; stopped at the time limit" if found.stopped_early else ""))
+    return "\n".join(lines)
+
+
+def to_text(found: Found, costs: CostModel) -> str:
+    return print_program(found.program, header_comment(found, costs), compact=True)
+
+
+def to_json(found: Found, output: str | None) -> dict[str, object]:
+    n = found.named
+    return {
+        "found": True,
+        "makespan": found.makespan,
+        "bubble_ratio": found.bubble,
+        "peak_memory": found.peak,
+        "limit": found.limit,
+        "stages_per_rank": found.stages_per_rank,
+        "method": found.method,
+        "optimal": found.optimal,
+        "lower_bound": found.lower_bound,
+        "seconds": found.seconds,
+        "candidates": found.candidates,
+        "stopped_early": found.stopped_early,
+        "named": None if n is None else {"name": n.name, "makespan": n.makespan, "peak_memory": n.peak},
+        "output": output,
+    }

@@ -1,0 +1,127 @@
+"""What a search is asked: the pipeline's shape, each action's duration, the memory limit.
+
+Memory is counted in the unit a user reasons about: one microbatch's activations of a rank's
+whole share of the model. A stage of a rank that holds v stages keeps 1/v of that, so a V
+schedule's chunk counts 1/2 (the weighting of `schedules/README.md`'s last column). The
+checker's `--max-memory` counts stage activations instead; `stage_limit` converts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attrs import frozen
+
+from ..costs import DEFAULT, CostModel
+from ..ir import Kind
+from ..placement import loop, v_shape
+
+# A limit is compared after adding weights such as 1/3 a few thousand times: absorb the rounding.
+EPSILON = 1e-9
+
+
+@frozen
+class Problem:
+    """One search input. `cost[s]` is (F, I, W, B) of stage s; `weight[s]` its activation's share."""
+
+    ranks: int
+    microbatches: int
+    placement: tuple[int, ...]
+    cost: tuple[tuple[float, float, float, float], ...]
+    comm: float
+    limit: float
+    split: bool = True
+
+    @property
+    def stages(self) -> int:
+        return len(self.placement)
+
+    @property
+    def stages_per_rank(self) -> int:
+        return self.stages // self.ranks
+
+    @property
+    def weight(self) -> tuple[float, ...]:
+        return tuple(1.0 / self.stages_per_rank for _ in self.placement)
+
+    def with_split(self, split: bool) -> Problem:
+        return Problem(self.ranks, self.microbatches, self.placement, self.cost, self.comm, self.limit, split)
+
+
+def shape(ranks: int, stages_per_rank: int) -> tuple[int, ...]:
+    """Loop for one stage a rank, V for two: the two shapes the search considers."""
+    return loop(ranks, ranks) if stages_per_rank == 1 else v_shape(ranks, 2 * ranks)
+
+
+def make_problem(ranks: int, microbatches: int, stages_per_rank: int, limit: float,
+                 costs: CostModel = DEFAULT, split: bool = True, cuts: int | None = None) -> Problem:
+    """A problem for `costs` as `ppdsl simulate` reads them (a rank's share divided among its stages)."""
+    placement = shape(ranks, stages_per_rank)
+    stages = len(placement)
+    if cuts is None:
+        cuts = cuts_of(costs, ranks)
+        if cuts is None:
+            raise ValueError("per-stage costs name a stage past two a rank")
+    table = reshape(costs, cuts, stages).table(stages, [stages_per_rank] * stages)
+    cost = tuple((row[Kind.F], row[Kind.I], row[Kind.W], row[Kind.B]) for row in table)
+    return Problem(ranks, microbatches, placement, cost, costs.message_time, limit, split)
+
+
+def stage_limit(limit: float, stages_per_rank: int) -> float:
+    """The same limit in stage activations, the unit of `ppdsl lint --max-memory`."""
+    return limit * stages_per_rank
+
+
+def rank_weights(placement: Sequence[int], ranks: int) -> list[float]:
+    """Per stage, its share of its rank's layers (1/v when the rank holds v stages)."""
+    held = [0] * ranks
+    for r in placement:
+        held[r] += 1
+    return [1.0 / held[r] for r in placement]
+
+
+def cuts_of(costs: CostModel, ranks: int) -> int | None:
+    """How many equal cuts of the model the per-stage keys of `costs` describe: 0 (none), one
+    a rank (loop stages, the highest named below `ranks`) or two a rank (V stages); None if
+    a key names a stage past 2 x ranks."""
+    highest = -1
+    for key, _ in costs.items:
+        head, sep, tail = key.partition("_s")
+        if sep and tail.isdigit():
+            highest = max(highest, int(tail))
+    if highest < 0:
+        return 0
+    if highest < ranks:
+        return ranks
+    return 2 * ranks if highest < 2 * ranks else None
+
+
+def reshape(costs: CostModel, given: int, stages: int) -> CostModel:
+    """Per-stage costs measured on `given` equal cuts of the model, for `stages` equal cuts.
+
+    Stage s of `stages` holds the layers of cut s * given // stages (when there are more
+    stages than cuts, a share of them) or the sum of the cuts it holds (when fewer): a model
+    whose first layers are heavier stays so whatever the shape.
+    """
+    if given in (0, stages):
+        return costs
+    plain = tuple((k, v) for k, v in costs.items if "_s" not in k)
+    per: dict[tuple[str, int], float] = {}
+    for key, value in costs.items:
+        head, sep, tail = key.partition("_s")
+        if sep:
+            per[(head, int(tail))] = value
+    items = list(plain)
+    base = costs.kind_costs()
+    for kind in ("F", "B", "I", "W"):
+        if not any(k == kind for k, _ in per):
+            continue
+        for s in range(stages):
+            if stages > given:
+                cut = s * given // stages
+                value = per.get((kind, cut), base[kind]) * given / stages
+            else:
+                ratio = given // stages
+                value = sum(per.get((kind, c), base[kind] * stages / given) for c in range(s * ratio, (s + 1) * ratio))
+            items.append((f"{kind}_s{s}", value))
+    return CostModel(tuple(items), costs.unit)

@@ -1,0 +1,115 @@
+"""The split backward in one process: same gradients, deferred exactly under their key, nothing kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ppdsl.runtime.launcher import threads_per_rank
+
+paddle = pytest.importorskip("paddle")
+
+from ppdsl.runtime.split_backward import DeferredGrads, restore_linears, switch_linears  # noqa: E402
+
+WIDTH = 6
+
+
+def _stage(seed: int) -> Any:
+    paddle.seed(seed)
+    return paddle.nn.Sequential(paddle.nn.Linear(WIDTH, WIDTH), paddle.nn.GELU(),
+                                paddle.nn.Linear(WIDTH, WIDTH, bias_attr=False), paddle.nn.LayerNorm(WIDTH))
+
+
+def _data(m: int) -> tuple[Any, Any]:
+    rng = np.random.default_rng(m)
+    return (paddle.to_tensor(rng.standard_normal((3, 2, WIDTH))),  # a leading batch of 2: matmul over 3-D
+            paddle.to_tensor(rng.standard_normal((3, 2, WIDTH))))
+
+
+def _backward(layer: Any, m: int) -> Any:
+    x, dy = _data(m)
+    x.stop_gradient = False
+    paddle.autograd.backward([layer(x)], [dy])
+    return x.grad
+
+
+def _grads(layer: Any) -> dict[str, Any]:
+    return {n: None if p.grad is None else p.grad.numpy() for n, p in layer.named_parameters()}
+
+
+@pytest.fixture(autouse=True)
+def float64() -> Any:
+    saved = paddle.get_default_dtype()
+    paddle.set_default_dtype("float64")
+    yield
+    paddle.set_default_dtype(saved)
+
+
+def test_switching_keeps_parameters_and_state_dict() -> None:
+    plain, split = _stage(1), _stage(1)
+    params = [id(p) for p in split.parameters()]
+    switched, kept = switch_linears(split, DeferredGrads())
+    assert switched == ["0", "2"] and kept == []
+    assert [id(p) for p in split.parameters()] == params
+    assert split.state_dict().keys() == plain.state_dict().keys()
+    for k, v in plain.state_dict().items():
+        assert np.array_equal(v.numpy(), split.state_dict()[k].numpy())
+    restore_linears(split)
+    assert "forward" not in vars(split[0])
+
+
+def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order() -> None:
+    plain, split = _stage(2), _stage(2)
+    store = DeferredGrads()
+    switch_linears(split, store)
+    want_dx = [_backward(plain, m).numpy() for m in range(3)]
+    for m in range(3):  # I(0, m): input, bias and LayerNorm gradients now; Linear weights kept
+        store.key = (0, m)
+        assert np.array_equal(_backward(split, m).numpy(), want_dx[m])
+        store.key = None
+    assert split[0].weight.grad is None and split[2].weight.grad is None
+    assert split[0].bias.grad is not None and split[3].weight.grad is not None
+    assert sorted(store.keys()) == [(0, 0), (0, 1), (0, 2)]
+    for m in (2, 0, 1):  # W(0, m) in another order than the I's
+        assert store.run((0, m)) == 2  # two Linear layers each
+        assert not store.holds((0, m))
+    assert store.run((0, 0)) == 0  # nothing twice
+    assert list(store.tensors()) == []
+    got, want = _grads(split), _grads(plain)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=0)
+
+
+def test_without_a_key_the_weight_gradient_comes_at_once() -> None:
+    plain, split = _stage(3), _stage(3)
+    store = DeferredGrads()
+    switch_linears(split, store)
+    _backward(plain, 0)
+    _backward(split, 0)  # a fused B: store.key is None
+    assert list(store.keys()) == []
+    for name, want in _grads(plain).items():
+        np.testing.assert_allclose(_grads(split)[name], want, rtol=1e-12, atol=0)
+
+
+def test_a_linear_with_its_own_forward_is_left_alone() -> None:
+    class Scaled(paddle.nn.Linear):  # type: ignore[misc]
+        def forward(self, x: Any) -> Any:
+            return super().forward(x) * 2.0
+
+    stage = paddle.nn.Sequential(paddle.nn.Linear(WIDTH, WIDTH), Scaled(WIDTH, WIDTH))
+    switched, kept = switch_linears(stage, DeferredGrads())
+    assert switched == ["0"] and kept == ["1 (Scaled)"]
+
+
+def test_threads_per_rank_fits_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ppdsl.runtime.launcher as launcher
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(launcher, "cores", lambda: 8)
+    assert threads_per_rank(2) == (4, "8 cores / 2 ranks")
+    assert threads_per_rank(3)[0] == 2 and threads_per_rank(16)[0] == 1  # never 0
+    assert threads_per_rank(2, 3) == (3, "--threads")
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert threads_per_rank(2) == (5, "OMP_NUM_THREADS")
