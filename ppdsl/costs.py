@@ -409,8 +409,13 @@ def load_costs(spec: str, stages: int) -> CostModel:
             return model
         except CostError as exc:
             raise UsageError(f"--costs: {exc.message}" + (f" ({exc.help})" if exc.help else "")) from None
-    if not spec.endswith(".json") and not Path(spec).exists():
-        raise UsageError(f"--costs {spec}: neither costs such as F=1,B=2,comm=0.1 nor a profile file")
+    try:
+        exists = Path(spec).exists()
+    except OSError:  # (a name too long for the file system is no file either)
+        exists = False
+    if not spec.endswith(".json") and not exists:
+        shown = spec if len(spec) <= 60 else spec[:57] + "..."
+        raise UsageError(f"--costs {shown}: neither costs such as F=1,B=2,comm=0.1 nor a profile file")
     try:
         text = read_text(spec)
     except UsageError as exc:

@@ -172,3 +172,9 @@ def test_a_few_actions_under_huge_stages_and_microbatches_are_refused(tmp_path: 
         assert code == 1
         assert f"{f}:1:1: error[PPS015]: 2,048 stages x 2,048 microbatches are 4,194,304 (stage, microbatch) " \
                "pairs for 4 actions" in out + err
+
+
+def test_a_costs_argument_too_long_for_a_file_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by scripts/fuzz.py: Path.exists() raised OSError (name too long) for a long `--costs`.
+    code, _, err = run(capsys, "simulate", ZBV, "--costs", "I " * 3000)
+    assert code == 2 and "neither costs such as" in err and "internal error" not in err and len(err) < 300
