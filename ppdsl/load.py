@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .diagnostics import Diagnostic, PpsError, UsageError
+from .english import plural
 from .ir import Program
 from .limits import MAX_FILE_BYTES, MAX_SPARSE_SLOTS
 
@@ -107,5 +108,5 @@ def check_slots(program: Program, path: str) -> None:
     line, column = (program.source.header.line, program.source.header.column) if program.source else (1, 1)
     raise PpsError([Diagnostic(
         "PPS015", f"{program.stages:,} stages x {program.microbatches:,} microbatches are {slots:,} "
-                  f"(stage, microbatch) pairs for {program.action_count:,} actions", path, line, column,
+                  f"(stage, microbatch) pairs for {plural(program.action_count, 'action')}", path, line, column,
         help="a complete program has an action for every stage and microbatch; declare the sizes it uses")])

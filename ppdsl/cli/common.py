@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..diagnostics import Diagnostic, UsageError, render_text
+from ..english import plural
 from ..limits import MAX_MEMORY
 from ..load import read_bytes
 
@@ -43,8 +44,7 @@ def print_diagnostics(diagnostics: Iterable[Diagnostic], stream: TextIO | None =
         print(render_text(d, text[d.line - 1] if 0 < d.line <= len(text) else None), file=out)
     rest = len(found) - limit
     if limit and rest > 0:
-        print(f"... and {rest} more diagnostic{'s' * (rest != 1)} (`ppdsl lint --max-errors 0` lists them all)",
-              file=out)
+        print(f"... and {plural(rest, 'more diagnostic')} (`ppdsl lint --max-errors 0` lists them all)", file=out)
 
 
 def refuse_overwriting(source: str, output: str | None) -> None:
