@@ -5,11 +5,15 @@ The public API needs only `lark` and `attrs`; nothing here imports paddle.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .diagnostics import Diagnostic, PpsError, Severity
 from .ir import IDLE, Action, Batch, Idle, Kind, Overlap, Program, Step
 from .load import load_program
-from .syntax.parser import parse
 from .syntax.printer import print_program
+
+if TYPE_CHECKING:
+    from .syntax.parser import parse
 
 __version__ = "0.1.0"
 
@@ -30,3 +34,13 @@ __all__ = [
     "parse",
     "print_program",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # `parse` imports Lark, a tenth of a second or more: commands that read only CSV files
+    # (and `import ppdsl` itself) do without it until a .pps text is parsed.
+    if name == "parse":
+        from .syntax.parser import parse
+
+        return parse
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

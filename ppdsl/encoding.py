@@ -27,8 +27,9 @@ and masks as literals (a named constant would cost a global lookup per action).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, eq, lt
+from operator import add, and_, attrgetter, eq, is_, lt
 from typing import cast
 
 from .ir import Action, Batch, Idle, Kind, Program, Step, actions_of
@@ -80,6 +81,9 @@ COMPLETES: dict[int, int] = {SEND_F: MSG_F_SENT, RECV_F: RECV_F_DONE, SEND_B: MS
 # Encoding
 
 
+_PLAIN_OR_IDLE = frozenset((Action, Idle))
+
+
 class Encoded:
     """A program as integer codes, one list per rank, one code per action in written order.
 
@@ -117,16 +121,19 @@ class Encoded:
             return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
         for rank, row in enumerate(program.rows):
-            if row and set(map(type, row)) == {Action}:
+            types = set(map(type, row))
+            if Action in types and types <= _PLAIN_OR_IDLE:
+                # Idle steps (a CSV's empty cells) carry no code: drop them, keep the step indices.
+                steps = None if len(types) == 1 else list(compress(range(len(row)), map(is_, map(type, row), repeat(Action))))
+                plain = cast("Sequence[Action]", row if steps is None else [row[i] for i in steps])
                 try:
-                    stages_ok = 0 <= min(map(get_stage, row)) and max(map(get_stage, row)) < S
-                    mbs_ok = 0 <= min(map(get_mb, row)) and max(map(get_mb, row)) < M
+                    stages_ok = 0 <= min(map(get_stage, plain)) and max(map(get_stage, plain)) < S
+                    mbs_ok = 0 <= min(map(get_mb, plain)) and max(map(get_mb, plain)) < M
                 except TypeError:  # a stage-only action (no microbatch): take the careful path
                     stages_ok = mbs_ok = False
                 if stages_ok and mbs_ok:
-                    plain = cast("tuple[Action, ...]", row)
                     self.codes.append([((a.stage * M + a.microbatch) << 4) + a.kind for a in plain])  # type: ignore[operator]
-                    self.steps.append(None)
+                    self.steps.append(steps)
                     self.groups.append({})
                     continue
             self._careful(rank, row, S, M)

@@ -11,11 +11,20 @@ from contextlib import contextmanager
 def no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector: checking and lowering make hundreds of thousands of
     small acyclic objects, and each generation-2 pass would rescan all of them (measured: it
-    made lowering 64 ranks x 1024 microbatches several times slower)."""
+    made lowering 64 ranks x 1024 microbatches several times slower).
+
+    On the way out the objects made meanwhile are moved to the oldest generation without a
+    scan (`gc.freeze()` then `gc.unfreeze()`): re-enabled as they were, the first allocation
+    would start a young-generation pass over all of them (cProfile: 0.2 s of the 1.8 s of
+    `ppdsl lint` on 782,336 actions). Skipped when someone else keeps objects frozen, whose
+    freeze `unfreeze()` would undo."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()

@@ -33,13 +33,12 @@ cycle is split back (never reached with lowered programs; kept as a guarantee).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from operator import add, and_, ge, mod, mul
 
 from .diagnostics import Diagnostic, PpsError
-from .ir import Action, Batch, Idle, Kind, Program, Step, ir_setters
+from .ir import Action, Batch, Idle, Kind, Program, Step, make_actions
 from .check import analyse
 from .semantics import CommModel, execute
 from .encoding import COMM_KINDS, LOW, B, Encoded, F, I, Links, encode, remember
@@ -83,17 +82,6 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
         # Its links are in label order by construction (point 3 above; a property test holds it).
         remember(result, Encoded(result, codes, enc.kinds | emitted, Links.by_construction()))
     return result
-
-
-def _new_actions(n: int, stages: Iterable[int], kinds: Iterable[Kind], microbatches: Iterable[int]) -> list[Action]:
-    """n Actions from three columns: made and filled by C-level passes (a Python call per
-    Action, as `make_action` takes, costs more than the three slot writes)."""
-    set_stage, set_kind, set_mb = ir_setters()
-    made = list(map(object.__new__, repeat(Action, n)))
-    deque(map(set_stage, made, stages), maxlen=0)
-    deque(map(set_kind, made, kinds), maxlen=0)
-    deque(map(set_mb, made, microbatches), maxlen=0)
-    return made
 
 
 def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[int]],
@@ -171,8 +159,8 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                 sends = [send0 + (m << 4) for m in mbs]
                 recvs = [recv0 + (m << 4) for m in mbs]
             emitted.update((send_kind, recv_kind))
-            put(p, p, keys, sends, _new_actions(n, repeat(s), repeat(send_kind), mbs))
-            put(placement[peer], p, keys, recvs, _new_actions(n, repeat(peer), repeat(recv_kind), mbs))
+            put(p, p, keys, sends, make_actions(n, repeat(s), repeat(send_kind), mbs))
+            put(placement[peer], p, keys, recvs, make_actions(n, repeat(peer), repeat(recv_kind), mbs))
 
     out: list[tuple[Step, ...]] = []
     out_codes: list[list[int]] = []

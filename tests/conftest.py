@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULES = ROOT / "schedules"
-# The PyTorch CSV files live beside the repository in ../shared; CI lays a copy there too.
-VECTORS = ROOT.parent / "shared" / "vectors" / "torch"
+# The PyTorch CSV files live beside the repository in ../shared; CI lays a copy there too. A
+# checkout elsewhere (a git worktree) names them with PPDSL_VECTORS.
+VECTORS = Path(os.environ.get("PPDSL_VECTORS", ROOT.parent / "shared" / "vectors" / "torch"))
 
 
 @pytest.fixture

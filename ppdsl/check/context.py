@@ -10,7 +10,6 @@ list lookup, or ask it of every microbatch of every stage at once with a slice.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Sequence
 
 from ..diagnostics import Diagnostic, Severity
@@ -22,7 +21,6 @@ from ..gcpause import no_gc as no_gc
 # `x & ABSENT_LAST` keeps a position and turns -1 (absent) into a number past every position:
 # "is it later than ...?" is then false for an absent action, in one C-level map.
 ABSENT_LAST = (1 << 62) - 1
-_WORD = re.compile(r"\S+")
 
 
 def mb_ranges(mbs: Sequence[int]) -> str:
@@ -101,16 +99,10 @@ class Context:
         if k < 0:
             return source.step_span(rank, step)
         seg = segments[k]
-        if seg.run is None:
-            return Span(seg.line, seg.column)
-        if words[k] is None:
-            words[k] = [(m.start(), m.end()) for m in _WORD.finditer(seg.run)]
         w = words[k]
-        assert w is not None
-        j = step - seg.first
-        if 0 <= j < len(w):
-            return Span(seg.line, seg.column + w[j][0], seg.column + w[j][1])
-        return Span(seg.line, seg.column)
+        if w is None:
+            w = words[k] = seg.offsets()
+        return seg.span(step - seg.first, w)
 
     def where(self, rank: int | None, step: int | None) -> str:
         """`path:line:col` of a step, for messages that name more than one place."""

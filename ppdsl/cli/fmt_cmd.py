@@ -14,7 +14,6 @@ from pathlib import Path
 
 from ..diagnostics import PpsError, UsageError
 from ..load import format_of, read_text
-from ..syntax.formatter import format_text
 from .common import print_diagnostics, write_output
 
 
@@ -25,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..syntax.formatter import format_text  # Lark: imported by the command that needs it
+
     status = 0
     for path in args.files:
         if format_of(path) == "csv":

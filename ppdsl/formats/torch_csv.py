@@ -7,21 +7,39 @@ Two dialects, told apart by their tables only:
 - current: `I` is backward-input, `B` a full backward;
 - legacy: `B` is backward-input when a `W` for the same stage and microbatch follows, and
   `BW` is a full backward.
+
+Reading is built for files of a million cells. A row is split at its commas and read by the
+parser's `syntax.scan.TokenReader` (C-level string methods over the whole row, two dictionary
+lookups per cell, actions made in bulk; each distinct prefix and number parsed and bounded by
+`limits.py` once). A row that does not fit that shape (blanks around cells, overlapped pairs,
+anything malformed) is read again cell by cell, which is also where every error is located.
+No number sizes anything before it is checked: stage and microbatch numbers against the limits
+when first seen, the count of rows and cells before a row is split, and the stage x microbatch
+space against the file's cells.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import ClassVar
+from collections.abc import Callable, Iterable
+from itertools import islice
+from typing import ClassVar, cast
 
 from ..diagnostics import Diagnostic, PpsError, Severity
 from ..english import plural
-from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step
-from ..placement import infer
+from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step, actions_of, make_action
+from ..gcpause import no_gc
+from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
+from ..syntax.printer import ActionText
+from ..syntax.scan import TokenReader, number, shown
 
 _CELL_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
 _OVERLAP_RE = re.compile(r"\(([^;()]*);([^;()]*)\)(?:OVERLAP_F_B)?\Z")
+# A backward or weight cell anywhere in the text (inside a pair too): what dialect detection reads.
+_BACKWARD_RE = re.compile(r"(?<!\w)(\d+)(BW|B|W)(\d+)(?!\w)")
+# A file this small may name stage x microbatch pairs it does not cover (the checker then says
+# which are missing); past it, the pairs are bounded by the cells, each needing a forward.
+SMALL_SHAPE = 65_536
 
 
 class CurrentDialect:
@@ -30,130 +48,211 @@ class CurrentDialect:
     read_names: ClassVar[dict[str, Kind]] = dict(KIND_BY_NAME)
     write_names: ClassVar[dict[Kind, str]] = {k: k.name for k in Kind}
 
-    @classmethod
-    def resolve(cls, actions: list[Action]) -> list[Action]:
-        return actions
-
 
 class LegacyDialect(CurrentDialect):
     name = "legacy"
     read_names = {**{k: v for k, v in CurrentDialect.read_names.items() if k != "I"}, "BW": Kind.B}
     write_names = {**CurrentDialect.write_names, Kind.I: "B", Kind.B: "BW"}
 
-    @classmethod
-    def resolve(cls, actions: list[Action]) -> list[Action]:
-        # Legacy `B` means backward-input exactly when a `W` for it exists; it was parsed as
-        # the placeholder Kind.I and a lone one is a full backward.
-        with_w = {(a.stage, a.microbatch) for a in actions if a.kind is Kind.W}
-        return [a if a.kind is not Kind.I or (a.stage, a.microbatch) in with_w else Action(a.stage, Kind.B, a.microbatch)
-                for a in actions]
-
 
 DIALECTS: dict[str, type[CurrentDialect]] = {"current": CurrentDialect, "legacy": LegacyDialect}
 
 
-def detect_dialect(cells: Iterable[str]) -> type[CurrentDialect]:
+def detect_dialect_text(text: str) -> type[CurrentDialect]:
     """Legacy when a cell says `BW`, or a `B` has a matching `W`; current otherwise."""
+    if "W" not in text:  # the common case, decided by one C-level search
+        return CurrentDialect
     backward: set[tuple[str, str]] = set()
     weight: set[tuple[str, str]] = set()
-    for cell in cells:
-        for part in re.findall(r"\d+[A-Z_]+\d*", cell):
-            m = _CELL_RE.match(part)
-            if m is None:
-                continue
-            if m.group(2) == "BW":
-                return LegacyDialect
-            if m.group(2) == "B":
-                backward.add((m.group(1), m.group(3)))
-            elif m.group(2) == "W":
-                weight.add((m.group(1), m.group(3)))
+    for stage, kind, mb in _BACKWARD_RE.findall(text):
+        if kind == "BW":
+            return LegacyDialect
+        key = (stage.lstrip("0") or "0", mb.lstrip("0") or "0")
+        (backward if kind == "B" else weight).add(key)
     return LegacyDialect if backward & weight else CurrentDialect
 
 
-def _error(path: str, line: int, column: int, message: str, help: str | None = None) -> PpsError:
-    return PpsError([Diagnostic("PPS030", message, path, line, column, help=help)])
+def detect_dialect(cells: Iterable[str]) -> type[CurrentDialect]:
+    """`detect_dialect_text` over separate cells."""
+    return detect_dialect_text(",".join(cells))
 
 
-def read_csv(text: str, path: str = "<input>", dialect: str | None = None) -> Program:
-    """A PyTorch schedule CSV -> Program (compute-only or with communication)."""
-    # Every line is a rank, an empty one included, as PyTorch's csv.reader sees it: a rank
-    # with no work is written as an empty line and must survive the round trip.
-    lines = text.splitlines()
-    if not text.strip():
-        raise _error(path, 1, 1, "empty CSV: no rank rows", help="one line per rank, comma-separated actions")
-    cells_by_row = [line.split(",") if line else [] for line in lines]
-    chosen = DIALECTS[dialect] if dialect else detect_dialect(c for row in cells_by_row for c in row)
-    names = dict(chosen.read_names)
-    if chosen is LegacyDialect:
-        names["B"] = Kind.I  # provisional: resolve() decides per (stage, microbatch)
+class _Located(Exception):
+    """A problem at a column of the line being read (the reader adds path and line)."""
 
-    def action(cell: str, line: int, col: int) -> Action:
+    def __init__(self, code: str, column: int, message: str, help: str | None = None):
+        super().__init__(message)
+        self.code, self.column, self.message, self.help = code, column, message, help
+
+
+class _Reader:
+    """One file's read: plain rows through a `TokenReader`, the rest cell by cell."""
+
+    def __init__(self, dialect: type[CurrentDialect]):
+        self.dialect = dialect
+        self.names = dict(dialect.read_names)
+        if dialect is LegacyDialect:
+            self.names["B"] = Kind.I  # provisional: _resolve_legacy() decides per (stage, microbatch)
+        self.tokens = TokenReader(self.names, MAX_STAGES, MAX_MICROBATCHES, "", IDLE)
+
+    def fast_row(self, rank: int, line: str) -> list[Step] | None:
+        """The steps of a row of plain cells, or None when the row needs the careful path."""
+        return cast("list[Step] | None", self.tokens.steps(line.split(","), rank))
+
+    # -- the careful path: one cell at a time, every problem located ------------------------
+    def action(self, cell: str, column: int) -> Action:
         m = _CELL_RE.match(cell)
-        kind = names.get(m.group(2)) if m else None
+        kind = self.names.get(m.group(2)) if m else None
         if m is None or kind is None:
-            raise _error(path, line, col, f"malformed action `{cell}` ({chosen.name} dialect)",
-                         help="cells are [stage][kind][microbatch] such as `0F3`, empty for idle")
+            raise _Located("PPS030", column, f"malformed action `{_short(cell)}` ({self.dialect.name} dialect)",
+                           help="cells are [stage][kind][microbatch] such as `0F3`, empty for idle")
         if kind.stage_only == bool(m.group(3)):
-            raise _error(path, line, col, f"`{cell}`: {kind.name} " + ("takes no microbatch" if kind.stage_only else "needs a microbatch"))
-        return Action(int(m.group(1)), kind, int(m.group(3)) if m.group(3) else None)
+            raise _Located("PPS030", column, f"`{_short(cell)}`: {kind.name} " +
+                           ("takes no microbatch" if kind.stage_only else "needs a microbatch"))
+        stage = number(m.group(1))
+        if stage >= MAX_STAGES:
+            raise _Located("PPS014", column, f"stage {shown(stage)} in `{_short(cell)}` is over the limit: "
+                           f"stages are 0..{MAX_STAGES - 1:,}", help="a typo? stages are numbered from 0")
+        micro = number(m.group(3)) if m.group(3) else None
+        if micro is not None and micro >= MAX_MICROBATCHES:
+            raise _Located("PPS014", column, f"microbatch {shown(micro)} in `{_short(cell)}` is over the limit: "
+                           f"microbatches are 0..{MAX_MICROBATCHES - 1:,}", help="a typo? microbatches are numbered from 0")
+        return make_action(stage, kind, micro)
 
-    rows: list[list[Step]] = []
-    segments: list[tuple[Segment, ...]] = []
-    flat: list[Action] = []
-    for line_no, cells in enumerate(cells_by_row, start=1):
+    def careful_row(self, rank: int, line: str) -> list[Step]:
         row: list[Step] = []
-        segs: list[Segment] = []
-        col = 1
-        for raw in cells:
+        column = 1
+        for raw in line.split(","):
             cell = raw.strip()
-            segs.append(Segment(len(row), line_no, col))
+            at = column + len(raw) - len(raw.lstrip())
             if not cell:
                 row.append(IDLE)
             elif cell.startswith("("):
                 m = _OVERLAP_RE.match(cell)
                 if m is None:
-                    raise _error(path, line_no, col, f"malformed overlapped pair `{cell}`",
-                                 help="write it as `(0F7;7B3)OVERLAP_F_B`")
-                pair = (action(m.group(1).strip(), line_no, col), action(m.group(2).strip(), line_no, col))
+                    raise _Located("PPS030", at, f"malformed overlapped pair `{_short(cell)}`",
+                                   help="write it as `(0F7;7B3)OVERLAP_F_B`")
+                pair = (self.action(m.group(1).strip(), at), self.action(m.group(2).strip(), at))
                 if not all(p.kind.is_compute for p in pair):
-                    raise _error(path, line_no, col, f"`{cell}`: only compute actions (F, I, W, B) overlap")
+                    raise _Located("PPS030", at, f"`{cell}`: only compute actions (F, I, W, B) overlap")
                 row.append(Overlap(pair))
-                flat.extend(pair)
             else:
-                a = action(cell, line_no, col)
-                row.append(a)
-                flat.append(a)
-            col += len(raw) + 1
+                row.append(self.action(cell, at))
+            column += len(raw) + 1
+        tokens = self.tokens
+        for step in row:
+            for a in actions_of(step):
+                tokens.stage_ranks.setdefault(a.stage, rank)
+                if a.microbatch is not None and a.microbatch > tokens.max_micro:
+                    tokens.max_micro = a.microbatch
+        return row
+
+
+def _short(cell: str) -> str:
+    return cell if len(cell) <= 40 else cell[:37] + "..."
+
+
+def _error(path: str, line: int, column: int, message: str, help: str | None = None, code: str = "PPS030") -> PpsError:
+    return PpsError([Diagnostic(code, message, path, line, column, help=help)])
+
+
+def _resolve_legacy(rows: list[list[Step]]) -> None:
+    """Legacy `B` was read as the placeholder Kind.I: it is backward-input exactly when a `W`
+    for its stage and microbatch exists, and a full backward otherwise."""
+    flat = [a for row in rows for step in row for a in actions_of(step)]
+    with_w = {(a.stage, a.microbatch) for a in flat if a.kind is Kind.W}
+
+    def fix(a: Action) -> Action:
+        return a if a.kind is not Kind.I or (a.stage, a.microbatch) in with_w else make_action(a.stage, Kind.B, a.microbatch)
+
+    for row in rows:
+        for i, step in enumerate(row):
+            if type(step) is Action:
+                row[i] = fix(step)
+            elif type(step) is Overlap:
+                row[i] = Overlap((fix(step.parts[0]), fix(step.parts[1])))
+
+
+def read_csv(text: str, path: str = "<input>", dialect: str | None = None) -> Program:
+    """A PyTorch schedule CSV -> Program (compute-only or with communication)."""
+    with no_gc():
+        return _read(text, path, dialect)
+
+
+def _read(text: str, path: str, dialect: str | None) -> Program:
+    # Every line is a rank, an empty one included, as PyTorch's csv.reader sees it: a rank
+    # with no work is written as an empty line and must survive the round trip.
+    if not text.strip():
+        raise _error(path, 1, 1, "empty CSV: no rank rows", help="one line per rank, comma-separated actions")
+    # Lines end at `\n` (an `\r` before it dropped), as the parser and the excerpts count them.
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if "\r" in text:
+        lines = [line.removesuffix("\r") for line in lines]
+    if len(lines) > MAX_RANKS:
+        raise _error(path, MAX_RANKS + 1, 1, f"more than {MAX_RANKS:,} rows: a CSV has one row per rank",
+                     code="PPS015")
+    chosen = DIALECTS[dialect] if dialect else detect_dialect_text(text)
+    reader = _Reader(chosen)
+    rows: list[list[Step]] = []
+    cells = 0
+    for line_no, line in enumerate(lines, start=1):
+        cells += line.count(",") + 1
+        if cells > MAX_ACTIONS:  # counted before the row is split: the split would size a list by it
+            raise _error(path, line_no, 1, f"more than {MAX_ACTIONS:,} cells in one file", code="PPS015",
+                         help="split the schedule, or describe it with a generator")
+        row = reader.fast_row(line_no - 1, line) if line else []
+        if row is None:
+            try:
+                row = reader.careful_row(line_no - 1, line)
+            except _Located as err:
+                raise _error(path, line_no, err.column, err.message, err.help, err.code) from None
         rows.append(row)
-        segments.append(tuple(segs))
-    # Legacy B is decided over the whole file; rebuild the rows with the decision applied.
-    resolved = dict(zip(map(id, flat), chosen.resolve(flat)))
-
-    def fix(step: Step) -> Step:
-        if type(step) is Action:
-            return resolved[id(step)]
-        if type(step) is Overlap:
-            return Overlap(tuple(resolved[id(p)] for p in step.parts))
-        return step
-
-    final_rows = tuple(tuple(fix(s) for s in row) for row in rows)
-    actions = [resolved[id(a)] for a in flat]
-    if not actions:
-        raise _error(path, 1, 1, "the CSV holds no actions")
-    stages = max(a.stage for a in actions) + 1
-    microbatches = max((a.microbatch for a in actions if a.microbatch is not None), default=0) + 1
-    ranks = len(final_rows)
-    seen, _ = infer(final_rows, stages)
-    placement = tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages))
-    source = SourceMap(path, text, Span(1, 1), tuple(Span(i + 1, 1) for i in range(ranks)), tuple(segments),
+    if chosen is LegacyDialect:
+        _resolve_legacy(rows)
+    source = SourceMap(path, text, Span(1, 1), tuple(Span(i + 1, 1) for i in range(len(rows))),
+                       tuple((Segment(0, i + 1, 1, line, delimiter=","),) if line else () for i, line in enumerate(lines)),
                        format="csv")
-    return Program(ranks=ranks, stages=stages, microbatches=microbatches, placement=placement,
-                   rows=final_rows, source=source)
+    stages, microbatches, placement = _shape(reader, rows, cells, source, path)
+    return Program(ranks=len(rows), stages=stages, microbatches=microbatches, placement=placement,
+                   rows=tuple(map(tuple, rows)), source=source)
+
+
+def _shape(reader: _Reader, rows: list[list[Step]], cells: int, source: SourceMap, path: str) -> tuple[int, int, tuple[int, ...]]:
+    """Stage count, microbatch count and placement, as the cells imply them, each bounded."""
+    ranks_of, max_micro = reader.tokens.stage_ranks, reader.tokens.max_micro
+    if not ranks_of:
+        raise _error(path, 1, 1, "the CSV holds no actions")
+    stages = max(ranks_of) + 1
+    microbatches = max_micro + 1
+    if len(ranks_of) < stages:
+        missing = list(islice((s for s in range(stages) if s not in ranks_of), 8))
+        listed = ", ".join(map(str, missing)) + (", ..." if stages - len(ranks_of) > len(missing) else "")
+        span = _first_span(rows, source, lambda a: a.stage == stages - 1)
+        raise _error(path, span.line, span.column, f"stage {stages - 1} makes {stages:,} stages, but stage{'s' * (len(missing) > 1)} "
+                     f"{listed} appear{'s' * (len(missing) == 1)} in no row, so {'their ranks are' if len(missing) > 1 else 'its rank is'} unknown",
+                     help="a CSV gives a stage's rank by the row it is on: number the stages 0, 1, ... without gaps",
+                     code="PPS016")
+    if stages * microbatches > max(cells, SMALL_SHAPE):
+        span = _first_span(rows, source, lambda a: a.microbatch == max_micro)
+        raise _error(path, span.line, span.column, f"microbatch {max_micro} makes {plural(stages, 'stage')} x {microbatches:,} "
+                     f"microbatches, more than the file's {cells:,} cells can cover (each needs a forward)",
+                     help="a typo? microbatches are numbered from 0", code="PPS015")
+    return stages, microbatches, tuple(ranks_of[s] for s in range(stages))
+
+
+def _first_span(rows: list[list[Step]], source: SourceMap, wanted: Callable[[Action], bool]) -> Span:
+    for rank, row in enumerate(rows):
+        for index, step in enumerate(row):
+            if any(wanted(a) for a in actions_of(step)):
+                return source.step_span(rank, index)
+    return Span(1, 1)  # pragma: no cover - only called for a value some action has
 
 
 def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Diagnostic]]:
     """Program -> CSV text, plus warnings for what the format cannot express."""
-    table = DIALECTS[dialect].write_names
+    text_of = ActionText.for_program(program, DIALECTS[dialect].write_names)
     warnings: list[Diagnostic] = []
     path = program.source.path if program.source else "<program>"
     # Legacy `B` reads back as backward-input only when a `W` for it follows; a lone one
@@ -164,30 +263,26 @@ def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Dia
         weights = {(a.stage, a.microbatch) for a in all_actions if a.kind is Kind.W}
         lone_inputs = {(a.stage, a.microbatch) for a in all_actions if a.kind is Kind.I} - weights
 
-    def token(a: Action) -> str:
-        return f"{a.stage}{table[a.kind]}{'' if a.microbatch is None else a.microbatch}"
+    def warn(rank: int, index: int, message: str) -> None:
+        span = program.source.step_span(rank, index) if program.source else Span(1, 1)
+        warnings.append(Diagnostic("PPS031", message, path, span.line, span.column, severity=Severity.WARNING,
+                                   rank=rank, step=index))
 
     lines = []
     for rank, row in enumerate(program.rows):
-        cells: list[str] = []
-        for index, step in enumerate(row):
+        def other(step: Step, index: int) -> str:
             if type(step) is Idle:
-                cells.append("")
-            elif type(step) is Action:
-                if step.kind is Kind.I and (step.stage, step.microbatch) in lone_inputs:
-                    span = program.source.step_span(rank, index) if program.source else Span(1, 1)
-                    warnings.append(Diagnostic(
-                        "PPS031", f"`{step}` has no matching W: the legacy dialect will read it back as a full backward",
-                        path, span.line, span.column, severity=Severity.WARNING, rank=rank, step=index))
-                cells.append(token(step))
-            elif type(step) is Overlap:
-                cells.append("(" + ";".join(token(p) for p in step.parts) + ")OVERLAP_F_B")
-            else:
-                assert isinstance(step, Batch)
-                span = program.source.step_span(rank, index) if program.source else Span(1, 1)
-                warnings.append(Diagnostic(
-                    "PPS031", f"PyTorch's CSV has no batches: `{step}` written as {plural(len(step.parts), 'separate cell')}",
-                    path, span.line, span.column, severity=Severity.WARNING, rank=rank, step=index))
-                cells.extend(token(p) for p in step.parts)
-        lines.append(",".join(cells))
+                return ""
+            if type(step) is Overlap:
+                return "(" + ";".join(map(text_of.action, step.parts)) + ")OVERLAP_F_B"
+            assert isinstance(step, Batch)
+            warn(rank, index, f"PyTorch's CSV has no batches: `{step}` written as {plural(len(step.parts), 'separate cell')}")
+            return ",".join(map(text_of.action, step.parts))
+
+        if lone_inputs:
+            for index, step in enumerate(row):
+                if type(step) is Action and step.kind is Kind.I and (step.stage, step.microbatch) in lone_inputs:
+                    warn(rank, index, f"`{step}` has no matching W: the legacy dialect will read it back as a full backward")
+        lines.append(",".join(text_of.steps(row, other)))
+    warnings.sort(key=lambda d: (d.rank, d.step))
     return "\n".join(lines) + "\n", warnings

@@ -6,7 +6,6 @@ row) and hands flat runs of tokens to `scan`.
 
 from __future__ import annotations
 
-import gc
 import math
 from typing import Union
 
@@ -17,7 +16,8 @@ from .. import placement as placement_mod
 from ..diagnostics import Diagnostic, PpsError
 from ..english import plural
 from ..generators import registry
-from ..ir import IDLE, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
+from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
+from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from . import scan
 from .errors import lark_error_to_diagnostic
@@ -58,6 +58,7 @@ class _Builder:
     def __init__(self, text: str, path: str):
         self.text = text
         self.path = path
+        self.tokens: scan.TokenReader | None = None  # made by rows() for the header's bounds
 
     # -- diagnostics -----------------------------------------------------------------------
     def error(self, code: str, message: str, line: int, column: int, width: int = 1,
@@ -239,6 +240,7 @@ class _Builder:
         # Without a stage count, any stage number is accepted and resolve_placement infers the count.
         bound_stages = stages if stages is not None else MAX_STAGES
         bounds = (bound_stages, microbatches)
+        self.tokens = scan.TokenReader(KIND_BY_NAME, bound_stages, microbatches, "_", IDLE)
         built: list[list[Step] | None] = [None] * ranks
         positions: list[list[Segment] | None] = [None] * ranks
         spans: list[Span | None] = [None] * ranks
@@ -281,8 +283,13 @@ class _Builder:
                 if "\n" in item:  # pragma: no cover - the terminal cannot span lines
                     raise AssertionError
                 before = len(steps)
-                scan.scan_run(str(item), bounds, steps, IDLE)  # type: ignore[arg-type]
-                pos.append(Segment(before, line, col, str(item)))
+                text = str(item)
+                fast = self.tokens.steps(text.split()) if self.tokens is not None else None
+                if fast is not None:
+                    steps.extend(fast)  # type: ignore[arg-type]
+                else:  # something to report (or a reader for other bounds): token by token
+                    scan.scan_run(text, bounds, steps, IDLE)  # type: ignore[arg-type]
+                pos.append(Segment(before, line, col, text))
             elif item.type == "RANGED":
                 pos.append(Segment(len(steps), line, col))
                 steps.extend(scan.expand_ranged(str(item), 0, bounds))
@@ -445,10 +452,5 @@ def parse(text: str, path: str = "<input>") -> Program:
     builder = _Builder(text, path)
     # Hundreds of thousands of small immutable objects: generational GC would rescan them all
     # several times over for nothing.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with no_gc():
         return builder.build()
-    finally:
-        if enabled:
-            gc.enable()

@@ -2,14 +2,101 @@
 
 Every step is written out, or with `compact=True` runs are folded into ranges (`0F{0..3}`)
 and zips (`[0F{4..7} 0B{0..3}]`); `parse(print_program(p)) == p` for every program either way.
+
+Actions are written through `ActionText`, which keeps the text of each `[stage][kind]` prefix
+and each microbatch number it has made: a row of plain actions becomes text by C-level maps
+over the row and two dictionary lookups per action, not `Action.__str__` and an enum lookup
+per action (which cost as much as parsing the file). `formats/torch_csv.py` writes its cells
+through the same class with its dialect's names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress, repeat
+from operator import add, attrgetter, getitem, is_not
 
 from .. import placement as placement_mod
-from ..ir import Action, Program, Step
+from ..ir import Action, Batch, Idle, Kind, Program, Step
+
+_STAGE = attrgetter("stage")
+_KIND = attrgetter("kind")
+_MICRO = attrgetter("microbatch")
+
+
+class ActionText:
+    """Token text for actions, with the pieces cached: `ActionText().action(a) == str(a)`."""
+
+    def __init__(self, names: Mapping[Kind, str] | None = None, stages: int = 0, microbatches: int = 0):
+        """`stages` and `microbatches` fill the tables up front (each row then needs no pass to
+        find what is missing); give them when the program is at least that large."""
+        self._names = {k: k.name for k in Kind} if names is None else dict(names)
+        # kind -> stage -> "12SEND_F"; microbatch -> "3" (None -> "").
+        self._prefix: dict[Kind, dict[int, str]] = {k: {s: f"{s}{n}" for s in range(stages)} for k, n in self._names.items()}
+        self._micro: dict[int | None, str] = {m: str(m) for m in range(microbatches)}
+        self._micro[None] = ""
+
+    @classmethod
+    def for_program(cls, program: Program, names: Mapping[Kind, str] | None = None) -> ActionText:
+        """Tables filled up front where the program has more steps than they have entries."""
+        steps = sum(map(len, program.rows))
+        return cls(names, program.stages if len(Kind) * program.stages <= steps else 0,
+                   program.microbatches if program.microbatches <= steps else 0)
+
+    def action(self, a: Action) -> str:
+        by_stage = self._prefix[a.kind]
+        prefix = by_stage.get(a.stage)
+        if prefix is None:
+            prefix = by_stage[a.stage] = f"{a.stage}{self._names[a.kind]}"
+        micro = self._micro.get(a.microbatch)
+        if micro is None:
+            micro = self._micro[a.microbatch] = str(a.microbatch)
+        return prefix + micro
+
+    def actions(self, actions: Sequence[Action]) -> list[str]:
+        """The text of each of a run of plain actions, in C-level passes over the run."""
+        kinds = list(map(_KIND, actions))
+        stages = list(map(_STAGE, actions))
+        micros = list(map(_MICRO, actions))
+        table, micro = self._prefix, self._micro
+        try:
+            return list(map(add, map(getitem, map(table.__getitem__, kinds), stages), map(micro.__getitem__, micros)))
+        except KeyError:
+            pass
+        distinct_stages = set(stages)
+        for kind in set(kinds):  # fill what the run needs: few kinds x its stages
+            by_stage = table[kind]
+            for stage in distinct_stages.difference(by_stage):
+                by_stage[stage] = f"{stage}{self._names[kind]}"
+        for mb in set(micros).difference(micro):
+            micro[mb] = str(mb)
+        prefixes = map(getitem, map(table.__getitem__, kinds), stages)
+        return list(map(add, prefixes, map(micro.__getitem__, micros)))
+
+    def steps(self, row: Sequence[Step], other: Callable[[Step, int], str]) -> list[str]:
+        """The text of each step of a row: runs of plain actions here, any other step by `other(step, index)`."""
+        odd = list(compress(range(len(row)), map(is_not, map(type, row), repeat(Action))))
+        if not odd:
+            return self.actions(row)  # type: ignore[arg-type]
+        out: list[str] = []
+        start = 0
+        for i in odd:
+            out.extend(self.actions(row[start:i]))  # type: ignore[arg-type]
+            out.append(other(row[i], i))
+            start = i + 1
+        out.extend(self.actions(row[start:]))  # type: ignore[arg-type]
+        return out
+
+    def pps_step(self, step: Step, index: int = 0) -> str:
+        """A step that is not a plain action, as `.pps` writes it."""
+        if type(step) is Idle:
+            return "_"
+        if type(step) is Batch:
+            return "<" + " ".join(map(self.action, step.parts)) + ">"
+        if type(step) is Action:
+            return self.action(step)
+        return "(" + ";".join(map(self.action, step.parts)) + ")"  # type: ignore[union-attr]
+
 
 # Periods of the repeating patterns `compact_row` folds into a zip: 1 is a plain range.
 _PERIODS = (1, 2, 3, 4)
@@ -88,7 +175,8 @@ def print_program(program: Program, comment: str | None = None, compact: bool = 
     if program.costs:
         lines.append("costs " + " ".join(f"{k}={_number(v)}" for k, v in program.costs))
     lines.append("")
+    text = ActionText.for_program(program)
     for rank, row in enumerate(program.rows):
-        text = compact_row(row) if compact else " ".join(map(str, row))
-        lines.append(f"rank {rank}: {text}" if row else f"rank {rank}:")
+        written = compact_row(row) if compact else " ".join(text.steps(row, text.pps_step))
+        lines.append(f"rank {rank}: {written}" if row else f"rank {rank}:")
     return "\n".join(lines) + "\n"

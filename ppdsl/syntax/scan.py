@@ -1,7 +1,12 @@
 """Scanning action tokens: the hot path of parsing.
 
-Lark hands over whole runs of tokens (`0F0 0F1 0B0 ...`); one compiled regex turns a run into
-actions. Ranges (`0F{0..3}`), zips, overlapped pairs and batches are rare and go the slow,
+Lark hands over whole runs of tokens (`0F0 0F1 0B0 ...`). `TokenReader` turns a run (or a CSV
+row's cells) into actions without a regex or a Python frame per token: the run is split by
+`str.split`, each word cut at its trailing digits by `str.rstrip` mapped over the run, and the
+`[stage][kind]` prefix and the microbatch digits looked up in dictionaries that learn (parse
+and bound) each distinct string once; `ir.make_actions` then makes the row's actions in one go.
+A run it does not accept goes the careful way (`scan_run`), which finds and locates the first
+bad token. Ranges (`0F{0..3}`), zips, overlapped pairs and batches are rare and always go the
 careful way. Every problem is raised as a `ScanError` holding the offset inside the text it
 was given, so the caller can turn it into a file:line:col diagnostic.
 """
@@ -9,9 +14,12 @@ was given, so the caller can turn it into a file:line:col diagnostic.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
+from operator import eq, not_
+from typing import cast
 
-from ..ir import KIND_BY_NAME, Action, Kind, ir_setters, make_action
+from ..ir import KIND_BY_NAME, Action, Kind, ir_setters, make_action, make_actions
 
 TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)(?=\s|\Z)|(_)(?=\s|\Z)|(\S+)")
 _ONE_TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
@@ -89,6 +97,86 @@ def _short(word: str) -> str:
 
 _KINDS_WITH_MB = {name: k for name, k in KIND_BY_NAME.items() if not k.stage_only}
 _KINDS_STAGE_ONLY = {name: k for name, k in KIND_BY_NAME.items() if k.stage_only}
+
+
+_PREFIX_RE = re.compile(r"(\d+)([A-Z_]+)\Z")
+_DIGITS = "0123456789"
+
+
+class TokenReader:
+    """Plain tokens -> steps, for one file: what each distinct prefix and number string means
+    is learned once, bounded by `stages` and `microbatches`, and then only looked up.
+
+    `idle` is the word of an idle step (`_` in .pps, the empty cell in a CSV). `stage_ranks`
+    and `max_micro` collect the shape the tokens imply, for readers that infer it.
+    """
+
+    def __init__(self, names: Mapping[str, Kind], stages: int, microbatches: int, idle: str, idle_step: object):
+        self.names, self.stages, self.microbatches = names, stages, microbatches
+        self.idle_step = idle_step
+        # prefix -> stage and kind; the idle word maps to None in both.
+        self.stage_of: dict[str, int | None] = {idle: None}
+        self.kind_of: dict[str, Kind | None] = {idle: None}
+        self.micro_of: dict[str, int | None] = {"": None}  # "": no microbatch
+        self.stage_ranks: dict[int, int] = {}  # stage -> first rank it was read on
+        self.max_micro = -1
+
+    def _learn_prefix(self, prefix: str) -> bool:
+        m = _PREFIX_RE.match(prefix)
+        if m is None:
+            return False
+        kind = self.names.get(m.group(2))
+        stage = number(m.group(1))
+        if kind is None or stage >= self.stages:
+            return False
+        self.stage_of[prefix], self.kind_of[prefix] = stage, kind
+        return True
+
+    def _learn_micro(self, digits: str) -> bool:
+        value = number(digits)
+        if value >= self.microbatches:
+            return False
+        self.micro_of[digits] = value
+        return True
+
+    def steps(self, words: list[str], rank: int = 0) -> list[object] | None:
+        """The steps the words spell, or None when some word is not a plain in-bounds token
+        (the caller then takes the careful path, which says which and where)."""
+        prefixes = list(map(str.rstrip, words, repeat(_DIGITS)))
+        micros = list(map(str.removeprefix, words, prefixes))
+        kind_of, micro_of, stage_of = self.kind_of, self.micro_of, self.stage_of
+        distinct = set(prefixes)
+        if not all(map(self._learn_prefix, distinct.difference(kind_of))):
+            return None
+        distinct_micros = set(micros)
+        if not all(map(self._learn_micro, distinct_micros.difference(micro_of))):
+            return None
+        # A kind that needs a microbatch has one; a stage-only kind and an idle word have none.
+        # Whole-row passes only for the prefixes that take no microbatch, usually none.
+        bare = [p for p in distinct if (k := kind_of[p]) is None or k.stage_only]
+        for prefix in bare:
+            if any(compress(micros, map(eq, prefixes, repeat(prefix)))):
+                return None
+        if "" in distinct_micros and not set(compress(prefixes, map(not_, micros))).issubset(bare):
+            return None
+        # Every prefix and number is known and bounded now; an idle word gives a placeholder
+        # action that is replaced below.
+        stages = cast("map[int]", map(stage_of.__getitem__, prefixes))
+        kinds = cast("map[Kind]", map(kind_of.__getitem__, prefixes))
+        row = cast("list[object]", make_actions(len(words), stages, kinds, map(micro_of.__getitem__, micros)))
+        for prefix in bare:
+            if kind_of[prefix] is None:  # the idle word
+                idle = self.idle_step
+                for i in compress(range(len(row)), map(eq, prefixes, repeat(prefix))):
+                    row[i] = idle
+        for prefix in distinct:
+            stage = stage_of[prefix]
+            if stage is not None:
+                self.stage_ranks.setdefault(stage, rank)
+        seen = [v for m in distinct_micros if (v := micro_of[m]) is not None]
+        if seen:
+            self.max_micro = max(self.max_micro, max(seen))
+        return row
 
 
 def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:
