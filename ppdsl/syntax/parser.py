@@ -400,11 +400,12 @@ class _Builder:
         name_tok = use.children[0]
         assert isinstance(name_tok, Token)
         args, arg_spans = self.options(use, None, "generator")
-        # Every generator writes at least a forward and a backward per rank and microbatch, and
-        # its whole-number arguments (virtual stages, chunks) multiply that: refuse before
-        # building rather than run for hours.
+        # A generator writes at most 6 actions per rank and microbatch (two stages a rank in a
+        # V, each F, I and W), and its whole-number arguments (virtual stages, chunks) multiply
+        # that: refuse before building rather than run for hours. (An upper bound: with 2, a V
+        # schedule made three times MAX_ACTIONS.)
         factors = [v for v in args.values() if isinstance(v, int) and v > 1]
-        estimate = ranks * microbatches * 2
+        estimate = ranks * microbatches * GENERATED_PER_RANK_AND_MICROBATCH
         for v in factors:
             estimate *= v
         if estimate > MAX_ACTIONS:
@@ -441,6 +442,9 @@ class _Builder:
                                           "or use a generator that makes this shape"))
         generated = Generated(registry.canonical_name(str(name_tok)), tuple(sorted(args.items())))  # type: ignore[arg-type]
         return built.rows, built.stages, built.placement, generated
+
+
+GENERATED_PER_RANK_AND_MICROBATCH = 6
 
 
 def parse(text: str, path: str = "<input>") -> Program:
