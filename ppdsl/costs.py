@@ -40,11 +40,14 @@ from attrs import field, frozen
 from .diagnostics import Diagnostic, PpsError, UsageError
 from .english import plural
 from .ir import Kind, Overlap, Program
+from .limits import MAX_COST, MAX_QUANTITY, MAX_STAGES, MIN_COST
 from .semantics import Timing
 
 COMPUTE_KINDS: Final = ("F", "B", "I", "W")
 GLOBAL_KEYS: Final = ("comm", "bytes", "bandwidth", "overlap")
-_STAGE_KEY = re.compile(r"^(F|B|I|W)_s(\d+)$")
+# At most as many digits as MAX_STAGES has: a longer number is no stage (and int() of a
+# 5000-digit string is an error of its own).
+_STAGE_KEY = re.compile(rf"^(F|B|I|W)_s(\d{{1,{len(str(MAX_STAGES))}}})$")
 UNITS: Final[dict[str, float]] = {"unit": 1e3, "s": 1e6, "ms": 1e3, "us": 1.0}  # -> microseconds per unit
 PROFILE_VERSION: Final = 1
 
@@ -76,6 +79,13 @@ def _check_key(key: str) -> tuple[str, int | None]:
 def _check_value(key: str, value: float) -> None:
     if not math.isfinite(value) or value < 0:
         raise CostError("PPS351", f"cost `{key}={value:g}` must be a finite number >= 0", key)
+    top = MAX_QUANTITY if key in ("bytes", "bandwidth") else MAX_COST
+    if value > top:
+        raise CostError("PPS351", f"cost `{key}={value:g}` is larger than {top:g}", key,
+                        help="ppdsl's limit: past it the sums of a simulation are no longer times")
+    if 0 < value < MIN_COST:
+        raise CostError("PPS351", f"cost `{key}={value:g}` is smaller than {MIN_COST:g} but not 0", key,
+                        help="write 0 for free, or pick a smaller time unit")
     if key == "bandwidth" and value == 0:
         raise CostError("PPS351", "`bandwidth` must be greater than 0", key)
     if key == "overlap" and value > 1:
@@ -106,6 +116,9 @@ class CostModel:
         if "bytes" in values and "bandwidth" not in values:
             raise CostError("PPS351", "`bytes` needs a `bandwidth` to turn it into time", "bytes",
                             help="e.g. bytes=4194304 bandwidth=2.6e6 (bytes per time unit)")
+        if "bytes" in values and values["bytes"] / values["bandwidth"] > MAX_COST:
+            raise CostError("PPS351", f"`bytes / bandwidth` is larger than {MAX_COST:g} time units", "bytes",
+                            help="bandwidth is in bytes per time unit")
         if self.unit not in UNITS:
             raise CostError("PPS352", f"unknown time unit `{self.unit}`", None, help="use one of " + ", ".join(UNITS))
         object.__setattr__(self, "_values", values)
@@ -249,11 +262,15 @@ def parse_profile(text: str) -> CostModel:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CostError("PPS352", f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except ValueError:  # an integer of more digits than Python converts (4300)
+        raise CostError("PPS352", "a number in the profile has too many digits") from None
+    except RecursionError:
+        raise CostError("PPS352", "the profile nests arrays or objects too deeply") from None
     if not isinstance(data, dict):
         raise CostError("PPS352", "a cost profile is a JSON object", help='e.g. {"ppdsl_profile": 1, "costs": {"F": 1}}')
     version = data.get("ppdsl_profile")
     if version != PROFILE_VERSION:
-        raise CostError("PPS352", f"`ppdsl_profile` must be {PROFILE_VERSION}, not {json.dumps(version)}", "ppdsl_profile",
+        raise CostError("PPS352", f"`ppdsl_profile` must be {PROFILE_VERSION}, not {_shown(version)}", "ppdsl_profile",
                         help="the first key of a profile names its format version")
     unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "memory", "source", "notes"})
     if unknown:
@@ -261,7 +278,7 @@ def parse_profile(text: str) -> CostModel:
                         help="a profile holds ppdsl_profile, unit, costs, actions (and free-form memory, source, notes)")
     unit = data.get("unit", "unit")
     if not isinstance(unit, str) or unit not in UNITS:
-        raise CostError("PPS352", f"unknown time unit {json.dumps(unit)}", "unit", help="use one of " + ", ".join(UNITS))
+        raise CostError("PPS352", f"unknown time unit {_shown(unit)}", "unit", help="use one of " + ", ".join(UNITS))
     items = _aggregate(data.get("actions", []))
     measured_comm = any(key == "comm" for key, _ in items)
     costs = data.get("costs", {})
@@ -269,10 +286,27 @@ def parse_profile(text: str) -> CostModel:
         raise CostError("PPS352", "`costs` must be an object of KEY: number", "costs")
     for key, value in costs.items():
         _check_key(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise CostError("PPS351", f"cost `{key}` must be a number, not {json.dumps(value)}", key)
-        items.append((key, float(value)))
+        number = _number(value)
+        if number is None:
+            raise CostError("PPS351", f"cost `{key}` must be a number, not {_shown(value)}", key)
+        items.append((key, number))
     return CostModel(tuple(items), unit, measured_comm)
+
+
+def _number(value: object) -> float | None:
+    """A JSON number as a float (an integer too large for one is infinite), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _shown(value: object) -> str:
+    """A JSON value for a message, cut short: a profile may hold anything."""
+    text = json.dumps(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _aggregate(actions: object) -> list[tuple[str, float]]:
@@ -290,18 +324,24 @@ def _aggregate(actions: object) -> list[tuple[str, float]]:
         kind = entry.get("kind")
         duration = entry.get("duration")
         if not isinstance(kind, str) or kind not in Kind.__members__:
-            raise CostError("PPS352", f"{where}: unknown kind {json.dumps(kind)}", "kind",
+            raise CostError("PPS352", f"{where}: unknown kind {_shown(kind)}", "kind",
                             help="one of " + ", ".join(Kind.__members__))
-        if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not math.isfinite(duration) or duration < 0:
-            raise CostError("PPS352", f"{where}: `duration` must be a number >= 0, not {json.dumps(duration)}", "duration")
+        number = _number(duration)
+        if number is None or not math.isfinite(number) or number < 0:
+            raise CostError("PPS352", f"{where}: `duration` must be a number >= 0, not {_shown(duration)}", "duration")
+        try:
+            _check_value("duration", number)
+        except CostError as exc:
+            raise CostError("PPS352", f"{where}: {exc.message}", "duration", exc.help) from None
         k = Kind[kind]
         if k.is_comm:
-            comm.append(float(duration))
+            comm.append(number)
         elif k.is_compute:
             stage = entry.get("stage")
-            if isinstance(stage, bool) or not isinstance(stage, int) or stage < 0:
-                raise CostError("PPS352", f"{where}: `stage` must be a whole number >= 0, not {json.dumps(stage)}", "stage")
-            compute.setdefault((kind, stage), []).append(float(duration))
+            if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < MAX_STAGES:
+                raise CostError("PPS352", f"{where}: `stage` must be a whole number from 0 to {MAX_STAGES - 1}, "
+                                f"not {_shown(stage)}", "stage")
+            compute.setdefault((kind, stage), []).append(number)
     items = [(f"{kind}_s{stage}", statistics.fmean(v)) for (kind, stage), v in sorted(compute.items())]
     if comm:
         items.append(("comm", statistics.fmean(comm)))
@@ -369,8 +409,13 @@ def load_costs(spec: str, stages: int) -> CostModel:
             return model
         except CostError as exc:
             raise UsageError(f"--costs: {exc.message}" + (f" ({exc.help})" if exc.help else "")) from None
-    if not spec.endswith(".json") and not Path(spec).exists():
-        raise UsageError(f"--costs {spec}: neither costs such as F=1,B=2,comm=0.1 nor a profile file")
+    try:
+        exists = Path(spec).exists()
+    except OSError:  # (a name too long for the file system is no file either)
+        exists = False
+    if not spec.endswith(".json") and not exists:
+        shown = spec if len(spec) <= 60 else spec[:57] + "..."
+        raise UsageError(f"--costs {shown}: neither costs such as F=1,B=2,comm=0.1 nor a profile file")
     try:
         text = read_text(spec)
     except UsageError as exc:

@@ -143,7 +143,7 @@ def excerpt(source_line: str, column: int, end_column: int | None) -> tuple[str,
 def render_text(d: Diagnostic, source_line: str | None = None) -> str:
     """The header, then the offending line with a caret under the column, then help/notes."""
     out = [render_header(d)]
-    if source_line is not None and source_line.strip():
+    if source_line and not source_line.isspace():  # (not strip(): O(line) for every diagnostic)
         shown, caret_at, width = excerpt(source_line.rstrip("\n"), d.column, d.end_column)
         gutter = f"{d.line} | "
         out.append(gutter + shown)

@@ -11,6 +11,8 @@ so `parse(format(p)) == p` compares meaning, not layout.
 
 from __future__ import annotations
 
+import functools
+
 import bisect
 import enum
 import re
@@ -281,7 +283,20 @@ class Program:
         return self.placement[stage]
 
     def stages_of(self, rank: int) -> tuple[int, ...]:
-        return tuple(s for s, r in enumerate(self.placement) if r == rank)
+        by_rank = self._stages_by_rank
+        if 0 <= rank < len(by_rank):
+            return by_rank[rank]
+        return tuple(s for s, r in enumerate(self.placement) if r == rank)  # a malformed program
+
+    @functools.cached_property
+    def _stages_by_rank(self) -> tuple[tuple[int, ...], ...]:
+        # One pass, kept on the program: callers ask per rank, and a scan of the placement per
+        # rank is ranks x stages (9e9 at 65,536 ranks in a V).
+        found: list[list[int]] = [[] for _ in range(max(self.ranks, 0))]
+        for s, r in enumerate(self.placement):
+            if 0 <= r < len(found):
+                found[r].append(s)
+        return tuple(tuple(stages) for stages in found)
 
     def actions(self) -> Iterator[tuple[int, int, Action]]:
         """Every action with its rank and step index, rank by rank."""

@@ -16,6 +16,29 @@ MAX_MICROBATCHES: Final = 1_048_576
 # ~64 bytes of memory per action: 20M actions is over a gigabyte already.
 MAX_ACTIONS: Final = 20_000_000
 MAX_FILE_BYTES: Final = 512 * 1024 * 1024
+
+# Durations, latencies and the rest of a cost model, in the user's unit. Below MIN_COST a
+# nonzero cost is a typo (or a subnormal float that turns a ratio of costs into infinity);
+# above MAX_COST it is not a time. Between them every sum the simulator forms over
+# MAX_ACTIONS steps stays a finite float.
+MIN_COST: Final = 1e-9
+MAX_COST: Final = 1e12
+# `bytes` and `bandwidth` are counts, not times: a wider range, same rule for tiny values.
+MAX_QUANTITY: Final = 1e18
+# `memory` (live activations per rank) in a header or --max-memory: only compared, never
+# sized by, so the bound only keeps it a finite, printable number.
+MAX_MEMORY: Final = 1e30
+# `show` in a terminal: --width, and the cells drawn in all (ranks x columns; or 4 per step of
+# a larger schedule). Past it a cell stands for more time, so the picture stays this size at
+# any ratio of costs.
+MAX_WIDTH: Final = 100_000
+MAX_PICTURE_CELLS: Final = 1_000_000
+# `run`: training steps and seconds.
+MAX_STEPS: Final = 10_000_000
+MAX_SECONDS: Final = 1e7
+# The checker and the engine size arrays by stages x microbatches: a program may declare at
+# most this many (stage, microbatch) pairs, or four per action it has, whichever is more.
+MAX_SPARSE_SLOTS: Final = 1 << 16
 # `ppdsl search` prices thousands of candidate orders; past this many actions one candidate
 # takes seconds and a search hours (16 ranks x 64 microbatches in a V is 6,144).
 MAX_SEARCH_ACTIONS: Final = 100_000

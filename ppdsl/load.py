@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .diagnostics import Diagnostic, PpsError, UsageError
+from .english import plural
 from .ir import Program
-from .limits import MAX_FILE_BYTES
+from .limits import MAX_FILE_BYTES, MAX_SPARSE_SLOTS
 
 FORMATS = (".pps", ".csv")
 
@@ -88,7 +89,24 @@ def load_program(path: str, fmt: str | None = None, dialect: str | None = None) 
     if format_of(path, fmt) == "csv":
         from .formats.torch_csv import read_csv
 
-        return read_csv(text, path, dialect)
-    from .syntax.parser import parse
+        program = read_csv(text, path, dialect)
+    else:
+        from .syntax.parser import parse
 
-    return parse(text, path)
+        program = parse(text, path)
+    check_slots(program, path)
+    return program
+
+
+def check_slots(program: Program, path: str) -> None:
+    """The checker and the engine keep a slot per (stage, microbatch): refuse a program that
+    declares far more of them than it has actions (a complete one has at least one action per
+    slot), so that 4 actions under `stages=2048 microbatches=2048` are not a gigabyte."""
+    slots = program.stages * program.microbatches
+    if slots <= max(MAX_SPARSE_SLOTS, 4 * program.action_count):
+        return
+    line, column = (program.source.header.line, program.source.header.column) if program.source else (1, 1)
+    raise PpsError([Diagnostic(
+        "PPS015", f"{program.stages:,} stages x {program.microbatches:,} microbatches are {slots:,} "
+                  f"(stage, microbatch) pairs for {plural(program.action_count, 'action')}", path, line, column,
+        help="a complete program has an action for every stage and microbatch; declare the sizes it uses")])

@@ -85,9 +85,10 @@ class Simulation:
     def ranks(self) -> int:
         return self.program.ranks
 
-    @property
+    @functools.cached_property
     def idle(self) -> tuple[float, ...]:
-        """Per rank, the time neither computing nor communicating."""
+        """Per rank, the time neither computing nor communicating (cached: reports index it
+        per rank, which was ranks x ranks at 65,536 ranks)."""
         return tuple(max(0.0, self.makespan - b - c) for b, c in zip(self.busy, self.comm))
 
     @functools.cached_property

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TextIO
 
 from ..diagnostics import Diagnostic, UsageError, render_text
+from ..english import plural
+from ..limits import MAX_MEMORY
 from ..load import read_bytes
 
 def _source_lines(path: str) -> list[str]:
@@ -25,14 +27,24 @@ def _source_lines(path: str) -> list[str]:
     return [line.removesuffix("\r") for line in text.split("\n")]
 
 
-def print_diagnostics(diagnostics: Iterable[Diagnostic], stream: TextIO | None = None) -> None:
+# What `simulate` and `show` print of a broken schedule before a count of the rest: the
+# picture or the report is what they are for (`lint` lists everything on request).
+SHOWN_DIAGNOSTICS = 50
+
+
+def print_diagnostics(diagnostics: Iterable[Diagnostic], stream: TextIO | None = None, limit: int = 0) -> None:
+    """Every diagnostic with its source line; with `limit`, the first `limit` and a count."""
     out = stream or sys.stderr
+    found = list(diagnostics)
     lines: dict[str, list[str]] = {}  # per call: a file rewritten since (fmt) is read afresh
-    for d in diagnostics:
+    for d in found[:limit] if limit else found:
         if d.path not in lines:
             lines[d.path] = _source_lines(d.path)
         text = lines[d.path]
         print(render_text(d, text[d.line - 1] if 0 < d.line <= len(text) else None), file=out)
+    rest = len(found) - limit
+    if limit and rest > 0:
+        print(f"... and {plural(rest, 'more diagnostic')} (`ppdsl lint --max-errors 0` lists them all)", file=out)
 
 
 def refuse_overwriting(source: str, output: str | None) -> None:
@@ -68,27 +80,40 @@ def write_output(path: str | None, text: str) -> None:
 
 # --- option values: argparse types, so a bad value is a usage error (exit 2) naming the option --
 
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number >= minimum."""
+def whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number >= minimum (and <= maximum, a limit of limits.py)."""
 
     def convert(text: str) -> int:
         try:
-            value = int(text)
+            value = int(text) if len(text) <= 100 else int("x")  # (int() of 5000 digits is an error too)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, not `{text}`") from None
+            raise argparse.ArgumentTypeError(f"expected a whole number, not `{text[:40]}`") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, not {value}")
         return value
 
     return convert
 
 
-def positive_number(text: str) -> float:
-    """An argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, not `{text}`") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, not `{text}`")
-    return value
+def number(low: float, high: float, low_inclusive: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number above `low` (or from it) and at most `high`."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, not `{text[:40]}`") from None
+        above = value >= low if low_inclusive else value > low
+        if not (math.isfinite(value) and above):
+            bound = "from" if low_inclusive else "above"
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound} {low:g}, not `{text[:40]}`")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}, not `{text[:40]}`")
+        return value
+
+    return convert
+
+
+positive_number = number(0, MAX_MEMORY)  # --max-memory: only compared, so only finite matters

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..diagnostics import UsageError
+from ..diagnostics import Diagnostic, PpsError, Severity, UsageError
 from ..formats.torch_csv import write_csv
+from ..ir import Program
 from ..load import format_of, load_program
 from ..syntax.printer import print_program
 from .common import print_diagnostics, refuse_overwriting, write_output
@@ -32,8 +33,48 @@ def run(args: argparse.Namespace) -> int:
     program = load_program(args.input, dialect=args.dialect)
     if target == "csv":
         text, warnings = write_csv(program, args.write_dialect)
-        print_diagnostics(warnings)
     else:
-        text = print_program(program, f"converted from {args.input}")
+        text, warnings = print_program(program, f"converted from {args.input}"), []
+    warnings += read_back(program, text, target, args.input, bool(warnings))
+    print_diagnostics(warnings)
     write_output(args.output, text)
     return 0
+
+
+# Header facts a PyTorch CSV has no place for: said once, as warnings, when they are lost.
+_CSV_CANNOT_HOLD = (("mode", "the mode (`mode=inference`)"), ("memory_limit", "the memory limit (`memory=`)"),
+                    ("costs", "the `costs` line"))
+
+
+def read_back(program: Program, text: str, target: str, source: str, warned: bool) -> list[Diagnostic]:
+    """Read what convert is about to write: a loss the format forces is a PPS031 warning; an
+    output that would not read back, or would read back to other steps, is refused (PPS031
+    error, nothing written) so that `convert` of its output always works."""
+    from ..formats.torch_csv import read_csv
+    from ..syntax.parser import parse
+
+    def refuse(why: str) -> PpsError:
+        return PpsError([Diagnostic("PPS031", f"not written: the {target.upper()} would {why}", source,
+                                    help="fix the problems `ppdsl lint` reports in the input, then convert it")])
+
+    try:
+        # Read as `convert` reads it next time, the dialect detected: a CSV that only reads
+        # back with --dialect is one a user cannot convert back.
+        back = read_csv(text, source) if target == "csv" else parse(text, source)
+    except PpsError as exc:
+        first = exc.diagnostics[0].message if exc.diagnostics else "?"
+        raise refuse(f"not read back ({first})") from None
+    if (back.ranks, back.stages, back.placement) != (program.ranks, program.stages, program.placement):
+        raise refuse(f"read back as {back.ranks} ranks and {back.stages} stages placed {list(back.placement)[:8]}, "
+                     f"not {program.ranks} and {program.stages} placed {list(program.placement)[:8]}")
+    if back.rows != program.rows and not warned:  # (a warned loss: batches split, legacy W)
+        raise refuse("read back to other steps")
+    lost = [Diagnostic("PPS031", f"PyTorch's CSV has no place for {what}: it is not written", source,
+                       severity=Severity.WARNING)
+            for field, what in _CSV_CANNOT_HOLD if getattr(back, field) != getattr(program, field)]
+    if back.microbatches != program.microbatches:
+        lost.append(Diagnostic("PPS031", f"the header says microbatches={program.microbatches} but the rows use "
+                               f"{back.microbatches}: a CSV has no header, so it reads back with {back.microbatches}",
+                               source, severity=Severity.WARNING))
+    return lost
+

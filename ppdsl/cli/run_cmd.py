@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import UsageError
 from ..english import plural
+from ..limits import MAX_COST, MAX_SECONDS, MAX_STEPS
+from .common import number, whole_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Program
@@ -28,7 +30,7 @@ MAX_THREADS = 1024
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", nargs="+",
                    help="a .pps or .csv schedule; several run one after another in the same processes")
-    p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    p.add_argument("--steps", type=whole_number(1, MAX_STEPS), default=20, help="training steps (default 20)")
     p.add_argument("--model", metavar="MODULE[:NAME]",
                    help="build_stage(stage_index, num_stages) -> paddle.nn.Layer; a MODULE alone also gives "
                         "its `batches` and `loss` as --data and --loss")
@@ -36,13 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss", metavar="MODULE:NAME", help="loss(output, target) -> scalar tensor")
     p.add_argument("--optimizer", default="sgd", metavar="NAME",
                    help="sgd, momentum, adam, adamw, or MODULE:NAME taking the parameters (default sgd)")
-    p.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and built-in data")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--lr", type=number(-MAX_COST, MAX_COST), default=0.05, help="learning rate (default 0.05)")
+    p.add_argument("--seed", type=whole_number(0, 2**32 - 1),  # numpy seeds are 32-bit
+                   default=0, help="seed of the initial weights and built-in data")
+    p.add_argument("--timeout", type=number(0, MAX_SECONDS), default=60.0, metavar="SECONDS",
                    help="longest any rank waits for another (default 60; gloo itself stops at 30)")
     p.add_argument("--verify", action="store_true",
                    help="also run the unpipelined model and compare losses and gradients")
-    p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance of --verify (default 1e-6)")
+    p.add_argument("--rtol", type=number(0, 1, low_inclusive=True), default=1e-6, help="relative tolerance of --verify (default 1e-6)")
     p.add_argument("--profile", metavar="OUT.json", help="write measured per-action times (ppdsl simulate --costs)")
     p.add_argument("--sum-grads", action="store_true",
                    help="sum microbatch gradients instead of averaging them (Paddle's own behaviour)")
@@ -56,10 +59,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if args.steps < 1:
-        raise UsageError("--steps must be at least 1")
-    if not args.timeout > 0:
-        raise UsageError("--timeout must be positive")
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
 

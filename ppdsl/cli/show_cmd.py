@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 
 from ..diagnostics import UsageError
+from ..limits import MAX_WIDTH
 from ..render import terminal
 from ..render.svg import render_html, render_svg
 from ..render.timeline import build
 from ..render.trace import render_trace
 from ..simulate import Simulation
-from .common import print_diagnostics, refuse_overwriting, whole_number, write_output
+from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, whole_number, write_output
 from .simulate_cmd import add_common, diagnostics_for, load_and_simulate
 
 MIN_WIDTH = 20  # a lane label and a few cells
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="OUT.json", help="write Chrome trace JSON (open in ui.perfetto.dev)")
     p.add_argument("--svg", metavar="OUT.svg", help="write an SVG picture")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page with hover details")
-    p.add_argument("--width", type=whole_number(MIN_WIDTH), metavar="N",
+    p.add_argument("--width", type=whole_number(MIN_WIDTH, MAX_WIDTH), metavar="N",
                    help="terminal: characters per line (default: the terminal's); svg/html: pixels (default 1200)")
     p.add_argument("--title", help="title of the picture (default: the file name)")
     colour = p.add_mutually_exclusive_group()
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             refuse_overwriting(source, path)
     sim = load_and_simulate(args.file, args)
     problems = diagnostics_for(sim)
-    print_diagnostics(problems)
+    print_diagnostics(problems, limit=SHOWN_DIAGNOSTICS)
     timeline = build(sim, problems)
     title = args.title or Path(args.file).name
     if wanted and kind_too_big(sim, wanted):

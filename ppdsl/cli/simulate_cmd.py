@@ -18,7 +18,7 @@ from ..load import load_program
 from ..lower import lower, needs_lowering
 from ..semantics import CommModel
 from ..simulate import Simulation, simulate, stuck_diagnostic
-from .common import print_diagnostics, refuse_overwriting, write_output
+from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, write_output
 
 MODELS = tuple(m.value for m in CommModel)
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             problems.extend(found)
             status = 1
         sims.append((path, sim))
-    print_diagnostics(problems)
+    print_diagnostics(problems, limit=SHOWN_DIAGNOSTICS)
     if not sims:
         return status
     if args.format == "json":

@@ -37,11 +37,13 @@ def schedule(ranks: int, microbatches: int, placement: Sequence[int], budget: Se
     """
     stages = len(placement)
     M = microbatches
-    local: list[list[int]] = [[s for s in range(stages) if placement[s] == r] for r in range(ranks)]
+    local: list[list[int]] = [[] for _ in range(ranks)]
+    for s, r in enumerate(placement):  # (one pass: ranks x stages is 4e9 at 65,536 ranks)
+        local[r].append(s)
     for r in range(ranks):
         if budget[r] < len(local[r]):  # pragma: no cover - callers check their budgets
             raise ValueError(f"rank {r} holds {len(local[r])} stages but may keep only {budget[r]} activations")
-    first_local = [loc[0] for loc in local]
+    first_local = [loc[0] if loc else -1 for loc in local]
     # When each (stage, microbatch) forward / input-gradient finished (None: not yet).
     f_end: list[list[int | None]] = [[None] * M for _ in range(stages)]
     g_end: list[list[int | None]] = [[None] * M for _ in range(stages)]
@@ -56,14 +58,18 @@ def schedule(ranks: int, microbatches: int, placement: Sequence[int], budget: Se
     backward_kind = Kind.I if split else Kind.B
     back_cost = 1 if split else 2
     remaining = stages * M * (3 if split else 2)
-    t = 0
-    limit = 4 * remaining + 4 * stages  # every step some rank can move; far past this is a bug
+    # Event-driven: a rank is looked at only at a time when something it may wait for ends
+    # (its own step, the forward of the stage before one of its stages, the backward of the
+    # stage after). Between those times nothing it could choose changes, so the rows are those
+    # of stepping every rank through every time unit, at the cost of the steps alone.
+    wake: dict[int, set[int]] = {0: set(range(ranks))}
     while remaining:
-        if t > limit:  # pragma: no cover - the reservation rule rules this out
+        if not wake:  # pragma: no cover - the reservation rule rules this out
             raise AssertionError("list scheduler made no progress")
-        for r in range(ranks):
+        t = min(wake)
+        for r in sorted(wake.pop(t)):
             if busy_until[r] > t:
-                continue
+                continue  # woken by a neighbour while busy: its own end wakes it again
             # Activations freed by work that has ended by now.
             if pending_free[r]:
                 keep = []
@@ -85,6 +91,10 @@ def schedule(ranks: int, microbatches: int, placement: Sequence[int], budget: Se
                     w_queue[r].append((s, m))
                 else:
                     pending_free[r].append((t + back_cost, 1))
+                woken = wake.setdefault(t + back_cost, set())
+                woken.add(r)
+                if s > 0:
+                    woken.add(placement[s - 1])
                 continue
             chosen = _pick_forward(local[r], first_local[r], M, f_end, next_f, t, live[r], reserved[r], budget[r])
             if chosen is not None:
@@ -99,14 +109,18 @@ def schedule(ranks: int, microbatches: int, placement: Sequence[int], budget: Se
                     reserved[r] -= 1
                 busy_until[r] = t + 1
                 remaining -= 1
+                woken = wake.setdefault(t + 1, set())
+                woken.add(r)
+                if s < stages - 1:
+                    woken.add(placement[s + 1])
                 continue
             if w_queue[r]:
                 s, m = w_queue[r].popleft()
                 rows[r].append(make_action(s, Kind.W, m))
-                busy_until[r] = t + 1
                 pending_free[r].append((t + 1, 1))
+                busy_until[r] = t + 1
                 remaining -= 1
-        t += 1
+                wake.setdefault(t + 1, set()).add(r)
     return tuple(tuple(row) for row in rows)
 
 

@@ -27,22 +27,39 @@ from .registry import ArgValue, Built, GeneratorSpec
 
 def rank_row(rank: int, ranks: int, microbatches: int) -> tuple[Step, ...]:
     n = max(2 * ranks - 1, microbatches)
+    M = microbatches
     c0, c1 = rank, 2 * ranks - 1 - rank
     F, I, W = Kind.F, Kind.I, Kind.W
     ops: list[tuple[int, Kind, int]] = []
+
+    # Each microbatch counter only grows, so once every counter a loop advances is past the
+    # real microbatches, the rest of the loop is phantoms: skip it by arithmetic. With few
+    # microbatches and many ranks the padded loops are O(ranks) per rank, 4e9 steps in all
+    # at 65,536 ranks; this way a rank costs what it outputs.
+    def real(count: int, *counters: int) -> int:
+        return min(count, max(0, M - min(counters)))
+
     f0 = f1 = b0 = b1 = 0
-    for _ in range(2 * (ranks - rank) - 1):
+    count = 2 * (ranks - rank) - 1
+    for _ in range(real(count, f0)):
         ops.append((c0, F, f0))
         f0 += 1
-    for _ in range(rank):
+    f0 = count
+    count = rank
+    done = real(count, f0, f1)
+    for _ in range(done):
         ops += [(c1, F, f1), (c0, F, f0)]
         f1 += 1
         f0 += 1
-    for _ in range(ranks - rank):
+    f0, f1 = f0 + count - done, f1 + count - done
+    count = ranks - rank
+    done = real(count, f1, b1)
+    for _ in range(done):
         ops += [(c1, F, f1), (c1, I, b1), (c1, W, b1)]
         f1 += 1
         b1 += 1
-    while f1 < f0 or f0 < n:
+    f1, b1 = f1 + count - done, b1 + count - done
+    while (f1 < f0 or f0 < n) and min(b0, f1, b1, f0 if f0 < n else M) < M:
         if f0 < n:
             ops.append((c0, F, f0))
             f0 += 1
@@ -50,17 +67,26 @@ def rank_row(rank: int, ranks: int, microbatches: int) -> tuple[Step, ...]:
         b0 += 1
         f1 += 1
         b1 += 1
+    rest = max(f0, n) - f1 if (f1 < f0 or f0 < n) else 0
+    f0 = max(f0, n) if rest else f0
+    b0, f1, b1 = b0 + rest, f1 + rest, b1 + rest
     w0, w1 = b0, b1
-    for _ in range(rank):
+    count = rank
+    done = real(count, b0, b1)
+    for _ in range(done):
         ops += [(c0, I, b0), (c1, I, b1)]
         b0 += 1
         b1 += 1
-    for _ in range(ranks - rank):
+    b0, b1 = b0 + count - done, b1 + count - done
+    count = ranks - rank
+    done = real(count, b0, w0)
+    for _ in range(done):
         ops += [(c0, I, b0), (c0, W, w0)]
         b0 += 1
         w0 += 1
-    ops += [(c1, W, w) for w in range(w1, b1)]
-    ops += [(c0, W, w) for w in range(w0, b0)]
+    b0, w0 = b0 + count - done, w0 + count - done
+    ops += [(c1, W, w) for w in range(w1, min(b1, M))]
+    ops += [(c0, W, w) for w in range(w0, min(b0, M))]
     # Phantom microbatches (those PyTorch pads small counts with) are dropped.
     return tuple(make_action(s, k, m) for s, k, m in ops if m < microbatches)
 

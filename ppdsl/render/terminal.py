@@ -16,9 +16,12 @@ import shutil
 from typing import Any
 
 from ..english import plural
+from ..limits import MAX_PICTURE_CELLS
 from ..simulate import Simulation
 from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
+
+MAX_PROBLEM_LINES = 20  # under the picture; the diagnostics above it say the rest
 
 
 def _rich() -> Any:
@@ -60,13 +63,18 @@ def layout(sim: Simulation, timeline: Timeline, width: int, fill: str = " "
     durations = [s.duration for s in timeline.slots if s.duration > 0 and s.category not in ("SEND", "RECV")]
     if not durations:
         durations = [s.duration for s in timeline.slots if s.duration > 0] or [1.0]
-    quantum = min(durations)
+    # One cell per shortest step, unless the lanes would then hold more than MAX_PICTURE_CELLS
+    # cells in all, or four per step in a larger schedule (costs 1e-9 and 1e12 in one
+    # schedule): then a coarser quantum, and steps shorter than a cell are not drawn.
+    cells = max(MAX_PICTURE_CELLS, 4 * len(timeline.slots))
+    quantum = max(min(durations), timeline.end * max(timeline.ranks, 1) / cells)
     full = max_chunks(sim) > 1
-    labels = [len(_label(s, full)) for s in timeline.slots if s.duration >= quantum * 0.999]
+    texts = [_label(s, full) for s in timeline.slots]
+    labels = [len(t) for t, s in zip(texts, timeline.slots) if s.duration >= quantum * 0.999]
     cell = min(max(labels, default=2) + 1, 12)
     columns = max(1, math.ceil(timeline.end / quantum - 1e-9))
     lanes: list[list[tuple[str, Slot | None]]] = [[] for _ in range(timeline.ranks)]
-    for s in timeline.slots:  # in step order per rank
+    for s, text in zip(timeline.slots, texts):  # in step order per rank
         if s.duration <= 0:
             continue  # a free send/receive takes no room; the legend says so
         lane = lanes[s.rank]
@@ -77,7 +85,6 @@ def layout(sim: Simulation, timeline: Timeline, width: int, fill: str = " "
             c0 = len(lane)  # rounding put two steps in one cell: keep both, in order
         c1 = max(c0 + 1, int(round(s.end / quantum)))
         lane.extend([(" " * cell, None)] * (c0 - len(lane)))
-        text = _label(s, full)
         span = (c1 - c0) * cell
         label = text[: span - 1]
         body = (label + fill * (span - 1 - len(label)) if c1 - c0 > 1 else label.ljust(span - 1)) + " "
@@ -136,7 +143,9 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
         notes.append("labels are stage+kind+microbatch (ranks hold several stages)")
     if timeline.problems:
         notes.append("lower case: never reached; !: stuck or flagged")
-        notes.extend("  " + line for line in timeline.problems)
+        notes.extend("  " + line for line in timeline.problems[:MAX_PROBLEM_LINES])
+        if len(timeline.problems) > MAX_PROBLEM_LINES:
+            notes.append(f"  ... and {len(timeline.problems) - MAX_PROBLEM_LINES} more")
     out_lines.extend(notes)
     if use_colour:
         console = rich.console.Console(width=10**6, force_terminal=True, color_system="auto", no_color=False,

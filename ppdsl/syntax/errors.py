@@ -72,7 +72,7 @@ def _empty_group(line_text: str, column: int) -> bool:
 
 def _word_at(line_text: str, column: int) -> tuple[str, int]:
     """The blank-delimited word around a 1-based column, with its start column."""
-    start = column - 1
+    start = min(max(column - 1, 0), len(line_text))
     while start > 0 and not line_text[start - 1].isspace():
         start -= 1
     m = re.match(r"\S*", line_text[start:])
@@ -98,7 +98,10 @@ def _option_mistake(exc: UnexpectedToken, line_text: str, column: int, path: str
 def lark_error_to_diagnostic(exc: UnexpectedInput, text: str, path: str) -> Diagnostic:
     line = getattr(exc, "line", None) or 1
     column = getattr(exc, "column", None) or 1
-    lines = text.splitlines()
+    # Lark counts lines by "\n" only; str.splitlines() also breaks at "\r", "\x0c", "\x1c"...
+    lines = text.split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
     if isinstance(exc, UnexpectedEOF) or line < 1:
         line = max(len(lines), 1)
         column = len(lines[-1]) + 1 if lines else 1

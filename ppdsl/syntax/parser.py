@@ -18,7 +18,7 @@ from ..english import plural
 from ..generators import registry
 from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
 from ..gcpause import no_gc
-from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
+from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from . import scan
 from .errors import lark_error_to_diagnostic
 from .grammar import lark_parser
@@ -171,9 +171,10 @@ class _Builder:
         if mode not in ("train", "inference"):
             raise _Fail(self.at_span(spans["mode"], "PPS012", f"`mode` is train or inference, not `{mode}`"))
         memory = values.get("memory")
-        if memory is not None and (isinstance(memory, (str, tuple)) or memory <= 0):
+        if memory is not None and (isinstance(memory, (str, tuple)) or not 0 < memory <= MAX_MEMORY):
             s = spans["memory"]
-            raise _Fail(self.error("PPS012", f"`memory` must be a positive number, not `{memory}`", s.line, s.column))
+            raise _Fail(self.error("PPS012", f"`memory` must be a positive number up to {MAX_MEMORY:g}, not `{memory}`",
+                                   s.line, s.column))
         explicit_placement = self.header_placement(values, spans, ranks, stages)
         if explicit_placement is not None and stages is None:
             stages = len(explicit_placement)
@@ -399,11 +400,12 @@ class _Builder:
         name_tok = use.children[0]
         assert isinstance(name_tok, Token)
         args, arg_spans = self.options(use, None, "generator")
-        # Every generator writes at least a forward and a backward per rank and microbatch, and
-        # its whole-number arguments (virtual stages, chunks) multiply that: refuse before
-        # building rather than run for hours.
+        # A generator writes at most 6 actions per rank and microbatch (two stages a rank in a
+        # V, each F, I and W), and its whole-number arguments (virtual stages, chunks) multiply
+        # that: refuse before building rather than run for hours. (An upper bound: with 2, a V
+        # schedule made three times MAX_ACTIONS.)
         factors = [v for v in args.values() if isinstance(v, int) and v > 1]
-        estimate = ranks * microbatches * 2
+        estimate = ranks * microbatches * GENERATED_PER_RANK_AND_MICROBATCH
         for v in factors:
             estimate *= v
         if estimate > MAX_ACTIONS:
@@ -440,6 +442,9 @@ class _Builder:
                                           "or use a generator that makes this shape"))
         generated = Generated(registry.canonical_name(str(name_tok)), tuple(sorted(args.items())))  # type: ignore[arg-type]
         return built.rows, built.stages, built.placement, generated
+
+
+GENERATED_PER_RANK_AND_MICROBATCH = 6
 
 
 def parse(text: str, path: str = "<input>") -> Program:

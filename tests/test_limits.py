@@ -1,0 +1,180 @@
+"""Every number read from an input is checked against `ppdsl/limits.py` before it sizes
+anything: each reproducer of issue 14 (an internal error, a blow-up, a hang) is a clear error
+or a quick answer now, in-process, with the exit code the CLI promises."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SCHEDULES
+from ppdsl import limits
+from ppdsl.cli import main
+from ppdsl.costs import CostError, parse_inline, parse_profile
+
+ZBV = str(SCHEDULES / "zbv.pps")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---- costs: non-finite, subnormal, beyond a bound -> PPS351 at the cost parser ----------------
+
+@pytest.mark.parametrize("spec", ["F=1,F=1e-320,B=2", "F=1e-10", "F=1e308,B=1e308", "B=2e12", "comm=1e13",
+                                  "bytes=1e19,bandwidth=1", "bytes=1e15,bandwidth=1e-3"])
+def test_absurd_inline_costs_are_usage_errors(capsys: pytest.CaptureFixture[str], spec: str) -> None:
+    for command in (["show", ZBV, "--width", "40"], ["simulate", ZBV]):
+        code, out, err = run(capsys, *command, "--costs", spec)
+        assert code == 2, (command, spec, err)
+        assert "internal error" not in err and "--costs:" in err
+
+
+def test_the_bounds_are_the_ones_in_limits() -> None:
+    parse_inline(f"F={limits.MIN_COST},B={limits.MAX_COST},comm=0")
+    with pytest.raises(CostError, match="smaller than") as exc:
+        parse_inline(f"F={limits.MIN_COST / 2}")
+    assert exc.value.code == "PPS351" and exc.value.key == "F"
+    with pytest.raises(CostError, match="larger than"):
+        parse_inline(f"W={limits.MAX_COST * 2}")
+
+
+def test_a_header_costs_line_is_bounded_and_located(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "c.pps"
+    f.write_text("pipeline ranks=1 microbatches=1\ncosts F=1 B=1e-320\nrank 0: 0F0 0B0\n")
+    code, _, err = run(capsys, "simulate", str(f))
+    assert code == 1
+    assert f"{f}:2:11: error[PPS351]: cost `B=9.99989e-321` is smaller than 1e-09" in err
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"ppdsl_profile": 1, "costs": {"F": 1e400}}', "finite number"),
+    ('{"ppdsl_profile": 1, "costs": {"F": ' + "9" * 400 + "}}", "finite number"),
+    ('{"ppdsl_profile": 1, "costs": {"F": ' + "9" * 5000 + "}}", "too many digits"),
+    ('{"ppdsl_profile": 1, "actions": [{"kind": "F", "stage": 0, "duration": ' + "9" * 400 + "}]}", "duration"),
+    ('{"ppdsl_profile": 1, "actions": [{"kind": "F", "stage": 0, "duration": 1e-300}]}', "smaller than"),
+    ('{"ppdsl_profile": 1, "actions": [{"kind": "F", "stage": ' + "9" * 400 + ', "duration": 1}]}', "stage"),
+    ('{"ppdsl_profile": 1, "costs": {"F_s' + "9" * 5000 + '": 1}}', "unknown cost"),
+    ("[" * 100_000 + "]" * 100_000, "too deeply"),
+])
+def test_absurd_profiles_are_located_errors(text: str, message: str) -> None:
+    with pytest.raises(CostError, match=message):
+        parse_profile(text)
+
+
+# ---- flags ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["show", ZBV, "--width", str(limits.MAX_WIDTH + 1)],
+    ["show", ZBV, "--width", "19"],
+    ["lint", ZBV, "--max-memory", "nan"],
+    ["lint", ZBV, "--max-memory", "inf"],
+    ["run", ZBV, "--steps", str(limits.MAX_STEPS + 1)],
+    ["run", ZBV, "--timeout", "inf"],
+    ["run", ZBV, "--seed", "-1"],
+])
+def test_numeric_flags_out_of_bounds_are_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "must be" in err and "internal error" not in err
+
+
+def test_header_memory_is_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "m.pps"
+    f.write_text("pipeline ranks=1 microbatches=1 memory=1e300\nrank 0: 0F0 0B0\n")
+    code, out, _ = run(capsys, "lint", str(f))
+    assert code == 1 and "error[PPS012]: `memory` must be a positive number up to 1e+30" in out
+
+
+# ---- pictures and reports: sized by the input, not by the ratio of its numbers --------------
+
+def test_terminal_picture_of_extreme_cost_ratio_is_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.process_time()
+    code, out, _ = run(capsys, "show", ZBV, "--costs", f"F={limits.MIN_COST},W={limits.MAX_COST}", "--width", "200")
+    assert code == 0
+    assert time.process_time() - start < 20
+    assert len(out) < 20 * limits.MAX_PICTURE_CELLS
+
+
+def test_many_diagnostics_on_one_huge_row_are_linear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 14: a 900 KB file of repeated `0F{0..0}` hung `show` (each excerpt re-read the row).
+    f = tmp_path / "dup.pps"
+    f.write_text("pipeline ranks=1 microbatches=1\nrank 0: " + "0F{0..0} " * 40_000 + "\n")
+    start = time.process_time()
+    code, _, err = run(capsys, "show", str(f), "--no-color")
+    assert code == 1
+    assert time.process_time() - start < 20
+    assert "more diagnostics (`ppdsl lint --max-errors 0` lists them all)" in err
+
+
+def test_report_of_many_ranks_is_not_quadratic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "wide.pps"
+    f.write_text("pipeline ranks=20000 microbatches=1\nuse 1f1b()\n")
+    start = time.process_time()
+    code, out, _ = run(capsys, "simulate", str(f))
+    assert code == 0 and "19999 " in out
+    assert time.process_time() - start < 30
+
+
+# ---- generators: work bounded by what they output -----------------------------------------
+
+@pytest.mark.parametrize("generator", ["zb2p", "zbv"])
+def test_generators_with_many_ranks_and_one_microbatch_are_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  generator: str) -> None:
+    # issue 14: `ranks=65535` + `use zb2p()` under `fmt --check` stuck in generators/greedy.py;
+    # zbv padded every rank to 2*ranks-1 microbatches (4e9 steps).
+    from ppdsl.syntax.parser import parse
+
+    start = time.process_time()
+    program = parse(f"pipeline ranks=30000 microbatches=1\nuse {generator}()\n")
+    assert program.ranks == 30000
+    assert time.process_time() - start < 20
+
+
+# ---- internal errors ------------------------------------------------------------------------
+
+def test_carriage_return_file_is_a_syntax_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 14: the 7-byte file `#\rn\nuse` raised IndexError in syntax/errors.py `_word_at`.
+    f = tmp_path / "cr.pps"
+    f.write_bytes(b"#\rn\nuse")
+    code, out, err = run(capsys, "lint", str(f))
+    assert code == 1 and "internal error" not in err
+    assert out.startswith(f"{f}:2:4: error[PPS002]")
+    assert f"2 | use\n" in out  # the excerpt is the line the parser counted, not the `\r` split
+
+
+# ---- docs ------------------------------------------------------------------------------------
+
+def test_the_limits_table_in_language_md_states_limits_py() -> None:
+    from conftest import ROOT
+
+    page = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    table = page[page.index("### Limits"):page.index("## `ppdsl fmt`")]
+    for number in (limits.MAX_RANKS, limits.MAX_STAGES, limits.MAX_MICROBATCHES, limits.MAX_ACTIONS,
+                   limits.MAX_WIDTH, limits.MAX_STEPS, limits.MAX_PICTURE_CELLS):
+        assert f"{number:,}" in table, number
+    for number in (limits.MIN_COST, limits.MAX_COST, limits.MAX_QUANTITY, limits.MAX_MEMORY, limits.MAX_SECONDS):
+        assert f"{number:g}".replace("e+", "e").replace("e-0", "e-").replace("e0", "e") in table, number
+    assert f"{limits.MAX_FILE_BYTES // 2**20} MiB" in table
+
+
+def test_a_few_actions_under_huge_stages_and_microbatches_are_refused(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by scripts/fuzz.py: 4 actions under stages=microbatches=2048 took 1.2 GB in simulate.
+    f = tmp_path / "sparse.pps"
+    f.write_text("pipeline ranks=2 microbatches=2048 stages=2048 placement=loop\nrank 0: 0F2047 2046F3\n"
+                 "rank 1: 1F0 2047B2047\n")
+    for command in ("simulate", "show", "lint"):
+        code, out, err = run(capsys, command, str(f))
+        assert code == 1
+        assert f"{f}:1:1: error[PPS015]: 2,048 stages x 2,048 microbatches are 4,194,304 (stage, microbatch) " \
+               "pairs for 4 actions" in out + err
+
+
+def test_a_costs_argument_too_long_for_a_file_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by scripts/fuzz.py: Path.exists() raised OSError (name too long) for a long `--costs`.
+    code, _, err = run(capsys, "simulate", ZBV, "--costs", "I " * 3000)
+    assert code == 2 and "neither costs such as" in err and "internal error" not in err and len(err) < 300
