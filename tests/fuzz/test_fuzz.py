@@ -37,15 +37,7 @@ def run(pool: harness.Pool, case: harness.Case) -> None:
     assert not result.defect, f"{result.outcome}: {result.case.reproducer()}\n{result.detail}"
 
 
-# `convert to pps` reads mutated CSVs: formats/torch_csv.py does not bound its cells yet (a
-# 5000-digit microbatch is a ValueError), which the issue-13 rewrite of that file does. Not
-# strict: the test passes, and says so, once that lands.
-CSV_UNBOUNDED = pytest.mark.xfail(raises=AssertionError, strict=False,
-                                  reason="torch_csv.py cells are unbounded until the issue-13 rewrite")
-
-
-@pytest.mark.parametrize("command", [pytest.param(c, marks=CSV_UNBOUNDED) if c == "convert to pps" else c
-                                     for c in harness.COMMANDS])
+@pytest.mark.parametrize("command", harness.COMMANDS)
 @FUZZ
 @given(seed=st.integers(0, 2**32 - 1))
 def test_mutated_inputs_end_well(pool: harness.Pool, command: str, seed: int) -> None:
