@@ -13,7 +13,7 @@ from .load import load_program
 from .syntax.printer import print_program
 
 if TYPE_CHECKING:
-    from .syntax.parser import parse
+    from .load import parse
 
 __version__ = "0.1.0"
 
@@ -38,9 +38,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # `parse` imports Lark, a tenth of a second or more: commands that read only CSV files
-    # (and `import ppdsl` itself) do without it until a .pps text is parsed.
+    # (and `import ppdsl` itself) do without it until a .pps text is parsed. It is the one of
+    # `load`, which applies every bound (`syntax.parser.parse` leaves out `check_slots`).
     if name == "parse":
-        from .syntax.parser import parse
+        from .load import parse
 
         return parse
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

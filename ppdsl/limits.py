@@ -16,6 +16,14 @@ MAX_MICROBATCHES: Final = 1_048_576
 # ~64 bytes of memory per action: 20M actions is over a gigabyte already.
 MAX_ACTIONS: Final = 20_000_000
 MAX_FILE_BYTES: Final = 512 * 1024 * 1024
+# What a file may ask for: a 40-byte `use` line or a range `{0..999999}` asks for steps that
+# cost no bytes, and every command costs 10-40 us a step (`show --svg` the most), so a small
+# file stays under a few seconds in any command only if its steps are bounded too. A file
+# gets MAX_EXPANDED_ACTIONS steps, or one per BYTES_PER_STEP of its bytes if that is more: a
+# program written out one token a step (as `ppdsl expand` and `convert` write it, at least
+# 4 bytes a step) always reads back, up to MAX_ACTIONS.
+MAX_EXPANDED_ACTIONS: Final = 65_536
+BYTES_PER_STEP: Final = 2
 
 # Durations, latencies and the rest of a cost model, in the user's unit. Below MIN_COST a
 # nonzero cost is a typo (or a subnormal float that turns a ratio of costs into infinity);
@@ -42,3 +50,8 @@ MAX_SPARSE_SLOTS: Final = 1 << 16
 # `ppdsl search` prices thousands of candidate orders; past this many actions one candidate
 # takes seconds and a search hours (16 ranks x 64 microbatches in a V is 6,144).
 MAX_SEARCH_ACTIONS: Final = 100_000
+
+
+def max_steps(file_bytes: int) -> int:
+    """The steps a file of `file_bytes` may ask for (see MAX_EXPANDED_ACTIONS)."""
+    return min(MAX_ACTIONS, max(MAX_EXPANDED_ACTIONS, file_bytes // BYTES_PER_STEP))

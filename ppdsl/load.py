@@ -83,17 +83,27 @@ def format_of(path: str, forced: str | None = None) -> str:
     return "csv" if suffix == ".csv" else "pps"
 
 
-def load_program(path: str, fmt: str | None = None, dialect: str | None = None) -> Program:
-    """Parse a `.pps` or PyTorch `.csv` file. Raises PpsError or UsageError."""
+def load_program(path: str, fmt: str | None = None, dialect: str | None = None,
+                 steps_limit: int | None = None) -> Program:
+    """Parse a `.pps` or PyTorch `.csv` file. Raises PpsError or UsageError.
+
+    `steps_limit`: the steps a `.pps` file may ask for (default: `limits.max_steps` of its size)."""
     text = read_text(path)
     if format_of(path, fmt) == "csv":
         from .formats.torch_csv import read_csv
 
         program = read_csv(text, path, dialect)
-    else:
-        from .syntax.parser import parse
+        check_slots(program, path)
+        return program
+    return parse(text, path, steps_limit)
 
-        program = parse(text, path)
+
+def parse(text: str, path: str = "<input>", steps_limit: int | None = None) -> Program:
+    """`.pps` text -> Program, within every bound of `limits` (the public `ppdsl.parse`).
+    Raises PpsError with located diagnostics."""
+    from .syntax.parser import parse as parse_pps
+
+    program = parse_pps(text, path, steps_limit)
     check_slots(program, path)
     return program
 

@@ -33,7 +33,6 @@ def main() -> int:
     pool = harness.Pool(args.workers, args.memory_mb * 2**20, args.wall)
     counts: Counter[tuple[str, str]] = Counter()
     defects: list[harness.Result] = []
-    big: list[harness.Result] = []
     start = time.monotonic()
     try:
         for done, result in enumerate(pool.run(cases), 1):
@@ -41,8 +40,6 @@ def main() -> int:
             if result.defect:
                 defects.append(result)
                 print(f"defect: {result.outcome}: {result.case.reproducer()[:300]}", file=sys.stderr, flush=True)
-            elif result.outcome == "big":
-                big.append(result)
             if done % 500 == 0:
                 print(f"... {done}/{len(cases)} in {time.monotonic() - start:.0f} s, {len(defects)} defects",
                       file=sys.stderr, flush=True)
@@ -57,11 +54,6 @@ def main() -> int:
         print(f"{command:<{width}}  " + "  ".join(f"{n:>14}" for n in row) + f"  {sum(row):>12}")
     total = [sum(counts[(c, o)] for c in harness.COMMANDS) for o in outcomes]
     print(f"{'all':<{width}}  " + "  ".join(f"{n:>14}" for n in total) + f"  {sum(total):>12}")
-    if big:
-        print(f"\n{len(big)} inputs over {harness.SLOW_SECONDS:g} s that ask for more than {harness.BIG_ACTIONS:,} "
-              "steps (work bounded by the limits, not by the file's bytes):")
-        for r in big[:10]:
-            print(f"  {r.detail}: {r.case.reproducer()[:300]}")
     print(f"\n{len(defects)} defects")
     seen: set[str] = set()
     for r in defects:

@@ -129,7 +129,7 @@ def test_generators_with_many_ranks_and_one_microbatch_are_quick(tmp_path: Path,
     from ppdsl.syntax.parser import parse
 
     start = time.process_time()
-    program = parse(f"pipeline ranks=30000 microbatches=1\nuse {generator}()\n")
+    program = parse(f"pipeline ranks=30000 microbatches=1\nuse {generator}()\n", steps_limit=limits.MAX_ACTIONS)
     assert program.ranks == 30000
     assert time.process_time() - start < 20
 

@@ -31,6 +31,17 @@ from ..semantics import Timing, execute
 from . import greedy
 from .registry import ArgValue, Built, GeneratorSpec
 
+# The squeeze tries each earlier free slot of a warm-up or cool-down action and prices the
+# rank's whole grid each time: work that grows with ranks x slots x grid. Past this many grid
+# cells visited (about a second) it stops, and the list scheduler's rows, made under the same
+# budget, are kept: a large V is still a V-Half/V-Min within its memory, built in bounded time.
+SQUEEZE_WORK = 4_000_000
+
+
+class _TooMuchWork(Exception):
+    pass
+
+
 PERIOD = 6  # slots per microbatch in the building block: F, F, I, I, W, W of one chunk each
 Offsets = tuple[int, int, int, int]  # first-chunk F, second-chunk F, second-chunk I, first-chunk I
 _F, _I, _W = 0, 1, 2  # slot kinds on the grid
@@ -105,9 +116,10 @@ def _laid_out(p: int, m: int, block: list[Offsets]) -> list[Grid]:
     return grids
 
 
-def _squeeze(p: int, m: int, grids: list[Grid], with_w: bool, limit: int) -> list[Grid]:
+def _squeeze(p: int, m: int, grids: list[Grid], with_w: bool, limit: int, work: list[int]) -> list[Grid]:
     """Move warm-up (when `with_w`) and cool-down actions to their earliest free slot that
-    keeps every rank's peak within `limit` (the block's own), in slot order."""
+    keeps every rank's peak within `limit` (the block's own), in slot order. `work` counts
+    the grid cells visited; past SQUEEZE_WORK, _TooMuchWork."""
     S = 2 * p
     placement = v_shape(p, S)
     if not with_w:
@@ -137,9 +149,13 @@ def _squeeze(p: int, m: int, grids: list[Grid], with_w: bool, limit: int) -> lis
             earliest = max(earliest, when[(s, kind, mb - 1)])
         grid = grids[placement[s]]
         t = when[cell]
+        work[0] += t - earliest
         for u in range(earliest + 1, t):
             if u in grid:
                 continue
+            work[0] += 2 * len(grid)
+            if work[0] > SQUEEZE_WORK:
+                raise _TooMuchWork
             del grid[t]
             grid[u] = cell
             if _peak(grid if with_w else _with_w(grid)) <= limit:
@@ -152,10 +168,13 @@ def _squeeze(p: int, m: int, grids: list[Grid], with_w: bool, limit: int) -> lis
 
 def block_rows(p: int, m: int, block: list[Offsets]) -> tuple[tuple[Step, ...], ...]:
     """The squeezed block schedule's rows."""
+    if p * PERIOD * (p + m) > SQUEEZE_WORK:  # laying out alone walks every rank's slots
+        raise _TooMuchWork
     grids = _laid_out(p, m, block)
     limit = max(_peak(g) for g in grids)
-    grids = _squeeze(p, m, grids, True, limit)
-    grids = _squeeze(p, m, grids, False, limit)
+    work = [0]
+    grids = _squeeze(p, m, grids, True, limit, work)
+    grids = _squeeze(p, m, grids, False, limit, work)
     kinds = (Kind.F, Kind.I, Kind.W)
     return tuple(tuple(make_action(s, kinds[k], mb) for _, (s, k, mb) in sorted(g.items())) for g in grids)
 
@@ -173,7 +192,10 @@ def _builder(block: Callable[[int], list[Offsets]], budget: Callable[[int], int]
         stages = 2 * ranks
         placement = v_shape(ranks, stages)
         greedy_rows = greedy.schedule(ranks, microbatches, placement, [budget(ranks)] * ranks)
-        rows = block_rows(ranks, microbatches, block(ranks))
+        try:
+            rows = block_rows(ranks, microbatches, block(ranks))
+        except _TooMuchWork:
+            return Built(greedy_rows, stages, placement)
         mine, peak = _priced(ranks, microbatches, rows)
         if peak > budget(ranks) or _priced(ranks, microbatches, greedy_rows)[0] < mine:
             rows = greedy_rows

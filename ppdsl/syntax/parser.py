@@ -18,7 +18,7 @@ from ..english import plural
 from ..generators import registry
 from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
 from ..gcpause import no_gc
-from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
+from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES, max_steps
 from . import scan
 from .errors import lark_error_to_diagnostic
 from .grammar import lark_parser
@@ -55,9 +55,10 @@ def _value(tree: Tree[Token]) -> Value:
 
 
 class _Builder:
-    def __init__(self, text: str, path: str):
+    def __init__(self, text: str, path: str, steps_limit: int):
         self.text = text
         self.path = path
+        self.steps_limit = steps_limit
         self.tokens: scan.TokenReader | None = None  # made by rows() for the header's bounds
 
     # -- diagnostics -----------------------------------------------------------------------
@@ -77,6 +78,15 @@ class _Builder:
             line, col = node.meta.line, node.meta.column
             width = (node.meta.end_column - col) if node.meta.end_line == line else 1
         return self.error(code, message, line, col, width, help, rank)
+
+    def too_many(self, what: str) -> str:
+        return f"{what}, more than the {self.steps_limit:,} a file of {plural(len(self.text), 'byte')} may ask for"
+
+    def past_the_limit(self) -> str:
+        if self.steps_limit >= MAX_ACTIONS:
+            return "split the schedule: use fewer ranks, microbatches or virtual stages"
+        return ("ask for fewer, or write the rows out (`ppdsl expand --max-steps N FILE -o FULL.pps`): "
+                "a written-out file may hold more (docs/language.md#limits)")
 
     # -- statements ------------------------------------------------------------------------
     def options(self, node: Tree[Token], allowed: dict[str, str] | None, what: str) -> tuple[dict[str, Value], dict[str, Span]]:
@@ -262,9 +272,9 @@ class _Builder:
             for item in row.children[1:]:
                 self.item(item, bounds, steps, pos)
                 # Checked per item, not per row: one row of ranges can ask for any number of steps.
-                if total + len(steps) > MAX_ACTIONS:
-                    raise _Fail(self.at(item, "PPS015", f"more than {MAX_ACTIONS:,} steps in one file",
-                                        help="split the schedule, or describe it with a generator"))
+                if total + len(steps) > self.steps_limit:
+                    raise _Fail(self.at(item, "PPS015", self.too_many(f"more than {self.steps_limit:,} steps"),
+                                        help=self.past_the_limit()))
             total += len(steps)
             built[rank] = steps
             positions[rank] = pos
@@ -360,9 +370,9 @@ class _Builder:
                     member_pos.append((line, col))
             except scan.ScanError as err:
                 raise _Fail(self.error(err.code, err.message, tok.line or line, col + err.offset, err.width, err.help)) from None
-            if sum(len(items) for _, _, items in members) > MAX_ACTIONS:
-                raise _Fail(self.at(tok, "PPS015", f"a zip of more than {MAX_ACTIONS:,} steps",
-                                    help="split the schedule, or describe it with a generator"))
+            if sum(len(items) for _, _, items in members) > self.steps_limit:
+                raise _Fail(self.at(tok, "PPS015", self.too_many(f"a zip of more than {self.steps_limit:,} steps"),
+                                    help=self.past_the_limit()))
         try:
             scan.zip_lengths(members)
         except scan.ScanError as err:
@@ -408,10 +418,12 @@ class _Builder:
         estimate = ranks * microbatches * GENERATED_PER_RANK_AND_MICROBATCH
         for v in factors:
             estimate *= v
-        if estimate > MAX_ACTIONS:
+        # Built only when it may fit (a generator makes at least a third of the estimate in
+        # training), and counted exactly after.
+        if estimate > min(MAX_ACTIONS, 3 * self.steps_limit):
             shown = " x ".join([f"ranks={ranks}", f"microbatches={microbatches}", *(str(v) for v in factors)])
-            raise _Fail(self.at(use, "PPS015", f"{shown} makes more than {MAX_ACTIONS:,} steps",
-                                help="use fewer ranks, microbatches or virtual stages"))
+            raise _Fail(self.at(use, "PPS015", self.too_many(f"{shown} makes up to {estimate:,} steps"),
+                                help=self.past_the_limit()))
         try:
             if str(name_tok) == "search":
                 # The search is a pass, not a registered generator: it reads the file's costs.
@@ -440,6 +452,10 @@ class _Builder:
                                      f"not as {given} ({list(explicit)})",
                                      help="drop `placement=` (the generator places its stages), "
                                           "or use a generator that makes this shape"))
+        made = sum(map(len, built.rows))
+        if made > self.steps_limit:
+            raise _Fail(self.at(use, "PPS015", self.too_many(f"`{name_tok}` makes {made:,} steps"),
+                                help=self.past_the_limit()))
         generated = Generated(registry.canonical_name(str(name_tok)), tuple(sorted(args.items())))  # type: ignore[arg-type]
         return built.rows, built.stages, built.placement, generated
 
@@ -447,13 +463,17 @@ class _Builder:
 GENERATED_PER_RANK_AND_MICROBATCH = 6
 
 
-def parse(text: str, path: str = "<input>") -> Program:
-    """Parse `.pps` text. Raises `PpsError` with located diagnostics on any problem."""
+def parse(text: str, path: str = "<input>", steps_limit: int | None = None) -> Program:
+    """Parse `.pps` text. Raises `PpsError` with located diagnostics on any problem.
+
+    The program may have at most `steps_limit` steps (default: what a text of this size may
+    ask for, `limits.max_steps`; at most `limits.MAX_ACTIONS`)."""
     # Editors on Windows may start a file with a byte-order mark; columns count from after it.
     text = text.removeprefix("\ufeff")
     if not text.endswith("\n"):
         text += "\n"
-    builder = _Builder(text, path)
+    limit = max_steps(len(text.encode("utf-8", "surrogatepass"))) if steps_limit is None else min(steps_limit, MAX_ACTIONS)
+    builder = _Builder(text, path, limit)
     # Hundreds of thousands of small immutable objects: generational GC would rescan them all
     # several times over for nothing.
     with no_gc():

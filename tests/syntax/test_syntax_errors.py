@@ -149,7 +149,7 @@ def test_billion_element_range_is_refused_fast_without_allocating(token: str) ->
 def test_too_many_steps_in_one_row_is_refused_while_reading_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from ppdsl.syntax import parser as parser_mod
 
-    monkeypatch.setattr(parser_mod, "MAX_ACTIONS", 1000)
+    monkeypatch.setattr(parser_mod, "max_steps", lambda size: 1000)
     d = first_error("pipeline ranks=1 microbatches=600\nrank 0: 0F{0..599} 0B{0..599} 0F0\n")
     assert (d.code, d.line, d.column) == ("PPS015", 2, 20)
     d = first_error("pipeline ranks=1 microbatches=600\nrank 0: [0F{0..599} 0B{0..599}]\n")
