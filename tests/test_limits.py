@@ -178,3 +178,95 @@ def test_a_costs_argument_too_long_for_a_file_name_is_a_usage_error(capsys: pyte
     # Found by scripts/fuzz.py: Path.exists() raised OSError (name too long) for a long `--costs`.
     code, _, err = run(capsys, "simulate", ZBV, "--costs", "I " * 3000)
     assert code == 2 and "neither costs such as" in err and "internal error" not in err and len(err) < 300
+
+
+# ---- what a small file may ask for: limits.max_steps ------------------------------------------
+
+def _pps(tmp_path: Path, text: str, name: str = "in.pps") -> Path:
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+@pytest.mark.parametrize("command", ["lint", "show", "simulate", "fmt", "expand"])
+def test_a_generator_asking_for_millions_of_steps_is_refused_at_once(tmp_path: Path, command: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # scripts/fuzz.py: 48 bytes of `use v_min()` at 4 x 65,536 ran past 30 s in lint (1.5M steps).
+    f = _pps(tmp_path, "pipeline ranks=4 microbatches=65536\nuse v_min()\n")
+    start = time.process_time()
+    code, out, err = run(capsys, command, *(["--check"] if command == "fmt" else []), str(f))
+    assert time.process_time() - start < 2
+    assert code == 1 and "internal error" not in err
+    assert (f"{f}:2:1: error[PPS015]: ranks=4 x microbatches=65536 makes up to 1,572,864 steps, more than "
+            f"a file of 48 bytes may ask for (at most {limits.MAX_EXPANDED_ACTIONS:,})") in out + err
+    assert "ppdsl expand --max-steps N" in out + err
+
+
+def test_a_generator_is_counted_exactly_after_it_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 6 x 16 x 2000 = 192,000 is within three times the bound, so zb1p runs; it makes 96,000.
+    f = _pps(tmp_path, "pipeline ranks=16 microbatches=2000\nuse zb1p()\n")
+    code, out, _ = run(capsys, "lint", str(f))
+    assert code == 1
+    assert "error[PPS015]: `zb1p` makes 96,000 steps, more than a file of 47 bytes may ask for (at most 65,536)" in out
+    # Under the bound, the same generator is fine: the bound is exact, not the estimate.
+    f = _pps(tmp_path, "pipeline ranks=16 microbatches=1365\nuse zb1p()\n")
+    assert run(capsys, "lint", str(f))[0] == 0
+
+
+def test_a_range_asking_for_more_than_the_bound_is_refused_where_it_is(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    f = _pps(tmp_path, "pipeline ranks=1 microbatches=70000\nrank 0: 0F{0..69999} 0B{0..69999}\n")
+    code, out, _ = run(capsys, "lint", str(f))
+    assert code == 1
+    assert f"{f}:2:9: error[PPS015]: more steps than a file of 70 bytes may ask for (at most 65,536)" in out
+
+
+def test_expand_max_steps_writes_a_file_every_command_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    big = _pps(tmp_path, "pipeline ranks=2 microbatches=20000\nuse 1f1b()\n", "big.pps")
+    assert run(capsys, "expand", str(big), "-o", str(tmp_path / "x.pps"))[0] == 1
+    code, _, err = run(capsys, "expand", "--max-steps", "80000", str(big), "-o", str(tmp_path / "full.pps"))
+    assert code == 0, err
+    assert run(capsys, "lint", str(tmp_path / "full.pps"))[0] == 0
+    assert run(capsys, "expand", "--max-steps", "-3", str(big))[0] == 2
+
+
+def test_the_limits_example_in_language_md(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    from conftest import ROOT
+
+    page = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    block = re.search(r"```console\n(\$ ppdsl lint big\.pps\n.*?)```", page, flags=re.S)
+    assert block
+    source = re.search(r"where `big.pps` is `(.*?)` and `(.*?)`", page)
+    assert source
+    (tmp_path / "big.pps").write_text(f"{source.group(1)}\n{source.group(2)}\n")
+    monkeypatch.chdir(tmp_path)
+    lines = block.group(1).splitlines()
+    commands = [i for i, line in enumerate(lines) if line.startswith("$ ")]
+    for i, j in zip(commands, [*commands[1:], len(lines)]):
+        code, out, _ = run(capsys, *lines[i][len("$ ppdsl "):].split())
+        assert out.splitlines() == lines[i + 1:j], lines[i]
+        assert code == (1 if lines[i + 1:j] else 0)
+
+
+def test_the_public_parse_applies_every_bound() -> None:
+    import ppdsl
+
+    # check_slots: 1 action under 2,048 x 2,048 (stage, microbatch) pairs.
+    with pytest.raises(ppdsl.PpsError) as info:
+        ppdsl.parse("pipeline ranks=2 microbatches=2048 stages=2048 placement=loop\nrank 0: 0F2047\n")
+    assert info.value.diagnostics[0].code == "PPS015"
+    # max_steps: a small text asks for a bounded number of steps.
+    with pytest.raises(ppdsl.PpsError) as info:
+        ppdsl.parse("pipeline ranks=64 microbatches=1024\nuse 1f1b()\n")
+    assert info.value.diagnostics[0].code == "PPS015"
+    assert ppdsl.parse("pipeline ranks=64 microbatches=1024\nuse 1f1b()\n",
+                       steps_limit=limits.MAX_ACTIONS).action_count == 131_072
+
+
+def test_max_steps_is_the_larger_of_the_bound_and_the_bytes() -> None:
+    assert limits.max_steps(0) == limits.MAX_EXPANDED_ACTIONS
+    assert limits.max_steps(10 * 2**20) == 10 * 2**20 // limits.BYTES_PER_STEP
+    assert limits.max_steps(limits.MAX_FILE_BYTES) == limits.MAX_ACTIONS

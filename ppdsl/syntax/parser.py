@@ -80,7 +80,8 @@ class _Builder:
         return self.error(code, message, line, col, width, help, rank)
 
     def too_many(self, what: str) -> str:
-        return f"{what}, more than the {self.steps_limit:,} a file of {plural(len(self.text), 'byte')} may ask for"
+        size = plural(len(self.text.encode("utf-8", "surrogatepass")), "byte")
+        return f"{what} than a file of {size} may ask for (at most {self.steps_limit:,})"
 
     def past_the_limit(self) -> str:
         if self.steps_limit >= MAX_ACTIONS:
@@ -273,7 +274,7 @@ class _Builder:
                 self.item(item, bounds, steps, pos)
                 # Checked per item, not per row: one row of ranges can ask for any number of steps.
                 if total + len(steps) > self.steps_limit:
-                    raise _Fail(self.at(item, "PPS015", self.too_many(f"more than {self.steps_limit:,} steps"),
+                    raise _Fail(self.at(item, "PPS015", self.too_many("more steps"),
                                         help=self.past_the_limit()))
             total += len(steps)
             built[rank] = steps
@@ -371,7 +372,7 @@ class _Builder:
             except scan.ScanError as err:
                 raise _Fail(self.error(err.code, err.message, tok.line or line, col + err.offset, err.width, err.help)) from None
             if sum(len(items) for _, _, items in members) > self.steps_limit:
-                raise _Fail(self.at(tok, "PPS015", self.too_many(f"a zip of more than {self.steps_limit:,} steps"),
+                raise _Fail(self.at(tok, "PPS015", self.too_many("a zip of more steps"),
                                     help=self.past_the_limit()))
         try:
             scan.zip_lengths(members)
@@ -422,7 +423,7 @@ class _Builder:
         # training), and counted exactly after.
         if estimate > min(MAX_ACTIONS, 3 * self.steps_limit):
             shown = " x ".join([f"ranks={ranks}", f"microbatches={microbatches}", *(str(v) for v in factors)])
-            raise _Fail(self.at(use, "PPS015", self.too_many(f"{shown} makes up to {estimate:,} steps"),
+            raise _Fail(self.at(use, "PPS015", self.too_many(f"{shown} makes up to {estimate:,} steps, more"),
                                 help=self.past_the_limit()))
         try:
             if str(name_tok) == "search":
@@ -454,7 +455,7 @@ class _Builder:
                                           "or use a generator that makes this shape"))
         made = sum(map(len, built.rows))
         if made > self.steps_limit:
-            raise _Fail(self.at(use, "PPS015", self.too_many(f"`{name_tok}` makes {made:,} steps"),
+            raise _Fail(self.at(use, "PPS015", self.too_many(f"`{name_tok}` makes {made:,} steps, more"),
                                 help=self.past_the_limit()))
         generated = Generated(registry.canonical_name(str(name_tok)), tuple(sorted(args.items())))  # type: ignore[arg-type]
         return built.rows, built.stages, built.placement, generated
