@@ -109,12 +109,14 @@ def make_inputs(work: Path, divisor: int, use_torch: bool) -> tuple[Path, Path, 
     else:
         gen = work / f"gen_{divisor}.pps"
         gen.write_text(f"pipeline ranks={RANKS} microbatches={mbs}\nuse interleaved_1f1b(virtual={VIRTUAL})\n")
-        subprocess.run([*ppdsl, "convert", str(gen), str(csv_path)], check=True)
+        full = work / f"gen_{divisor}_full.pps"  # written out: past what a small file may ask for
+        subprocess.run([*ppdsl, "expand", "--max-steps", "20000000", str(gen), "-o", str(full)], check=True)
+        subprocess.run([*ppdsl, "convert", str(full), str(csv_path)], check=True)
         origin = "ppdsl's interleaved_1f1b (torch not installed)"
     gen = work / f"onefoneb_{divisor}.pps"
     gen.write_text(f"pipeline ranks={RANKS} microbatches={EXPLICIT_MICROBATCHES // divisor}\nuse 1f1b()\n")
     explicit = work / f"explicit_{divisor}.pps"
-    subprocess.run([*ppdsl, "expand", str(gen), "-o", str(explicit)], check=True)
+    subprocess.run([*ppdsl, "expand", "--max-steps", "20000000", str(gen), "-o", str(explicit)], check=True)
     return csv_path, explicit, origin
 
 

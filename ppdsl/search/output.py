@@ -12,6 +12,7 @@ from attrs import evolve
 
 from ..check import check
 from ..costs import CostModel
+from ..limits import MAX_EXPANDED_ACTIONS
 from ..lower import lower
 from ..simulate import simulate
 from ..syntax.printer import print_program
@@ -67,7 +68,10 @@ def header_comment(found: Found, costs: CostModel) -> str:
 
 
 def to_text(found: Found, costs: CostModel) -> str:
-    return print_program(found.program, header_comment(found, costs), compact=True)
+    # Ranges and zips ask for steps without bytes: past what a small file may ask for
+    # (limits.max_steps), one token a step, so that every command reads the output back.
+    compact = found.program.action_count <= MAX_EXPANDED_ACTIONS
+    return print_program(found.program, header_comment(found, costs), compact=compact)
 
 
 def to_json(found: Found, output: str | None) -> dict[str, object]:

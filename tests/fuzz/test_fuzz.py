@@ -68,3 +68,14 @@ def test_the_harness_catches_a_defect(pool: harness.Pool) -> None:
     (result,) = pool.run([harness.Case("no such command", "in.pps", b"")])
     assert result.defect and result.outcome == "died"
     run(pool, harness.Case("lint", "in.pps", b"pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0\n"))
+
+
+# Found by scripts/fuzz.py after the reproducers above were fixed: small files asking for
+# millions of steps, and a V schedule whose construction grew faster than its steps.
+@pytest.mark.parametrize("case", [
+    harness.Case("lint", "in.pps", b"pipeline ranks=4 microbatches=65536\nuse v_min()\n"),
+    harness.Case("show", "in.pps", b"pipeline ranks=104 microbatches=104\nuse v_half()\n"),
+    harness.Case("simulate", "in.pps", b"pipeline ranks=1 microbatches=1048576\nrank 0: 0F{0..1048575}\n"),
+], ids=["v_min-65536", "v_half-104", "long-range"])
+def test_small_files_asking_for_many_steps(pool: harness.Pool, case: harness.Case) -> None:
+    run(pool, case)
