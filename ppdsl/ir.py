@@ -152,6 +152,8 @@ class Idle:
 
 IDLE: Final = Idle()
 
+_PLAIN: Final = {Action}  # a row's set of step types when every step is one action
+
 Step = Union[Action, Overlap, Batch, Idle]
 
 
@@ -311,7 +313,10 @@ class Program:
 
     @property
     def action_count(self) -> int:
-        return sum(len(actions_of(s)) for row in self.rows for s in row)
+        # A row of plain actions (the usual one) counts by its length, in C; load() asks this
+        # of every program it reads.
+        return sum(len(row) if set(map(type, row)) == _PLAIN else sum(len(actions_of(s)) for s in row)
+                   for row in self.rows)
 
     def evolve(self, **changes: object) -> Program:
         return attrs.evolve(self, **changes)  # type: ignore[arg-type]
