@@ -61,20 +61,41 @@ _COMM_KINDS = frozenset(COMM_KINDS)
 SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", RECV_B_DONE: "RECV_B",
               MSG_F_SENT: "SEND_F", MSG_B_SENT: "SEND_B"}
 
+# A slot no action completes, done from the start in every engine: a table entry meaning "waits
+# for nothing" points at it, so the hot loops test no None (times start at 0, so waiting for it
+# delays nothing).
+NOTHING = 7
+# The kinds that compute, Kind values 0..3 (the hot loops test `k <= B`).
+COMPUTE_KINDS: tuple[int, ...] = (F, I, W, B)
+
 # The dependency rule, as data (stage s, microbatch m), read by `Needs`, `comm_tables`,
-# `input_offsets` and the checker's order rules:
+# `input_tables` and the checker's order rules:
 # - a compute needs from its own stage and microbatch: (the kind needed, the kind needing it),
 #   through the slot the needed kind completes (B and I need the F; W needs the I);
 LOCAL_NEEDS: tuple[tuple[int, int], ...] = ((F, B), (F, I), (I, W))
 OWN_SLOT: dict[int, int] = {F: F_DONE, I: I_DONE}
-# - a forward needs the F of stage s-1, a backward (B or I) the gradient of stage s+1; when
-#   that stage is on another rank and the program has sends and receives, it waits instead for
-#   its own receive, which completes this slot:
+# - a forward needs the F of stage s-1, a backward (B or I) the gradient of stage s+1:
+#   (the step to the producing stage, the slot its producer completes), per kind needing it;
+INPUT_FROM_STAGE: dict[int, tuple[int, int]] = {F: (-1, F_DONE), B: (1, GRAD_DONE), I: (1, GRAD_DONE)}
+# - when that stage is on another rank and the program has sends and receives, it waits instead
+#   for its own receive, which completes this slot:
 INPUT_FROM_RECEIVE: dict[int, int] = {F: RECV_F_DONE, B: RECV_B_DONE, I: RECV_B_DONE}
+# Sends are even Kind values, receives odd (SEND_F=4, RECV_F=5, SEND_B=6, RECV_B=7): the hot
+# loops tell a receive by `k & RECEIVE_BIT`.
+RECEIVE_BIT = 1
 # - a send needs what it sends: the slot of its own (stage, microbatch) its producer completes;
 #   a receive completes its slot, and a send the MSG slot a buffered receive waits for.
 SEND_NEEDS: dict[int, int] = {SEND_F: F_DONE, SEND_B: GRAD_DONE}
 COMPLETES: dict[int, int] = {SEND_F: MSG_F_SENT, RECV_F: RECV_F_DONE, SEND_B: MSG_B_SENT, RECV_B: RECV_B_DONE}
+
+
+# What completes each slot of a key: the kinds whose action, of the key's stage and
+# microbatch, does (a gradient by the B or the I).
+PRODUCERS: dict[int, tuple[int, ...]] = {F_DONE: (F,), GRAD_DONE: (B, I), I_DONE: (I,), RECV_F_DONE: (RECV_F,),
+                                         RECV_B_DONE: (RECV_B,), MSG_F_SENT: (SEND_F,), MSG_B_SENT: (SEND_B,)}
+# Per compute kind, the slots its action completes: PRODUCERS read the other way.
+_OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
+    tuple(slot for slot, kinds in PRODUCERS.items() if k in kinds) for k in COMPUTE_KINDS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,56 +473,68 @@ def recv_offsets(M: int) -> list[int]:
     return off
 
 
-def input_offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
-             ) -> tuple[list[int | None], list[int | None], list[bool], list[bool]]:
-    """Per (stage, microbatch) `sm`: the offset from `sm << 3` to the key a forward waits for,
-    and to the gradient key a backward waits for (None: no such dependency); per stage,
-    whether that input crosses ranks with no receive (compute-only programs: the hand-off
-    costs a message time). Lists of shared small objects: the loop reads them in order."""
-    f_off: list[int | None] = []
-    b_off: list[int | None] = []
-    f_hop = [False] * S
-    b_hop = [False] * S
-    for s in range(S):
-        fo: int | None = None
-        bo: int | None = None
-        if s > 0:
-            if placement[s - 1] == placement[s] or not with_comms:
-                fo, f_hop[s] = -(M << 3) | F_DONE, placement[s - 1] != placement[s]
+def input_tables(S: int, M: int, placement: tuple[int, ...], with_comms: bool
+                 ) -> tuple[list[list[int]], list[list[bool]]]:
+    """Per compute kind (indexed by Kind value), per (stage, microbatch) `sm`: the offset from
+    `sm << 3` to the key of its input from a neighbouring stage (`INPUT_FROM_STAGE`; NOTHING:
+    none, as at the ends of the pipeline and for W); per compute kind and stage, whether that
+    input crosses ranks with no receive (compute-only programs: the hand-off costs a message
+    time). Lists of shared small objects: the loops read them in order."""
+    SM = S * M
+    none = [NOTHING] * SM
+    offs: list[list[int]] = [none] * len(COMPUTE_KINDS)
+    hops: list[list[bool]] = [[False] * S for _ in COMPUTE_KINDS]
+    for k, (step, slot) in INPUT_FROM_STAGE.items():
+        off = list(none)
+        for s in range(S):
+            t = s + step
+            if not 0 <= t < S:
+                continue
+            if placement[t] == placement[s] or not with_comms:
+                o, hops[k][s] = (step * M << SLOT_BITS) + slot, placement[t] != placement[s]
             else:
-                fo = INPUT_FROM_RECEIVE[F]
-        if s < S - 1:
-            if placement[s + 1] == placement[s] or not with_comms:
-                bo, b_hop[s] = (M << 3) | GRAD_DONE, placement[s + 1] != placement[s]
-            else:
-                bo = INPUT_FROM_RECEIVE[B]
-        f_off += [fo] * M
-        b_off += [bo] * M
-    return f_off, b_off, f_hop, b_hop
+                o = INPUT_FROM_RECEIVE[k]
+            off[s * M:(s + 1) * M] = [o] * M
+        offs[k] = off
+    return offs, hops
+
+
+def local_slots() -> list[int]:
+    """Per compute kind (Kind value): the slot of its own (stage, microbatch) it waits for
+    (`LOCAL_NEEDS`; NOTHING: none, the forward)."""
+    slots = [NOTHING] * len(COMPUTE_KINDS)
+    for needed, needer in LOCAL_NEEDS:
+        assert slots[needer] == NOTHING, "one local need per kind: the loops read one slot"
+        slots[needer] = OWN_SLOT[needed]
+    return slots
 
 
 class Needs:
     """What each code waits for under one model, built once per encoding and model
-    (`Encoded.needs`): the tables the engines' hot loops read, and `of(code)`, the same rule
-    spelled out per code for everything that is not a hot loop (the engine's explanation of
-    a stuck run, the critical path, the checker's cycle search).
+    (`Encoded.needs`): the tables the engines' hot loops read, and `of(code)`, the same tables
+    read per code for everything that is not a hot loop (the engine's explanation of a stuck
+    run, the critical path, the checker's cycle search).
 
-    - `f_off[sm]`, `b_off[sm]`: offset from `sm << SLOT_BITS` to the key a forward, and a
-      backward's gradient input, waits for (None: none); `f_hop[stage]`, `b_hop[stage]`:
-      whether that input crosses ranks with no receive (a compute-only program);
+    - per compute kind (Kind value): `local_slot[k]`, the slot of its own (stage, microbatch)
+      it waits for; `input_off[k][sm]`, the offset from `sm << SLOT_BITS` to the key of its
+      input from the next or previous stage (NOTHING in either: none); `input_hop[k][stage]`,
+      whether that input crosses ranks with no receive (a compute-only program); `out_slots[k]`,
+      the slots it completes (`PRODUCERS` read the other way);
     - `peer_delta`, `need_off`, `out_slot` per kind of send or receive (`comm_tables`), and
       `recv_off`: the key the receive of a matched pair completes, from a send or a receive;
     - `meets`: the link partners that differ from the labelled ones (`Links`; None: none).
     """
 
-    __slots__ = ("M", "buffered", "f_off", "b_off", "f_hop", "b_hop", "peer_delta", "need_off", "out_slot",
-                 "recv_off", "meets")
+    __slots__ = ("M", "buffered", "local_slot", "input_off", "input_hop", "out_slots", "peer_delta", "need_off",
+                 "out_slot", "recv_off", "meets")
 
     def __init__(self, enc: Encoded, buffered: bool):
         S, M = enc.stages, enc.microbatches
         with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
         self.M, self.buffered = M, buffered
-        self.f_off, self.b_off, self.f_hop, self.b_hop = input_offsets(S, M, enc.placement, with_comms)
+        self.local_slot = local_slots()
+        self.input_off, self.input_hop = input_tables(S, M, enc.placement, with_comms)
+        self.out_slots = _OUTPUT_SLOTS
         self.peer_delta, self.need_off, self.out_slot = comm_tables(M, buffered)
         self.recv_off = recv_offsets(M)
         self.meets = enc.links.meets if with_comms else None
@@ -509,38 +542,29 @@ class Needs:
     def of(self, c: int) -> list[tuple[int, bool]]:
         """(key, crosses ranks with no receive) of each thing code c waits for, as the
         engines see them; a buffered receive waits for the send it meets on its link."""
-        k, sm = c & 15, c >> 4
-        base = sm << 3
-        if k == F:
-            off = self.f_off[sm]
-            return [] if off is None else [(base + off, self.f_hop[sm // self.M])]
-        if k == W or k == B or k == I:
-            out = [(base | OWN_SLOT[needed], False) for needed, needer in LOCAL_NEEDS if needer == k]
-            off = None if k == W else self.b_off[sm]
-            return out if off is None else out + [(base + off, self.b_hop[sm // self.M])]
-        need = self.need_off[k] if k < 16 else None
+        k, sm = c & KIND_MASK, c >> KIND_BITS
+        base = sm << SLOT_BITS
+        if k <= B:
+            out = []
+            slot = self.local_slot[k]
+            if slot != NOTHING:
+                out.append((base + slot, False))
+            off = self.input_off[k][sm]
+            if off != NOTHING:
+                out.append((base + off, self.input_hop[k][sm // self.M]))
+            return out
+        need = self.need_off[k]
         if need is None:
             return []
-        if self.meets is not None and k & 1 and c in self.meets:
+        if self.meets is not None and k & RECEIVE_BIT and c in self.meets:
             return [(sent_key(self.meets[c]), False)]
         return [(base + need, False)]
-
-
-# What completes each slot of a key: the kinds whose action, of the key's stage and
-# microbatch, does (a gradient by the B or the I).
-PRODUCERS: dict[int, tuple[int, ...]] = {F_DONE: (F,), GRAD_DONE: (B, I), I_DONE: (I,), RECV_F_DONE: (RECV_F,),
-                                         RECV_B_DONE: (RECV_B,), MSG_F_SENT: (SEND_F,), MSG_B_SENT: (SEND_B,)}
 
 
 def producers(key: int) -> list[int]:
     """The codes that can complete `key`, in the order to look for them."""
     sm = key >> SLOT_BITS
     return [(sm << KIND_BITS) | k for k in PRODUCERS[key & SLOT_MASK]]
-
-
-# Per compute kind, the slots its action completes: PRODUCERS read the other way.
-_OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
-    tuple(slot for slot, kinds in PRODUCERS.items() if k in kinds) for k in (F, I, W, B))
 
 
 def compute_outputs(code: int) -> tuple[int, ...]:
