@@ -9,11 +9,17 @@ Layout:
 - a dependency is a *key*, `key = sm << SLOT_BITS | slot`, one per thing that completes: the
   slots F_DONE, GRAD_DONE (B or I of that stage and microbatch), I_DONE, RECV_F_DONE,
   RECV_B_DONE, MSG_F_SENT, MSG_B_SENT. Engines keep one flat list of completion per key;
-- what each code waits for: `Needs`, one per encoding and model (`Encoded.needs`), built from
-  `input_offsets` (per sm, the key a forward and a backward wait for: on the same rank or in a
-  compute-only program the producer's key, else the receive's) and `comm_tables` (a send waits
-  for its producer, a buffered receive for its send); `Needs.of(code)` spells the rule out per
-  code, and `PRODUCERS`/`producers(key)` say what completes a key;
+- the rule itself is data, stated once below: `LOCAL_NEEDS` (B and I need their F, W its I),
+  `INPUT_FROM_STAGE` (F needs stage s-1's F, B and I stage s+1's gradient), `INPUT_FROM_RECEIVE`
+  (across ranks, the receive that carries it), `SEND_NEEDS`/`COMPLETES` (sends and receives),
+  `PRODUCERS` (what completes each slot), `PEER_OF_KIND` (whom a send or receive names);
+- what each code waits for: `Needs`, one per encoding and model (`Encoded.needs`), the tables
+  built from that data which every consumer reads: per compute kind `local_slot`, `input_off`
+  (`input_tables`: on the same rank or in a compute-only program the producer's key, else the
+  receive's), `input_hop`, `out_slots`; per send/receive kind `comm_tables`. NOTHING, a slot no
+  action completes and every engine starts as done, is what "waits for nothing" points to, so
+  the hot loops read one entry per need and test no None. `Needs.of(code)` reads the same
+  tables per code (stuck-run explanations, critical path, cycle search);
 - which code a send or receive names: `PEER_OF_KIND` (`peer_code`, `named_deltas`), and which
   it meets: on each directed link the k-th receive takes the k-th send (`Links`; where that
   differs from the names, `Links.meets` holds the exceptions);
@@ -21,7 +27,9 @@ Layout:
 
 `encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
 never in a module-level cache keyed by `id()`. The hot loops of the engine spell the shifts
-and masks as literals (a named constant would cost a global lookup per action).
+and masks as literals (a named constant would cost a global lookup per action), and read
+every rule from the `Needs` tables: the loops name no kind but to tell compute (`k <= B`),
+send/receive and stage-only actions apart.
 """
 
 from __future__ import annotations
@@ -453,6 +461,13 @@ def remember(program: Program, enc: Encoded) -> None:
 
 
 _KEY = "encoding"  # its entry in Program.derived
+
+
+def code_of(action: Action, microbatches: int) -> int:
+    """The code of one action with a microbatch (the layout above; the encoder and lowering
+    write the same formula over whole rows)."""
+    assert action.microbatch is not None
+    return ((action.stage * microbatches + action.microbatch) << KIND_BITS) | action.kind
 
 
 def peer_code(code: int, microbatches: int) -> int:
