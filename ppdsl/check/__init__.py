@@ -10,7 +10,9 @@ Each family is one module with a docstring that documents its codes, `FAMILY`, `
 `REQUIRES` and `check(ctx) -> Iterator[Diagnostic]`; the registry is explicit, as in yamllint.
 The rules read the program's encoding (`ppdsl/encoding.py`: codes, positions, links, what each
 code waits for) and the engine (`semantics`); the analysis is kept on the program, so lint,
-then lower, then the runtime's plan analyse a program once.
+then lower, then the runtime's plan analyse a program once. The checker calls down, never the
+reverse: `lower_checked` runs the rules lowering's proof needs and then `lower.lower`, which
+itself imports nothing from here.
 """
 
 from __future__ import annotations
