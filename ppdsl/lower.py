@@ -40,8 +40,17 @@ from operator import add, and_, ge, mod, mul
 from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, Program, Step, make_actions
 from .semantics import CommModel, Execution, execute
-from .encoding import COMM_KINDS, LOW, B, Encoded, F, I, Links, encode, remember
+from .encoding import COMM_KINDS, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded, Links, encode, remember
 from .gcpause import no_gc
+
+
+# The exchanges lowering writes, read from the rule's data in the encoding: a send carries what
+# its `SEND_NEEDS` slot's producers complete, to the stage and receive `PEER_OF_KIND` names.
+# (producer kind, send kind, receive kind, stage step): F -> SEND_F/RECV_F to s+1, B and I ->
+# SEND_B/RECV_B to s-1, in that order (it fixes the order of exchanges made at one time).
+_EXCHANGES: tuple[tuple[int, Kind, Kind, int], ...] = tuple(
+    (k, Kind(send), Kind(PEER_OF_KIND[send][1]), PEER_OF_KIND[send][0])
+    for send, slot in SEND_NEEDS.items() for k in PRODUCERS[slot])
 
 
 def needs_lowering(program: Program) -> bool:
@@ -144,15 +153,10 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
 
     for s in range(S):
         p = placement[s]
-        for k in (F, B, I):
-            if k == F:
-                if s == S - 1 or placement[s + 1] == p:
-                    continue
-                send_kind, recv_kind, peer = Kind.SEND_F, Kind.RECV_F, s + 1
-            else:
-                if s == 0 or placement[s - 1] == p:
-                    continue
-                send_kind, recv_kind, peer = Kind.SEND_B, Kind.RECV_B, s - 1
+        for k, send_kind, recv_kind, step in _EXCHANGES:
+            peer = s + step
+            if not 0 <= peer < S or placement[peer] == p:
+                continue  # the end of the pipeline, or a hand-off on one rank (the turn of a V)
             where = column(k)[s * M:s * M + M]
             mbs: Sequence[int] = range(M)
             if -1 in where:  # this kind is not there for every microbatch (B and I mixed; inference)
