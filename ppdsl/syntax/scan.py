@@ -4,7 +4,9 @@ Lark hands over whole runs of tokens (`0F0 0F1 0B0 ...`). `TokenReader` turns a 
 row's cells) into actions without a regex or a Python frame per token: the run is split by
 `str.split`, each word cut at its trailing digits by `str.rstrip` mapped over the run, and the
 `[stage][kind]` prefix and the microbatch digits looked up in dictionaries that learn (parse
-and bound) each distinct string once; `ir.make_actions` then makes the row's actions in one go.
+and bound) each distinct string once; `ir.make_actions` then makes the row's actions in one go,
+or, through `codes`, the run stays as (stage-kind, microbatch) integers (`ir.RowCodes`) that the
+encoding and the printer read and `ir.LazyRows` turns into actions only when a pass asks.
 A run it does not accept goes the careful way (`scan_run`), which finds and locates the first
 bad token. Ranges (`0F{0..3}`), zips, overlapped pairs and batches are rare and always go the
 careful way. Every problem is raised as a `ScanError` holding the offset inside the text it
@@ -19,7 +21,7 @@ from itertools import compress, repeat
 from operator import eq, not_
 from typing import cast
 
-from ..ir import KIND_BY_NAME, Action, Kind, ir_setters, make_action, make_actions
+from ..ir import KIND_BITS, KIND_BY_NAME, Action, Kind, RowCodes, ir_setters, make_action, steps_from_codes
 
 TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)(?=\s|\Z)|(_)(?=\s|\Z)|(\S+)")
 _ONE_TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
@@ -114,12 +116,15 @@ class TokenReader:
     def __init__(self, names: Mapping[str, Kind], stages: int, microbatches: int, idle: str, idle_step: object):
         self.names, self.stages, self.microbatches = names, stages, microbatches
         self.idle_step = idle_step
-        # prefix -> stage and kind; the idle word maps to None in both.
+        # prefix -> stage and kind, and both in one int (`stage << KIND_BITS | kind`, what the
+        # encoding and the printer start from); the idle word maps to None in all three.
         self.stage_of: dict[str, int | None] = {idle: None}
         self.kind_of: dict[str, Kind | None] = {idle: None}
+        self.sk_of: dict[str, int | None] = {idle: None}
         self.micro_of: dict[str, int | None] = {"": None}  # "": no microbatch
         self.stage_ranks: dict[int, int] = {}  # stage -> first rank it was read on
-        self.max_micro = -1
+        self.max_micro = -1  # the largest microbatch learned (each was in a row that was read:
+        # a row refused after learning some goes the careful way, which reads or refuses it whole)
 
     def _learn_prefix(self, prefix: str) -> bool:
         m = _PREFIX_RE.match(prefix)
@@ -130,6 +135,7 @@ class TokenReader:
         if kind is None or stage >= self.stages:
             return False
         self.stage_of[prefix], self.kind_of[prefix] = stage, kind
+        self.sk_of[prefix] = stage << KIND_BITS | kind
         return True
 
     def _learn_micro(self, digits: str) -> bool:
@@ -137,14 +143,21 @@ class TokenReader:
         if value >= self.microbatches:
             return False
         self.micro_of[digits] = value
+        if value > self.max_micro:
+            self.max_micro = value
         return True
 
     def steps(self, words: list[str], rank: int = 0) -> list[object] | None:
         """The steps the words spell, or None when some word is not a plain in-bounds token
         (the caller then takes the careful path, which says which and where)."""
+        codes = self.codes(words, rank)
+        return None if codes is None else steps_from_codes(codes, self.idle_step)
+
+    def codes(self, words: list[str], rank: int = 0) -> RowCodes | None:
+        """What `steps` would make, as the reader's integers (`ir.RowCodes`): no Action object."""
         prefixes = list(map(str.rstrip, words, repeat(_DIGITS)))
         micros = list(map(str.removeprefix, words, prefixes))
-        kind_of, micro_of, stage_of = self.kind_of, self.micro_of, self.stage_of
+        kind_of, micro_of, sk_of = self.kind_of, self.micro_of, self.sk_of
         distinct = set(prefixes)
         if not all(map(self._learn_prefix, distinct.difference(kind_of))):
             return None
@@ -159,24 +172,13 @@ class TokenReader:
                 return None
         if "" in distinct_micros and not set(compress(prefixes, map(not_, micros))).issubset(bare):
             return None
-        # Every prefix and number is known and bounded now; an idle word gives a placeholder
-        # action that is replaced below.
-        stages = cast("map[int]", map(stage_of.__getitem__, prefixes))
-        kinds = cast("map[Kind]", map(kind_of.__getitem__, prefixes))
-        row = cast("list[object]", make_actions(len(words), stages, kinds, map(micro_of.__getitem__, micros)))
-        for prefix in bare:
-            if kind_of[prefix] is None:  # the idle word
-                idle = self.idle_step
-                for i in compress(range(len(row)), map(eq, prefixes, repeat(prefix))):
-                    row[i] = idle
+        # Every prefix and number is known and bounded now.
+        stage_of, stage_ranks = self.stage_of, self.stage_ranks
         for prefix in distinct:
             stage = stage_of[prefix]
-            if stage is not None:
-                self.stage_ranks.setdefault(stage, rank)
-        seen = [v for m in distinct_micros if (v := micro_of[m]) is not None]
-        if seen:
-            self.max_micro = max(self.max_micro, max(seen))
-        return row
+            if stage is not None and stage not in stage_ranks:
+                stage_ranks[stage] = rank
+        return list(map(sk_of.__getitem__, prefixes)), list(map(micro_of.__getitem__, micros))
 
 
 def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:
