@@ -167,13 +167,14 @@ class Encoded:
             return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
         from_reader = codes_from_reader(read, M) if read is not None and len(read) == len(program.rows) else None
-        for rank, row in enumerate(program.rows):
+        for rank in range(len(program.rows)):
             known = from_reader[rank] if from_reader is not None else None
-            if known is not None:
+            if known is not None:  # from the reader's integers: the row's actions are not made
                 self.codes.append(known[0])
                 self.steps.append(known[1])
                 self.groups.append({})
                 continue
+            row = program.rows[rank]
             types = set(map(type, row))
             if Action in types and types <= _PLAIN_OR_IDLE:
                 # Idle steps (a CSV's empty cells) carry no code: drop them, keep the step indices.

@@ -244,7 +244,7 @@ class _Builder:
         # Without a stage count, any stage number is accepted and resolve_placement infers the count.
         bound_stages = stages if stages is not None else MAX_STAGES
         bounds = (bound_stages, microbatches)
-        self.tokens = scan.TokenReader(KIND_BY_NAME, bound_stages, microbatches, "_", IDLE)
+        self.tokens = scan.TokenReader(KIND_BY_NAME, bound_stages, microbatches, "_", IDLE, track_ranks=False)
         built: list[list[Step] | None] = [None] * ranks
         read: list[RowCodes | None] = [None] * ranks
         positions: list[list[Segment] | None] = [None] * ranks

@@ -20,7 +20,7 @@ from operator import add, attrgetter, getitem, is_not
 
 from .. import placement as placement_mod
 from ..encoding import KIND_MASK, KIND_OF, read_rows
-from ..ir import KIND_BITS, Action, Batch, Idle, Kind, Program, RowCodes, Step
+from ..ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step
 
 _STAGE = attrgetter("stage")
 _KIND = attrgetter("kind")
@@ -44,7 +44,8 @@ class ActionText:
     @classmethod
     def for_program(cls, program: Program, names: Mapping[Kind, str] | None = None) -> ActionText:
         """Tables filled up front where the program has more steps than they have entries."""
-        steps = sum(map(len, program.rows))
+        rows = program.rows
+        steps = sum(map(rows.step_count, range(len(rows)))) if isinstance(rows, LazyRows) else sum(map(len, rows))
         return cls(names, program.stages if len(Kind) * program.stages <= steps else 0,
                    program.microbatches if program.microbatches <= steps else 0)
 
