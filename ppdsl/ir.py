@@ -19,7 +19,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import compress, repeat
-from operator import is_
+from operator import is_, is_not
 from typing import Final, Literal, Union, cast, overload
 
 import attrs
@@ -244,6 +244,25 @@ class LazyRows(Sequence[tuple["Step", ...]]):
         """len(self[rank]), without making the row."""
         codes = self.codes[rank]
         return len(codes[0]) if codes is not None and self.made[rank] is None else len(self[rank])
+
+
+def row_length(rows: Sequence[Sequence[Step]], rank: int) -> int:
+    """len(rows[rank]), without making a row kept as integers into actions."""
+    return rows.step_count(rank) if isinstance(rows, LazyRows) else len(rows[rank])
+
+
+def trailing_idle(rows: Sequence[Sequence[Step]], rank: int) -> int:
+    """How many idle steps end a rank's row (a row kept as integers is read as such)."""
+    if isinstance(rows, LazyRows) and rows.made[rank] is None:
+        codes = rows.codes[rank]
+        assert codes is not None
+        sks = codes[0]
+        return next(compress(range(len(sks)), map(is_not, reversed(sks), repeat(None))), len(sks))
+    row = rows[rank]
+    trailing = 0
+    while trailing < len(row) and type(row[len(row) - 1 - trailing]) is Idle:
+        trailing += 1
+    return trailing
 
 
 _JUST_ACTIONS: Final = frozenset((Action,))

@@ -20,7 +20,7 @@ from operator import add, attrgetter, getitem, is_not
 
 from .. import placement as placement_mod
 from ..encoding import KIND_MASK, KIND_OF, read_rows
-from ..ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step
+from ..ir import KIND_BITS, Action, Batch, Idle, Kind, Program, RowCodes, Step, row_length
 
 _STAGE = attrgetter("stage")
 _KIND = attrgetter("kind")
@@ -44,8 +44,7 @@ class ActionText:
     @classmethod
     def for_program(cls, program: Program, names: Mapping[Kind, str] | None = None) -> ActionText:
         """Tables filled up front where the program has more steps than they have entries."""
-        rows = program.rows
-        steps = sum(map(rows.step_count, range(len(rows)))) if isinstance(rows, LazyRows) else sum(map(len, rows))
+        steps = sum(row_length(program.rows, rank) for rank in range(len(program.rows)))
         return cls(names, program.stages if len(Kind) * program.stages <= steps else 0,
                    program.microbatches if program.microbatches <= steps else 0)
 
