@@ -227,8 +227,18 @@ class LazyRows(Sequence[tuple["Step", ...]]):
         return tuple(self)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, (tuple, LazyRows)):
-            return self.rows() == tuple(other)
+        if isinstance(other, LazyRows):  # row by row; two rows kept as integers compare as such, in C
+            if len(self) != len(other):
+                return False
+            for mine, theirs, rank in zip(self.codes, other.codes, range(len(self))):
+                if mine is not None and theirs is not None:
+                    if mine != theirs:
+                        return False
+                elif self[rank] != other[rank]:
+                    return False
+            return True
+        if isinstance(other, tuple):
+            return self.rows() == other
         return NotImplemented
 
     def __hash__(self) -> int:
@@ -244,6 +254,11 @@ class LazyRows(Sequence[tuple["Step", ...]]):
         """len(self[rank]), without making the row."""
         codes = self.codes[rank]
         return len(codes[0]) if codes is not None and self.made[rank] is None else len(self[rank])
+
+
+def kept_as_codes(rows: Sequence[Sequence[Step]], rank: int) -> bool:
+    """Whether a reader kept this row as integers: its steps are then plain actions and idle ones."""
+    return isinstance(rows, LazyRows) and rows.codes[rank] is not None
 
 
 def row_length(rows: Sequence[Sequence[Step]], rank: int) -> int:

@@ -236,7 +236,7 @@ def _shape(reader: _Reader, rows: LazyRows, cells: int, source: SourceMap, path:
     if not ranks_of:
         raise _error(path, 1, 1, "the CSV holds no actions")
     stages = max(ranks_of) + 1
-    microbatches = max_micro + 1
+    microbatches = max(max_micro + 1, 1)  # a file of stage-only actions (`0UNSHARD`) names no microbatch
     if len(ranks_of) < stages:
         missing = list(islice((s for s in range(stages) if s not in ranks_of), 8))
         listed = ", ".join(map(str, missing)) + (", ..." if stages - len(ranks_of) > len(missing) else "")
