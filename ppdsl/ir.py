@@ -7,6 +7,11 @@ overlapped, PyTorch's OVERLAP_F_B), a `Batch` (sends and receives fused into one
 
 Source positions live in a `SourceMap` beside the rows and take no part in equality,
 so `parse(format(p)) == p` compares meaning, not layout.
+
+The readers keep a row of plain tokens as integers (`RowCodes`: `stage << KIND_BITS | kind`
+and the microbatch per step) in a `LazyRows`, which makes the row's Action objects only when
+a pass asks for them; the encoding, the printers and the checker's row-length questions read
+the integers (`row_length`, `trailing_idle`, `kept_as_codes`, `encoding.read_rows`).
 """
 
 from __future__ import annotations
