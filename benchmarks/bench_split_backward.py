@@ -1,6 +1,6 @@
 """Does the split backward pay? zb1p against 1f1b under `ppdsl run`'s interpreter, 2 local ranks.
 
-    python benchmarks/bench_split_backward.py [--rounds 11] [--steps 1] [--rows 128]
+    python benchmarks/bench_split_backward.py [--rounds 21] [--steps 1] [--rows 128]
 
 The model is `examples/wide_linear.py` (each rank: 2 x Linear(768) + GELU, float32), 8
 microbatches of `--rows` rows. In the same two processes it builds, from the same weights:
@@ -125,7 +125,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=128, help="rows per microbatch (default 128)")
     p.add_argument("--steps", type=int, default=1, help="steps per side and round (default 1)")
-    p.add_argument("--rounds", type=int, default=11, help="rounds, alternating the sides (default 11)")
+    p.add_argument("--rounds", type=int, default=21, help="rounds, alternating the sides (default 21: the host is noisy)")
     p.add_argument("--threads", type=int, help="intra-op threads per rank (default: cores / 2)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
