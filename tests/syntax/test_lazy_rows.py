@@ -14,6 +14,7 @@ from ppdsl.encoding import Encoded, read_rows
 from ppdsl.formats.torch_csv import read_csv, write_csv
 from ppdsl.ir import IDLE, LazyRows, Program, make_action, Kind, row_length, trailing_idle
 from ppdsl.load import check_slots
+from ppdsl.syntax import scan
 from ppdsl.syntax.parser import parse
 from ppdsl.syntax.printer import print_program
 
@@ -57,6 +58,23 @@ def test_a_pps_read_as_integers_is_the_program_its_actions_make(rows: list[list[
         assert row_length(program.rows, rank) == len(reference.rows[rank])
         assert trailing_idle(program.rows, rank) == trailing_idle(reference.rows, rank)
     assert check(program) == check(reference)
+    spans_point_at_their_tokens(program, text)
+
+
+def spans_point_at_their_tokens(program: Program, text: str) -> None:
+    """Each step read from a run of plain tokens is located at its own token (the runs' first
+    step indices are counted by the integer rows as they are read)."""
+    lines = text.split("\n")
+    for rank, row in enumerate(program.rows):
+        for index, step in enumerate(row):
+            span = program.source.step_span(rank, index)  # type: ignore[union-attr]
+            if span.end_column is None:
+                continue  # a range, a zip member, a pair or a batch: located at its item
+            written = lines[span.line - 1][span.column - 1:span.end_column - 1]
+            if written == "_":
+                assert step is IDLE
+            elif "{" not in written and written[:1] not in "(<":
+                assert str(scan.parse_word(written, 0, (STAGES, MICROBATCHES))) == str(step), (rank, index, written)
 
 
 cell = st.one_of(plain, plain, st.just(""), st.just("(0F1;1B0)OVERLAP_F_B"), st.just(" 1F0"))
