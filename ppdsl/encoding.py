@@ -25,6 +25,11 @@ Layout:
   differs from the names, `Links.meets` holds the exceptions);
 - where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence).
 
+A reader hands over what it learned of each plain token (`ir.LazyRows`: per step the stage-kind
+and the microbatch as integers, the program's rows made from them only when asked for), and
+the encoding of those rows is two dictionary lookups a step, with no Action object; other rows
+are encoded from their actions.
+
 `encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
 never in a module-level cache keyed by `id()`. The hot loops of the engine spell the shifts
 and masks as literals (a named constant would cost a global lookup per action), and read
@@ -37,12 +42,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, eq, is_, lt
+from operator import add, and_, attrgetter, eq, is_, is_not, lt
 from typing import cast
 
-from .ir import Action, Batch, Idle, Kind, Program, Step, actions_of
+from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of
 
-KIND_BITS = 4  # a code's low bits: the Kind value
+# KIND_BITS (from ir, which lays out the readers' integers the same way): a code's low bits, the Kind value
 KIND_MASK = (1 << KIND_BITS) - 1
 SLOT_BITS = 3  # a key's low bits: which of the seven things of (stage, microbatch) completed
 SLOT_MASK = (1 << SLOT_BITS) - 1
@@ -112,6 +117,45 @@ _OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
 
 _PLAIN_OR_IDLE = frozenset((Action, Idle))
 
+def read_rows(program: Program) -> list[RowCodes | None] | None:
+    """Per rank, the row as its reader kept it (`ir.LazyRows`): None for a row built as steps,
+    and None in all when no reader kept any (a generated or lowered program)."""
+    rows = program.rows
+    return rows.codes if isinstance(rows, LazyRows) else None
+
+
+def codes_from_reader(rows: list[RowCodes | None], microbatches: int) -> list[tuple[list[int], list[int] | None] | None]:
+    """Per rank, (codes, step index of each code or None when every step is an action), as
+    `Encoded` keeps them, from a reader's integers; None for a row to encode from its actions
+    (one built as steps, and those with no action or a stage-only one, whose layout the
+    careful encoder decides). Every stage and microbatch in them was bounded by the reader,
+    so none is out of range of the program it made."""
+    known = [r for r in rows if r is not None]
+    sks: set[int | None] = set().union(*(set(r[0]) for r in known))
+    # code = (stage * M + mb) << KIND_BITS | kind = prefix[sk] + micro[mb]: two lookups a step.
+    prefix: dict[int | None, int] = {sk: ((sk >> KIND_BITS) * microbatches << KIND_BITS) | (sk & KIND_MASK)
+                                     for sk in sks if sk is not None}
+    micro: dict[int | None, int] = {mb: mb << KIND_BITS for mb in set().union(*(set(r[1]) for r in known)) if mb is not None}
+    out: list[tuple[list[int], list[int] | None] | None] = []
+    for row in rows:
+        if row is None or not row[0]:
+            out.append(None)
+            continue
+        sk_row, mb_row = row
+        steps: list[int] | None = None
+        if None in sk_row:  # idle steps carry no code; keep the step index of the others
+            steps = list(compress(range(len(sk_row)), map(is_not, sk_row, repeat(None))))
+            if not steps:
+                out.append(None)
+                continue
+            sk_row = list(map(sk_row.__getitem__, steps))
+            mb_row = list(map(mb_row.__getitem__, steps))
+        if None in mb_row:  # a stage-only action
+            out.append(None)
+            continue
+        out.append((list(map(add, map(prefix.__getitem__, sk_row), map(micro.__getitem__, mb_row))), steps))
+    return out
+
 
 class Encoded:
     """A program as integer codes, one list per rank, one code per action in written order.
@@ -126,7 +170,9 @@ class Encoded:
                  "_kinds", "_links", "_needs", "_pos", "_columns")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
-                 links: Links | None = None):
+                 links: Links | None = None, read: list[RowCodes | None] | None = None):
+        """`codes` (with `kinds` and `links`): every row's codes, from a maker that built the
+        rows from codes (lowering). `read`: what the reader learned, for the rows it read plainly."""
         S, M = program.stages, program.microbatches
         self.stages, self.microbatches = S, M
         self.placement = program.placement
@@ -149,7 +195,15 @@ class Encoded:
             self.groups = [{} for _ in codes]
             return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
-        for rank, row in enumerate(program.rows):
+        from_reader = codes_from_reader(read, M) if read is not None and len(read) == len(program.rows) else None
+        for rank in range(len(program.rows)):
+            known = from_reader[rank] if from_reader is not None else None
+            if known is not None:  # from the reader's integers: the row's actions are not made
+                self.codes.append(known[0])
+                self.steps.append(known[1])
+                self.groups.append({})
+                continue
+            row = program.rows[rank]
             types = set(map(type, row))
             if Action in types and types <= _PLAIN_OR_IDLE:
                 # Idle steps (a CSV's empty cells) carry no code: drop them, keep the step indices.
@@ -450,7 +504,7 @@ def encode(program: Program) -> Encoded:
     immutable, so the first answer stays right for the program's whole life."""
     enc = program.derived.get(_KEY)
     if enc is None:
-        enc = program.derived[_KEY] = Encoded(program)
+        enc = program.derived[_KEY] = Encoded(program, read=read_rows(program))
     assert isinstance(enc, Encoded)
     return enc
 

@@ -48,7 +48,7 @@ from attrs import frozen
 
 from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, NO_PEER, NOTHING, B, Encoded, RECV_B,
                        compute_outputs, encode, peer_code, producers, received_key, sent_key)
-from .ir import Action, Overlap, Program
+from .ir import Action, Overlap, Program, row_length
 
 
 class CommModel(str, enum.Enum):
@@ -594,7 +594,7 @@ class _Engine:
                 out_s.append(tuple(st))
                 out_e.append(tuple(en))
                 continue
-            n = len(self.program.rows[r])
+            n = row_length(self.program.rows, r)  # a row kept as integers is not made into actions
             s_out: list[float | None] = [None] * n
             e_out: list[float | None] = [None] * n
             for i, step in enumerate(steps):
