@@ -59,7 +59,7 @@ CODES: Final[dict[str, str]] = {
     "PPS210": "deadlock: ranks wait for each other in a cycle under the communication model",
     "PPS211": "a rank waits forever for an operation no rank reaches",
     "PPS212": "messages out of order on a link: the k-th send is not the one the k-th receive expects",
-    "PPS220": "lowering needs a compute-only program",
+    "PPS220": "lowering needs a compute-only program that runs to the end",
     # --- checker: memory
     "PPS301": "peak live activations exceed the memory limit",
     "PPS302": "memory weights do not match the number of stages",

@@ -9,19 +9,32 @@ Layout:
 - a dependency is a *key*, `key = sm << SLOT_BITS | slot`, one per thing that completes: the
   slots F_DONE, GRAD_DONE (B or I of that stage and microbatch), I_DONE, RECV_F_DONE,
   RECV_B_DONE, MSG_F_SENT, MSG_B_SENT. Engines keep one flat list of completion per key;
-- what each code waits for: `Needs`, one per encoding and model (`Encoded.needs`), built from
-  `input_offsets` (per sm, the key a forward and a backward wait for: on the same rank or in a
-  compute-only program the producer's key, else the receive's) and `comm_tables` (a send waits
-  for its producer, a buffered receive for its send); `Needs.of(code)` spells the rule out per
-  code, and `PRODUCERS`/`producers(key)` say what completes a key;
+- the rule itself is data, stated once below: `LOCAL_NEEDS` (B and I need their F, W its I),
+  `INPUT_FROM_STAGE` (F needs stage s-1's F, B and I stage s+1's gradient), `INPUT_FROM_RECEIVE`
+  (across ranks, the receive that carries it), `SEND_NEEDS`/`COMPLETES` (sends and receives),
+  `PRODUCERS` (what completes each slot), `PEER_OF_KIND` (whom a send or receive names);
+- what each code waits for: `Needs`, one per encoding and model (`Encoded.needs`), the tables
+  built from that data which every consumer reads: per compute kind `local_slot`, `input_off`
+  (`input_tables`: on the same rank or in a compute-only program the producer's key, else the
+  receive's), `input_hop`, `out_slots`; per send/receive kind `comm_tables`. NOTHING, a slot no
+  action completes and every engine starts as done, is what "waits for nothing" points to, so
+  the hot loops read one entry per need and test no None. `Needs.of(code)` reads the same
+  tables per code (stuck-run explanations, critical path, cycle search);
 - which code a send or receive names: `PEER_OF_KIND` (`peer_code`, `named_deltas`), and which
   it meets: on each directed link the k-th receive takes the k-th send (`Links`; where that
   differs from the names, `Links.meets` holds the exceptions);
 - where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence).
 
+A reader hands over what it learned of each plain token (`ir.LazyRows`: per step the stage-kind
+and the microbatch as integers, the program's rows made from them only when asked for), and
+the encoding of those rows is two dictionary lookups a step, with no Action object; other rows
+are encoded from their actions.
+
 `encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
 never in a module-level cache keyed by `id()`. The hot loops of the engine spell the shifts
-and masks as literals (a named constant would cost a global lookup per action).
+and masks as literals (a named constant would cost a global lookup per action), and read
+every rule from the `Needs` tables: the loops name no kind but to tell compute (`k <= B`),
+send/receive and stage-only actions apart.
 """
 
 from __future__ import annotations
@@ -29,12 +42,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, eq, is_, lt
+from operator import add, and_, attrgetter, eq, is_, is_not, lt
 from typing import cast
 
-from .ir import Action, Batch, Idle, Kind, Program, Step, actions_of
+from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of
 
-KIND_BITS = 4  # a code's low bits: the Kind value
+# KIND_BITS (from ir, which lays out the readers' integers the same way): a code's low bits, the Kind value
 KIND_MASK = (1 << KIND_BITS) - 1
 SLOT_BITS = 3  # a key's low bits: which of the seven things of (stage, microbatch) completed
 SLOT_MASK = (1 << SLOT_BITS) - 1
@@ -61,20 +74,41 @@ _COMM_KINDS = frozenset(COMM_KINDS)
 SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", RECV_B_DONE: "RECV_B",
               MSG_F_SENT: "SEND_F", MSG_B_SENT: "SEND_B"}
 
+# A slot no action completes, done from the start in every engine: a table entry meaning "waits
+# for nothing" points at it, so the hot loops test no None (times start at 0, so waiting for it
+# delays nothing).
+NOTHING = 7
+# The kinds that compute, Kind values 0..3 (the hot loops test `k <= B`).
+COMPUTE_KINDS: tuple[int, ...] = (F, I, W, B)
+
 # The dependency rule, as data (stage s, microbatch m), read by `Needs`, `comm_tables`,
-# `input_offsets` and the checker's order rules:
+# `input_tables` and the checker's order rules:
 # - a compute needs from its own stage and microbatch: (the kind needed, the kind needing it),
 #   through the slot the needed kind completes (B and I need the F; W needs the I);
 LOCAL_NEEDS: tuple[tuple[int, int], ...] = ((F, B), (F, I), (I, W))
 OWN_SLOT: dict[int, int] = {F: F_DONE, I: I_DONE}
-# - a forward needs the F of stage s-1, a backward (B or I) the gradient of stage s+1; when
-#   that stage is on another rank and the program has sends and receives, it waits instead for
-#   its own receive, which completes this slot:
+# - a forward needs the F of stage s-1, a backward (B or I) the gradient of stage s+1:
+#   (the step to the producing stage, the slot its producer completes), per kind needing it;
+INPUT_FROM_STAGE: dict[int, tuple[int, int]] = {F: (-1, F_DONE), B: (1, GRAD_DONE), I: (1, GRAD_DONE)}
+# - when that stage is on another rank and the program has sends and receives, it waits instead
+#   for its own receive, which completes this slot:
 INPUT_FROM_RECEIVE: dict[int, int] = {F: RECV_F_DONE, B: RECV_B_DONE, I: RECV_B_DONE}
+# Sends are even Kind values, receives odd (SEND_F=4, RECV_F=5, SEND_B=6, RECV_B=7): the hot
+# loops tell a receive by `k & RECEIVE_BIT`.
+RECEIVE_BIT = 1
 # - a send needs what it sends: the slot of its own (stage, microbatch) its producer completes;
 #   a receive completes its slot, and a send the MSG slot a buffered receive waits for.
 SEND_NEEDS: dict[int, int] = {SEND_F: F_DONE, SEND_B: GRAD_DONE}
 COMPLETES: dict[int, int] = {SEND_F: MSG_F_SENT, RECV_F: RECV_F_DONE, SEND_B: MSG_B_SENT, RECV_B: RECV_B_DONE}
+
+
+# What completes each slot of a key: the kinds whose action, of the key's stage and
+# microbatch, does (a gradient by the B or the I).
+PRODUCERS: dict[int, tuple[int, ...]] = {F_DONE: (F,), GRAD_DONE: (B, I), I_DONE: (I,), RECV_F_DONE: (RECV_F,),
+                                         RECV_B_DONE: (RECV_B,), MSG_F_SENT: (SEND_F,), MSG_B_SENT: (SEND_B,)}
+# Per compute kind, the slots its action completes: PRODUCERS read the other way.
+_OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
+    tuple(slot for slot, kinds in PRODUCERS.items() if k in kinds) for k in COMPUTE_KINDS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -82,6 +116,45 @@ COMPLETES: dict[int, int] = {SEND_F: MSG_F_SENT, RECV_F: RECV_F_DONE, SEND_B: MS
 
 
 _PLAIN_OR_IDLE = frozenset((Action, Idle))
+
+def read_rows(program: Program) -> list[RowCodes | None] | None:
+    """Per rank, the row as its reader kept it (`ir.LazyRows`): None for a row built as steps,
+    and None in all when no reader kept any (a generated or lowered program)."""
+    rows = program.rows
+    return rows.codes if isinstance(rows, LazyRows) else None
+
+
+def codes_from_reader(rows: list[RowCodes | None], microbatches: int) -> list[tuple[list[int], list[int] | None] | None]:
+    """Per rank, (codes, step index of each code or None when every step is an action), as
+    `Encoded` keeps them, from a reader's integers; None for a row to encode from its actions
+    (one built as steps, and those with no action or a stage-only one, whose layout the
+    careful encoder decides). Every stage and microbatch in them was bounded by the reader,
+    so none is out of range of the program it made."""
+    known = [r for r in rows if r is not None]
+    sks: set[int | None] = set().union(*(set(r[0]) for r in known))
+    # code = (stage * M + mb) << KIND_BITS | kind = prefix[sk] + micro[mb]: two lookups a step.
+    prefix: dict[int | None, int] = {sk: ((sk >> KIND_BITS) * microbatches << KIND_BITS) | (sk & KIND_MASK)
+                                     for sk in sks if sk is not None}
+    micro: dict[int | None, int] = {mb: mb << KIND_BITS for mb in set().union(*(set(r[1]) for r in known)) if mb is not None}
+    out: list[tuple[list[int], list[int] | None] | None] = []
+    for row in rows:
+        if row is None or not row[0]:
+            out.append(None)
+            continue
+        sk_row, mb_row = row
+        steps: list[int] | None = None
+        if None in sk_row:  # idle steps carry no code; keep the step index of the others
+            steps = list(compress(range(len(sk_row)), map(is_not, sk_row, repeat(None))))
+            if not steps:
+                out.append(None)
+                continue
+            sk_row = list(map(sk_row.__getitem__, steps))
+            mb_row = list(map(mb_row.__getitem__, steps))
+        if None in mb_row:  # a stage-only action
+            out.append(None)
+            continue
+        out.append((list(map(add, map(prefix.__getitem__, sk_row), map(micro.__getitem__, mb_row))), steps))
+    return out
 
 
 class Encoded:
@@ -97,7 +170,9 @@ class Encoded:
                  "_kinds", "_links", "_needs", "_pos", "_columns")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
-                 links: Links | None = None):
+                 links: Links | None = None, read: list[RowCodes | None] | None = None):
+        """`codes` (with `kinds` and `links`): every row's codes, from a maker that built the
+        rows from codes (lowering). `read`: what the reader learned, for the rows it read plainly."""
         S, M = program.stages, program.microbatches
         self.stages, self.microbatches = S, M
         self.placement = program.placement
@@ -120,7 +195,15 @@ class Encoded:
             self.groups = [{} for _ in codes]
             return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
-        for rank, row in enumerate(program.rows):
+        from_reader = codes_from_reader(read, M) if read is not None and len(read) == len(program.rows) else None
+        for rank in range(len(program.rows)):
+            known = from_reader[rank] if from_reader is not None else None
+            if known is not None:  # from the reader's integers: the row's actions are not made
+                self.codes.append(known[0])
+                self.steps.append(known[1])
+                self.groups.append({})
+                continue
+            row = program.rows[rank]
             types = set(map(type, row))
             if Action in types and types <= _PLAIN_OR_IDLE:
                 # Idle steps (a CSV's empty cells) carry no code: drop them, keep the step indices.
@@ -421,7 +504,7 @@ def encode(program: Program) -> Encoded:
     immutable, so the first answer stays right for the program's whole life."""
     enc = program.derived.get(_KEY)
     if enc is None:
-        enc = program.derived[_KEY] = Encoded(program)
+        enc = program.derived[_KEY] = Encoded(program, read=read_rows(program))
     assert isinstance(enc, Encoded)
     return enc
 
@@ -432,6 +515,13 @@ def remember(program: Program, enc: Encoded) -> None:
 
 
 _KEY = "encoding"  # its entry in Program.derived
+
+
+def code_of(action: Action, microbatches: int) -> int:
+    """The code of one action with a microbatch (the layout above; the encoder and lowering
+    write the same formula over whole rows)."""
+    assert action.microbatch is not None
+    return ((action.stage * microbatches + action.microbatch) << KIND_BITS) | action.kind
 
 
 def peer_code(code: int, microbatches: int) -> int:
@@ -452,56 +542,68 @@ def recv_offsets(M: int) -> list[int]:
     return off
 
 
-def input_offsets(S: int, M: int, placement: tuple[int, ...], with_comms: bool
-             ) -> tuple[list[int | None], list[int | None], list[bool], list[bool]]:
-    """Per (stage, microbatch) `sm`: the offset from `sm << 3` to the key a forward waits for,
-    and to the gradient key a backward waits for (None: no such dependency); per stage,
-    whether that input crosses ranks with no receive (compute-only programs: the hand-off
-    costs a message time). Lists of shared small objects: the loop reads them in order."""
-    f_off: list[int | None] = []
-    b_off: list[int | None] = []
-    f_hop = [False] * S
-    b_hop = [False] * S
-    for s in range(S):
-        fo: int | None = None
-        bo: int | None = None
-        if s > 0:
-            if placement[s - 1] == placement[s] or not with_comms:
-                fo, f_hop[s] = -(M << 3) | F_DONE, placement[s - 1] != placement[s]
+def input_tables(S: int, M: int, placement: tuple[int, ...], with_comms: bool
+                 ) -> tuple[list[list[int]], list[list[bool]]]:
+    """Per compute kind (indexed by Kind value), per (stage, microbatch) `sm`: the offset from
+    `sm << 3` to the key of its input from a neighbouring stage (`INPUT_FROM_STAGE`; NOTHING:
+    none, as at the ends of the pipeline and for W); per compute kind and stage, whether that
+    input crosses ranks with no receive (compute-only programs: the hand-off costs a message
+    time). Lists of shared small objects: the loops read them in order."""
+    SM = S * M
+    none = [NOTHING] * SM
+    offs: list[list[int]] = [none] * len(COMPUTE_KINDS)
+    hops: list[list[bool]] = [[False] * S for _ in COMPUTE_KINDS]
+    for k, (step, slot) in INPUT_FROM_STAGE.items():
+        off = list(none)
+        for s in range(S):
+            t = s + step
+            if not 0 <= t < S:
+                continue
+            if placement[t] == placement[s] or not with_comms:
+                o, hops[k][s] = (step * M << SLOT_BITS) + slot, placement[t] != placement[s]
             else:
-                fo = INPUT_FROM_RECEIVE[F]
-        if s < S - 1:
-            if placement[s + 1] == placement[s] or not with_comms:
-                bo, b_hop[s] = (M << 3) | GRAD_DONE, placement[s + 1] != placement[s]
-            else:
-                bo = INPUT_FROM_RECEIVE[B]
-        f_off += [fo] * M
-        b_off += [bo] * M
-    return f_off, b_off, f_hop, b_hop
+                o = INPUT_FROM_RECEIVE[k]
+            off[s * M:(s + 1) * M] = [o] * M
+        offs[k] = off
+    return offs, hops
+
+
+def local_slots() -> list[int]:
+    """Per compute kind (Kind value): the slot of its own (stage, microbatch) it waits for
+    (`LOCAL_NEEDS`; NOTHING: none, the forward)."""
+    slots = [NOTHING] * len(COMPUTE_KINDS)
+    for needed, needer in LOCAL_NEEDS:
+        assert slots[needer] == NOTHING, "one local need per kind: the loops read one slot"
+        slots[needer] = OWN_SLOT[needed]
+    return slots
 
 
 class Needs:
     """What each code waits for under one model, built once per encoding and model
-    (`Encoded.needs`): the tables the engines' hot loops read, and `of(code)`, the same rule
-    spelled out per code for everything that is not a hot loop (the engine's explanation of
-    a stuck run, the critical path, the checker's cycle search).
+    (`Encoded.needs`): the tables the engines' hot loops read, and `of(code)`, the same tables
+    read per code for everything that is not a hot loop (the engine's explanation of a stuck
+    run, the critical path, the checker's cycle search).
 
-    - `f_off[sm]`, `b_off[sm]`: offset from `sm << SLOT_BITS` to the key a forward, and a
-      backward's gradient input, waits for (None: none); `f_hop[stage]`, `b_hop[stage]`:
-      whether that input crosses ranks with no receive (a compute-only program);
+    - per compute kind (Kind value): `local_slot[k]`, the slot of its own (stage, microbatch)
+      it waits for; `input_off[k][sm]`, the offset from `sm << SLOT_BITS` to the key of its
+      input from the next or previous stage (NOTHING in either: none); `input_hop[k][stage]`,
+      whether that input crosses ranks with no receive (a compute-only program); `out_slots[k]`,
+      the slots it completes (`PRODUCERS` read the other way);
     - `peer_delta`, `need_off`, `out_slot` per kind of send or receive (`comm_tables`), and
       `recv_off`: the key the receive of a matched pair completes, from a send or a receive;
     - `meets`: the link partners that differ from the labelled ones (`Links`; None: none).
     """
 
-    __slots__ = ("M", "buffered", "f_off", "b_off", "f_hop", "b_hop", "peer_delta", "need_off", "out_slot",
-                 "recv_off", "meets")
+    __slots__ = ("M", "buffered", "local_slot", "input_off", "input_hop", "out_slots", "peer_delta", "need_off",
+                 "out_slot", "recv_off", "meets")
 
     def __init__(self, enc: Encoded, buffered: bool):
         S, M = enc.stages, enc.microbatches
         with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
         self.M, self.buffered = M, buffered
-        self.f_off, self.b_off, self.f_hop, self.b_hop = input_offsets(S, M, enc.placement, with_comms)
+        self.local_slot = local_slots()
+        self.input_off, self.input_hop = input_tables(S, M, enc.placement, with_comms)
+        self.out_slots = _OUTPUT_SLOTS
         self.peer_delta, self.need_off, self.out_slot = comm_tables(M, buffered)
         self.recv_off = recv_offsets(M)
         self.meets = enc.links.meets if with_comms else None
@@ -509,38 +611,29 @@ class Needs:
     def of(self, c: int) -> list[tuple[int, bool]]:
         """(key, crosses ranks with no receive) of each thing code c waits for, as the
         engines see them; a buffered receive waits for the send it meets on its link."""
-        k, sm = c & 15, c >> 4
-        base = sm << 3
-        if k == F:
-            off = self.f_off[sm]
-            return [] if off is None else [(base + off, self.f_hop[sm // self.M])]
-        if k == W or k == B or k == I:
-            out = [(base | OWN_SLOT[needed], False) for needed, needer in LOCAL_NEEDS if needer == k]
-            off = None if k == W else self.b_off[sm]
-            return out if off is None else out + [(base + off, self.b_hop[sm // self.M])]
-        need = self.need_off[k] if k < 16 else None
+        k, sm = c & KIND_MASK, c >> KIND_BITS
+        base = sm << SLOT_BITS
+        if k <= B:
+            out = []
+            slot = self.local_slot[k]
+            if slot != NOTHING:
+                out.append((base + slot, False))
+            off = self.input_off[k][sm]
+            if off != NOTHING:
+                out.append((base + off, self.input_hop[k][sm // self.M]))
+            return out
+        need = self.need_off[k]
         if need is None:
             return []
-        if self.meets is not None and k & 1 and c in self.meets:
+        if self.meets is not None and k & RECEIVE_BIT and c in self.meets:
             return [(sent_key(self.meets[c]), False)]
         return [(base + need, False)]
-
-
-# What completes each slot of a key: the kinds whose action, of the key's stage and
-# microbatch, does (a gradient by the B or the I).
-PRODUCERS: dict[int, tuple[int, ...]] = {F_DONE: (F,), GRAD_DONE: (B, I), I_DONE: (I,), RECV_F_DONE: (RECV_F,),
-                                         RECV_B_DONE: (RECV_B,), MSG_F_SENT: (SEND_F,), MSG_B_SENT: (SEND_B,)}
 
 
 def producers(key: int) -> list[int]:
     """The codes that can complete `key`, in the order to look for them."""
     sm = key >> SLOT_BITS
     return [(sm << KIND_BITS) | k for k in PRODUCERS[key & SLOT_MASK]]
-
-
-# Per compute kind, the slots its action completes: PRODUCERS read the other way.
-_OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
-    tuple(slot for slot, kinds in PRODUCERS.items() if k in kinds) for k in (F, I, W, B))
 
 
 def compute_outputs(code: int) -> tuple[int, ...]:

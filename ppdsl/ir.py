@@ -7,6 +7,11 @@ overlapped, PyTorch's OVERLAP_F_B), a `Batch` (sends and receives fused into one
 
 Source positions live in a `SourceMap` beside the rows and take no part in equality,
 so `parse(format(p)) == p` compares meaning, not layout.
+
+The readers keep a row of plain tokens as integers (`RowCodes`: `stage << KIND_BITS | kind`
+and the microbatch per step) in a `LazyRows`, which makes the row's Action objects only when
+a pass asks for them; the encoding, the printers and the checker's row-length questions read
+the integers (`row_length`, `trailing_idle`, `kept_as_codes`, `encoding.read_rows`).
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import bisect
 import enum
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from itertools import repeat
-from typing import Final, Literal, Union
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import compress, repeat
+from operator import is_, is_not
+from typing import Final, Literal, Union, cast, overload
 
 import attrs
 from attrs import field, frozen
@@ -117,6 +123,14 @@ def make_actions(n: int, stages: Iterable[int], kinds: Iterable[Kind], microbatc
     return made
 
 
+# A code's low bits hold the Kind value (`encoding` builds on this layout).
+KIND_BITS: Final = 4
+
+# One row as a reader saw it, without Action objects: per step `stage << KIND_BITS | kind`
+# and the microbatch (both None for an idle step; the microbatch None for a stage-only kind).
+RowCodes = tuple[list[Union[int, None]], list[Union[int, None]]]
+
+
 def _two_parts(_: object, __: attrs.Attribute[tuple[Action, ...]], value: tuple[Action, ...]) -> None:
     if len(value) != 2:
         raise ValueError("an overlapped pair has exactly two actions")
@@ -152,6 +166,7 @@ class Idle:
 
 IDLE: Final = Idle()
 
+
 Step = Union[Action, Overlap, Batch, Idle]
 
 
@@ -163,6 +178,115 @@ def actions_of(step: Step) -> tuple[Action, ...]:
         return ()
     return step.parts  # type: ignore[union-attr]
 
+
+def steps_from_codes(row: RowCodes, idle: object) -> list[object]:
+    """The steps a reader's `RowCodes` stand for (`idle` for an idle step), made in bulk."""
+    sks, mbs = row
+    distinct = set(sks)
+    stage: dict[int | None, int] = {sk: sk >> KIND_BITS for sk in distinct if sk is not None}
+    kind: dict[int | None, Kind] = {sk: Kind(sk & 15) for sk in distinct if sk is not None}
+    if None in distinct:  # a placeholder action, replaced below
+        stage[None], kind[None] = 0, Kind.F
+    made: list[object] = list(make_actions(len(sks), map(stage.__getitem__, sks), map(kind.__getitem__, sks), mbs))
+    if None in distinct:
+        for i in compress(range(len(sks)), map(is_, sks, repeat(None))):
+            made[i] = idle
+    return made
+
+
+class LazyRows(Sequence[tuple["Step", ...]]):
+    """A program's rows where a reader kept them as integers (`codes[rank]`, a `RowCodes`):
+    each such row's Action objects are made the first time the row is asked for, so a pass
+    that reads only the integers (the encoding, the printer, `action_count`) makes none.
+    Rows the reader built as steps are in `made`. Compares, hashes and prints as the tuple
+    of rows it stands for."""
+
+    __slots__ = ("made", "codes")
+
+    def __init__(self, made: list[tuple[Step, ...] | None], codes: list[RowCodes | None]):
+        self.made = made
+        self.codes = codes
+
+    def __len__(self) -> int:
+        return len(self.made)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Step, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[tuple[Step, ...], ...]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Step, ...] | tuple[tuple[Step, ...], ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(len(self.made))[index])
+        row = self.made[index]
+        if row is None:
+            codes = self.codes[index]
+            assert codes is not None
+            row = self.made[index] = cast("tuple[Step, ...]", tuple(steps_from_codes(codes, IDLE)))
+        return row
+
+    def __iter__(self) -> Iterator[tuple[Step, ...]]:
+        return map(self.__getitem__, range(len(self.made)))
+
+    def rows(self) -> tuple[tuple[Step, ...], ...]:
+        return tuple(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyRows):  # row by row; two rows kept as integers compare as such, in C
+            if len(self) != len(other):
+                return False
+            for mine, theirs, rank in zip(self.codes, other.codes, range(len(self))):
+                if mine is not None and theirs is not None:
+                    if mine != theirs:
+                        return False
+                elif self[rank] != other[rank]:
+                    return False
+            return True
+        if isinstance(other, tuple):
+            return self.rows() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.rows())
+
+    def __repr__(self) -> str:
+        return repr(self.rows())
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[tuple[Step, ...], ...]]]:
+        return tuple, (self.rows(),)
+
+    def step_count(self, rank: int) -> int:
+        """len(self[rank]), without making the row."""
+        codes = self.codes[rank]
+        return len(codes[0]) if codes is not None and self.made[rank] is None else len(self[rank])
+
+
+def kept_as_codes(rows: Sequence[Sequence[Step]], rank: int) -> bool:
+    """Whether a reader kept this row as integers: its steps are then plain actions and idle ones."""
+    return isinstance(rows, LazyRows) and rows.codes[rank] is not None
+
+
+def row_length(rows: Sequence[Sequence[Step]], rank: int) -> int:
+    """len(rows[rank]), without making a row kept as integers into actions."""
+    return rows.step_count(rank) if isinstance(rows, LazyRows) else len(rows[rank])
+
+
+def trailing_idle(rows: Sequence[Sequence[Step]], rank: int) -> int:
+    """How many idle steps end a rank's row (a row kept as integers is read as such)."""
+    if isinstance(rows, LazyRows) and rows.made[rank] is None:
+        codes = rows.codes[rank]
+        assert codes is not None
+        sks = codes[0]
+        return next(compress(range(len(sks)), map(is_not, reversed(sks), repeat(None))), len(sks))
+    row = rows[rank]
+    trailing = 0
+    while trailing < len(row) and type(row[len(row) - 1 - trailing]) is Idle:
+        trailing += 1
+    return trailing
+
+
+_JUST_ACTIONS: Final = frozenset((Action,))
 
 Mode = Literal["train", "inference"]
 
@@ -311,7 +435,21 @@ class Program:
 
     @property
     def action_count(self) -> int:
-        return sum(len(actions_of(s)) for row in self.rows for s in row)
+        total = 0
+        rows = self.rows
+        if isinstance(rows, LazyRows):  # the rows a reader kept as integers: count those
+            for rank, codes in enumerate(rows.codes):
+                if codes is not None:
+                    total += len(codes[0]) - codes[0].count(None)
+                else:
+                    total += sum(len(actions_of(s)) for s in rows[rank])
+            return total
+        for row in rows:
+            if set(map(type, row)) <= _JUST_ACTIONS:  # the usual row: one action a step, in C
+                total += len(row)
+            else:
+                total += sum(len(actions_of(s)) for s in row)
+        return total
 
     def evolve(self, **changes: object) -> Program:
         return attrs.evolve(self, **changes)  # type: ignore[arg-type]

@@ -3,7 +3,7 @@
 Why the result cannot deadlock under `rendezvous` (and so under `grouped` and `buffered`,
 which only ever let more operations complete):
 
-1. The compute-only program is first checked; it runs to the end, so its unit-time execution
+1. The compute-only program is sound (the checker passes it); it runs to the end, so its unit-time execution
    (`semantics.execute`, unit compute, free messages) gives every step a start and an end,
    and every data dependency runs from an earlier end to a later-or-equal start.
 2. Each dependency between ranks becomes one *exchange* event at the time its producer ends:
@@ -39,10 +39,18 @@ from operator import add, and_, ge, mod, mul
 
 from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, Program, Step, make_actions
-from .check import analyse
-from .semantics import CommModel, execute
-from .encoding import COMM_KINDS, LOW, B, Encoded, F, I, Links, encode, remember
+from .semantics import CommModel, Execution, execute
+from .encoding import COMM_KINDS, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded, Links, encode, remember
 from .gcpause import no_gc
+
+
+# The exchanges lowering writes, read from the rule's data in the encoding: a send carries what
+# its `SEND_NEEDS` slot's producers complete, to the stage and receive `PEER_OF_KIND` names.
+# (producer kind, send kind, receive kind, stage step): F -> SEND_F/RECV_F to s+1, B and I ->
+# SEND_B/RECV_B to s-1, in that order (it fixes the order of exchanges made at one time).
+_EXCHANGES: tuple[tuple[int, Kind, Kind, int], ...] = tuple(
+    (k, Kind(send), Kind(PEER_OF_KIND[send][1]), PEER_OF_KIND[send][0])
+    for send, slot in SEND_NEEDS.items() for k in PRODUCERS[slot])
 
 
 def needs_lowering(program: Program) -> bool:
@@ -54,24 +62,43 @@ def needs_lowering(program: Program) -> bool:
 
 
 def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "rendezvous") -> Program:
-    """Insert sends and receives; raise PpsError when the program is not a sound compute-only one."""
+    """Insert sends and receives into a compute-only program the checker passes.
+
+    Lowering needs what its proof above needs, and asks it of the layers below it, not of the
+    checker: no communication yet (PPS220), and a unit-time run under `rendezvous` that ends
+    (`semantics.execute`, the run the exchanges are placed by). It raises PpsError (PPS220)
+    when either fails. Why a program fails is the checker's to say: `ppdsl.check.lower_checked`
+    (what `ppdsl expand --comms` runs) checks first and raises the checker's diagnostics."""
     with no_gc():
         return _lower(program, fuse, comm_model)
 
 
+def refuse_communication(program: Program) -> None:
+    """PPS220 when `program` already has sends or receives: there is nothing to lower."""
+    if not encode(program).kinds.isdisjoint(COMM_KINDS):
+        raise PpsError([_refusal(program, "the program already has sends and receives; lowering needs a "
+                                 "compute-only program", "lint it with `ppdsl lint` instead")])
+
+
+def unit_run(program: Program) -> Execution | None:
+    """The unit-time `rendezvous` run lowering places exchanges by (kept on the program), or
+    None when the program has out-of-range actions and cannot run."""
+    return None if encode(program).invalid else execute(program, CommModel.RENDEZVOUS)
+
+
+def _refusal(program: Program, message: str, help: str) -> Diagnostic:
+    path = program.source.path if program.source is not None else "<input>"
+    return Diagnostic("PPS220", message, path, help=help)
+
+
 def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program:
     model = CommModel(comm_model)
+    refuse_communication(program)
     enc = encode(program)
-    if not enc.kinds.isdisjoint(COMM_KINDS):
-        path = program.source.path if program.source is not None else "<input>"
-        raise PpsError([Diagnostic("PPS220", "the program already has sends and receives; lowering needs a "
-                                   "compute-only program", path, help="lint it with `ppdsl lint` instead")])
-    diagnostics, _ = analyse(program, CommModel.RENDEZVOUS, families=("structure", "completeness", "order", "deadlock"))
-    errors = [d for d in diagnostics if d.is_error]
-    if errors:
-        raise PpsError(errors)
-    ex = execute(program, CommModel.RENDEZVOUS)  # the run the checker just made (kept on the program)
-    assert ex.completed
+    ex = unit_run(program)
+    if ex is None or not ex.completed:
+        raise PpsError([_refusal(program, "the program does not run to the end under `rendezvous`; lowering "
+                                 "needs one that does", "`ppdsl lint` says where and why it stops")])
     rows, codes, emitted = _lowered_rows(program, enc, enc.column, ex.starts, ex.ends)
     if fuse:
         rows = _fuse(program, rows, model)
@@ -126,15 +153,10 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
 
     for s in range(S):
         p = placement[s]
-        for k in (F, B, I):
-            if k == F:
-                if s == S - 1 or placement[s + 1] == p:
-                    continue
-                send_kind, recv_kind, peer = Kind.SEND_F, Kind.RECV_F, s + 1
-            else:
-                if s == 0 or placement[s - 1] == p:
-                    continue
-                send_kind, recv_kind, peer = Kind.SEND_B, Kind.RECV_B, s - 1
+        for k, send_kind, recv_kind, step in _EXCHANGES:
+            peer = s + step
+            if not 0 <= peer < S or placement[peer] == p:
+                continue  # the end of the pipeline, or a hand-off on one rank (the turn of a V)
             where = column(k)[s * M:s * M + M]
             mbs: Sequence[int] = range(M)
             if -1 in where:  # this kind is not there for every microbatch (B and I mixed; inference)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .ir import Step, actions_of
+from .ir import KIND_BITS, LazyRows, Step, actions_of
 
 
 def loop(ranks: int, stages: int) -> tuple[int, ...]:
@@ -35,8 +35,14 @@ def name_of(placement: Sequence[int], ranks: int) -> str | None:
 def stage_ranks(rows: Sequence[Sequence[Step]]) -> dict[int, set[int]]:
     """Which ranks each stage's actions appear on (stages with no action are absent)."""
     seen: dict[int, set[int]] = {}
-    for rank, row in enumerate(rows):
-        for step in row:
+    codes = rows.codes if isinstance(rows, LazyRows) else [None] * len(rows)
+    for rank, as_read in enumerate(codes):
+        if as_read is not None:  # a row its reader kept as integers: its stages without its actions
+            for sk in set(as_read[0]):
+                if sk is not None:
+                    seen.setdefault(sk >> KIND_BITS, set()).add(rank)
+            continue
+        for step in rows[rank]:
             for action in actions_of(step):
                 seen.setdefault(action.stage, set()).add(rank)
     return seen

@@ -46,9 +46,9 @@ from collections.abc import Callable, Sequence
 
 from attrs import frozen
 
-from .encoding import (_COMM_KINDS, GRAD_DONE, I_DONE, KIND_MASK, NO_PEER, B, Encoded, F, I, RECV_B, RECV_F, SEND_B,
-                       SEND_F, W, compute_outputs, encode, peer_code, producers, received_key, sent_key)
-from .ir import Action, Overlap, Program
+from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, NO_PEER, NOTHING, B, Encoded, RECV_B,
+                       compute_outputs, encode, peer_code, producers, received_key, sent_key)
+from .ir import Action, Overlap, Program, row_length
 
 
 class CommModel(str, enum.Enum):
@@ -162,11 +162,16 @@ def execute(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, tim
         return _Engine(program, enc, model, timing).run()
     # The unit-time run is what the checker explains a hang with and lowering places
     # exchanges by: made once per program and model, kept on the program.
-    key = f"execution:{model.value}"
+    key = _run_key(model)
     run = program.derived.get(key)
     if not isinstance(run, Execution):
         run = program.derived[key] = _Engine(program, enc, model, timing).run()
     return run
+
+
+def _run_key(model: CommModel) -> str:
+    """The entry of a program's unit-time run under `model` in `Program.derived`."""
+    return f"execution:{model.value}"
 
 
 def completes(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, encoded: Encoded | None = None) -> bool:
@@ -181,6 +186,9 @@ def completes(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, e
     enc = encoded if encoded is not None else encode(program)
     if enc.invalid:
         raise ValueError("the program has out-of-range actions; check() reports them")
+    run = program.derived.get(_run_key(model)) if enc is encode(program) else None
+    if isinstance(run, Execution):  # the unit-time run made already (lowering makes it first)
+        return run.completed
     if any(enc.groups) or any(steps is not None for steps in enc.steps):
         return _Engine(program, enc, model, UNIT).run().completed
     return _completes_plain(enc, model is CommModel.BUFFERED)
@@ -190,10 +198,11 @@ def _completes_plain(enc: Encoded, buffered: bool) -> bool:  # noqa: C901 - one 
     S, M = enc.stages, enc.microbatches
     R = len(enc.codes)
     needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
-    f_off, b_off = needs.f_off, needs.b_off
+    local_slot, input_off, out_slots = needs.local_slot, needs.input_off, needs.out_slots
     peer_delta, need_off, out_slot, recv_off = needs.peer_delta, needs.need_off, needs.out_slot, needs.recv_off
     meets = needs.meets  # where a link's order differs from the labels: who meets whom
     done = bytearray((S * M + M) << 3)  # 1 once a key is complete; padded as in the engine
+    done[NOTHING::8] = b"\x01" * (S * M + M)  # what waits for nothing waits for a done key
     posted: dict[int, int] = {}  # code of a posted send/receive -> its rank
     waiters: dict[int, list[int]] = {}
     codes_of = enc.codes
@@ -208,32 +217,22 @@ def _completes_plain(enc: Encoded, buffered: bool) -> bool:  # noqa: C901 - one 
         while i < n:
             c = codes[i]
             k = c & 15
-            if k <= B:
+            if k <= B:  # compute: its own earlier work, and its input from the next or previous stage
                 sm = c >> 4
                 base = sm << 3
-                if k == F:
-                    off = f_off[sm]
-                    if off is not None and not done[base + off]:
-                        waiters.setdefault(base + off, []).append(r)
-                        break
-                elif not done[base + I_DONE if k == W else base]:  # W needs its I; B and I their F
-                    key = base + I_DONE if k == W else base
+                key = base + local_slot[k]
+                if not done[key]:
                     waiters.setdefault(key, []).append(r)
                     break
-                elif k != W:
-                    off = b_off[sm]
-                    if off is not None and not done[base + off]:
-                        waiters.setdefault(base + off, []).append(r)
-                        break
-                    base += GRAD_DONE
-                if k != W:
-                    done[base] = 1
-                    if waiters and base in waiters:
-                        extend(waiters.pop(base))
-                    if k == I:
-                        done[base + 1] = 1  # I_DONE
-                        if waiters and base + 1 in waiters:
-                            extend(waiters.pop(base + 1))
+                key = base + input_off[k][sm]
+                if not done[key]:
+                    waiters.setdefault(key, []).append(r)
+                    break
+                for key in out_slots[k]:
+                    key += base
+                    done[key] = 1
+                    if waiters and key in waiters:
+                        extend(waiters.pop(key))
                 i += 1
                 continue
             if k > RECV_B:  # UNSHARD, RESHARD, REDUCE_GRAD
@@ -243,7 +242,7 @@ def _completes_plain(enc: Encoded, buffered: bool) -> bool:  # noqa: C901 - one 
             off = need_off[k]
             if off is not None:
                 key = base + off
-                if meets is not None and k & 1:  # a buffered receive waits for the send it meets
+                if meets is not None and k & 1:  # k & RECEIVE_BIT: a buffered receive waits for the send it meets
                     key = sent_key(meets.get(c, c + peer_delta[k]))
                 if not done[key]:
                     waiters.setdefault(key, []).append(r)
@@ -287,64 +286,57 @@ class _Engine:
         self.timing = timing
         self.needs = enc.needs(model is CommModel.BUFFERED)
 
-    def _durations(self, with_comms: bool, f_hop: list[bool], b_hop: list[bool]
-                   ) -> tuple[list[float], int, list[float] | None, list[float] | None]:
+    def _durations(self, with_comms: bool, input_hop: list[list[bool]]
+                   ) -> tuple[list[float], int, list[float] | None]:
         """Durations as the loop reads them, `dur[code & mask]`: per Kind value (mask 15) when
         every stage has the same, else per action code (mask -1): a compute's time, a send's
         or receive's message time. And per code, the message time an implicit hand-off adds
-        before a forward (f_hop_time) or a backward (b_hop_time) in a compute-only program (None: none)."""
+        to a compute's input in a compute-only program (`Needs.input_hop`; None: none)."""
         enc, timing = self.enc, self.timing
         S, M = enc.stages, enc.microbatches
         SM = S * M
-        needs_hops = not with_comms and (any(f_hop) or any(b_hop))
-        f_hop_time: list[float] | None = None
-        b_hop_time: list[float] | None = None
+        needs_hops = not with_comms and any(map(any, input_hop))
         if timing.is_unit:
-            return [1.0] * 4 + [0.0] * 12, DUR_PER_KIND, None, None
+            return [1.0] * 4 + [0.0] * 12, DUR_PER_KIND, None
+        hop_time: list[float] | None = None
         if timing.table is not None and timing.fixed_message is not None:
             msg = timing.fixed_message
             rows = [tuple(float(x) for x in (timing.table[s] if s < len(timing.table) else ()))[:4] for s in range(S)]
             rows = [row + (0.0,) * (4 - len(row)) for row in rows]
             if needs_hops and msg:
-                f_hop_time, b_hop_time = [0.0] * (SM << 4), [0.0] * (SM << 4)
-                for s in range(S):
-                    c0, c1 = (s * M) << 4, ((s + 1) * M) << 4
-                    if f_hop[s]:
-                        f_hop_time[c0 + F:c1:16] = [msg] * M
-                    if b_hop[s]:
-                        b_hop_time[c0 + B:c1:16] = b_hop_time[c0 + I:c1:16] = [msg] * M
+                hop_time = [0.0] * (SM << 4)
+                for k, hops in enumerate(input_hop):
+                    for s in range(S):
+                        if hops[s]:
+                            hop_time[((s * M) << 4) + k:((s + 1) * M) << 4:16] = [msg] * M
             if len(set(rows)) <= 1:  # the same on every stage: a table of 16
-                return list(rows[0] if rows else (0.0,) * 4) + [msg] * 4 + [0.0] * 8, DUR_PER_KIND, f_hop_time, b_hop_time
+                return list(rows[0] if rows else (0.0,) * 4) + [msg] * 4 + [0.0] * 8, DUR_PER_KIND, hop_time
             dur = [0.0] * (SM << 4)
             for s, row in enumerate(rows):
                 c0, c1 = (s * M) << 4, ((s + 1) * M) << 4
-                for k in (F, I, W, B):
+                for k in COMPUTE_KINDS:
                     if row[k]:
                         dur[c0 + k:c1:16] = [row[k]] * M
             if msg:
                 every = [msg] * SM
-                for k in (SEND_F, RECV_F, SEND_B, RECV_B):
+                for k in COMM_KINDS:
                     dur[k::16] = every
-            return dur, DUR_PER_CODE, f_hop_time, b_hop_time
+            return dur, DUR_PER_CODE, hop_time
         # The callback form: one call per action, made here rather than in the run.
         compute, message = timing.compute, timing.message
         dur = [0.0] * (SM << 4)
         if needs_hops:
-            f_hop_time, b_hop_time = [0.0] * (SM << 4), [0.0] * (SM << 4)
+            hop_time = [0.0] * (SM << 4)
         for r, codes in enumerate(enc.codes):
             for c, a in zip(codes, enc.actions_of_rank(r)):
                 k = c & 15
                 if k <= B:
                     dur[c] = compute(a)
-                    if f_hop_time is not None and b_hop_time is not None:
-                        s = a.stage
-                        if k == F and f_hop[s]:
-                            f_hop_time[c] = message(a)
-                        elif k != F and k != W and b_hop[s]:
-                            b_hop_time[c] = message(a)
+                    if hop_time is not None and input_hop[k][a.stage]:
+                        hop_time[c] = message(a)
                 elif k <= RECV_B:
                     dur[c] = message(a)
-        return dur, DUR_PER_CODE, f_hop_time, b_hop_time
+        return dur, DUR_PER_CODE, hop_time
 
     def run(self) -> Execution:  # noqa: C901 - one hot loop, kept flat on purpose
         program, enc, timing = self.program, self.enc, self.timing
@@ -355,8 +347,8 @@ class _Engine:
         with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
         unit = timing.is_unit
         needs = self.needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
-        f_off, b_off = needs.f_off, needs.b_off
-        dur, dur_mask, f_hop_time, b_hop_time = self._durations(with_comms, needs.f_hop, needs.b_hop)
+        local_slot, input_off, out_slots = needs.local_slot, needs.input_off, needs.out_slots
+        dur, dur_mask, hop_time = self._durations(with_comms, needs.input_hop)
         peer_delta, need_off, out_slot, recv_off = needs.peer_delta, needs.need_off, needs.out_slot, needs.recv_off
         meets = needs.meets  # where a link's order differs from the labels: who meets whom
 
@@ -364,6 +356,7 @@ class _Engine:
         # that nothing writes: the input of a send or receive to a stage outside the pipeline
         # lands there (a negative key wraps around to them) and never completes.
         done = [-1.0] * ((S * M + M) << 3)
+        done[NOTHING::8] = [0.0] * (S * M + M)  # what waits for nothing waits for a key done at 0
         posted: dict[int, tuple[int, float]] = {}  # code of a posted send/receive -> (rank, time)
         waiters: dict[int, list[int]] = {}  # dependency key -> ranks waiting for it
         codes_of, groups_of = enc.codes, enc.groups
@@ -411,8 +404,7 @@ class _Engine:
 
         def deps_here(c: int) -> list[tuple[int, float]]:
             """(key, the implicit message time before it is usable) of what code c waits for."""
-            hops = f_hop_time if c & 15 == F else b_hop_time
-            return [(key, hops[c] if crosses and hops is not None else 0.0) for key, crosses in needs.of(c)]
+            return [(key, hop_time[c] if crosses and hop_time is not None else 0.0) for key, crosses in needs.of(c)]
 
         while work:
             r = popleft()
@@ -498,60 +490,30 @@ class _Engine:
                         i += count
                         continue
                 k = c & 15
-                if k <= B:  # compute: F, I, W, B (inlined: this is the hot path)
+                if k <= B:  # compute (the hot path): its own earlier work, then its input from the next or previous stage
                     sm = c >> 4
                     base = sm << 3
-                    t0 = t
-                    if k == F:
-                        off = f_off[sm]
-                        if off is not None:
-                            d = done[base + off]
-                            if d < 0:
-                                waiters.setdefault(base + off, []).append(r)
-                                break
-                            if f_hop_time is not None:
-                                d += f_hop_time[c]
-                            if d > t0:
-                                t0 = d
-                        end = t0 + dur[c & dur_mask]
-                        done[base] = end
-                        if waiters and base in waiters:
-                            extend(waiters.pop(base))
-                    elif k == W:
-                        d = done[base | I_DONE]
-                        if d < 0:
-                            waiters.setdefault(base | I_DONE, []).append(r)
-                            break
-                        if d > t0:
-                            t0 = d
-                        end = t0 + dur[c & dur_mask]
-                    else:  # B or I: its forward, and the gradient from the next stage
-                        d = done[base]
-                        if d < 0:
-                            waiters.setdefault(base, []).append(r)
-                            break
-                        if d > t0:
-                            t0 = d
-                        off = b_off[sm]
-                        if off is not None:
-                            d = done[base + off]
-                            if d < 0:
-                                waiters.setdefault(base + off, []).append(r)
-                                break
-                            if b_hop_time is not None:
-                                d += b_hop_time[c]
-                            if d > t0:
-                                t0 = d
-                        end = t0 + dur[c & dur_mask]
-                        base |= GRAD_DONE
-                        done[base] = end
-                        if waiters and base in waiters:
-                            extend(waiters.pop(base))
-                        if k == I:
-                            base += 1  # I_DONE
-                            done[base] = end
-                            if waiters and base in waiters:
-                                extend(waiters.pop(base))
+                    key = base + local_slot[k]
+                    d = done[key]
+                    if d < 0:
+                        waiters.setdefault(key, []).append(r)
+                        break
+                    t0 = d if d > t else t
+                    key = base + input_off[k][sm]
+                    d = done[key]
+                    if d < 0:
+                        waiters.setdefault(key, []).append(r)
+                        break
+                    if hop_time is not None:
+                        d += hop_time[c]
+                    if d > t0:
+                        t0 = d
+                    end = t0 + dur[c & dur_mask]
+                    for key in out_slots[k]:
+                        key += base
+                        done[key] = end
+                        if waiters and key in waiters:
+                            extend(waiters.pop(key))
                     st[i] = t0
                     en[i] = end
                     t = end
@@ -632,7 +594,7 @@ class _Engine:
                 out_s.append(tuple(st))
                 out_e.append(tuple(en))
                 continue
-            n = len(self.program.rows[r])
+            n = row_length(self.program.rows, r)  # a row kept as integers is not made into actions
             s_out: list[float | None] = [None] * n
             e_out: list[float | None] = [None] * n
             for i, step in enumerate(steps):

@@ -10,7 +10,9 @@ Each family is one module with a docstring that documents its codes, `FAMILY`, `
 `REQUIRES` and `check(ctx) -> Iterator[Diagnostic]`; the registry is explicit, as in yamllint.
 The rules read the program's encoding (`ppdsl/encoding.py`: codes, positions, links, what each
 code waits for) and the engine (`semantics`); the analysis is kept on the program, so lint,
-then lower, then the runtime's plan analyse a program once.
+then lower, then the runtime's plan analyse a program once. The checker calls down, never the
+reverse: `lower_checked` runs the rules lowering's proof needs and then `lower.lower`, which
+itself imports nothing from here.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from attrs import frozen
 
 from ..diagnostics import Diagnostic, PpsError, sorted_unique
 from ..ir import Program
+from ..lower import lower, refuse_communication, unit_run
 from ..semantics import CommModel
 from . import completeness, comms, deadlock, links, memory, order, structure, warnings
 from .context import Context, no_gc
@@ -105,4 +108,24 @@ def check(program: Program, comm_model: str | CommModel = "rendezvous", max_memo
     return found
 
 
-__all__ = ["RULES", "analyse", "check", "explain"]
+# What lowering's proof needs of its input (lower.py): every action once, in a possible order,
+# running to the end under `rendezvous`.
+LOWERING_NEEDS = ("structure", "completeness", "order", "deadlock")
+
+
+def lower_checked(program: Program, fuse: bool = False, comm_model: str | CommModel = "rendezvous") -> Program:
+    """`lower()` of a program the checker passes (`ppdsl expand --comms`): PpsError with the
+    checker's errors when it does not, PPS220 when it has sends and receives already.
+
+    The checker calls lowering, not the other way. The unit-time run that lowering places its
+    exchanges by is made first (it is kept on the program), so the deadlock rule reads its
+    verdict instead of running the engine a second time."""
+    refuse_communication(program)
+    unit_run(program)
+    errors = [d for d in analyse(program, CommModel.RENDEZVOUS, families=LOWERING_NEEDS)[0] if d.is_error]
+    if errors:
+        raise PpsError(errors)
+    return lower(program, fuse, comm_model)
+
+
+__all__ = ["LOWERING_NEEDS", "RULES", "analyse", "check", "explain", "lower_checked"]

@@ -25,7 +25,7 @@ from operator import floordiv
 
 from ..diagnostics import Diagnostic
 from ..english import plural
-from ..ir import Batch
+from ..ir import Batch, kept_as_codes
 from ..encoding import B, I, RECV_B, SEND_B, W
 from .context import Context
 
@@ -50,10 +50,10 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         what = "stage" if not 0 <= action.stage < p.stages else "microbatch"
         yield ctx.diag("PPS102", f"`{action}` is out of range: {what}s are 0..{(p.stages if what == 'stage' else p.microbatches) - 1}",
                        rank, step)
-    for rank, row in enumerate(p.rows):
-        if not ctx.enc.groups[rank] and ctx.enc.steps[rank] is None:
-            continue  # only plain actions in this row (an empty batch leaves `steps` set)
-        for step, st in enumerate(row):
+    for rank in range(len(p.rows)):  # by index: a row kept as integers is not made into actions
+        if not ctx.enc.groups[rank] and (ctx.enc.steps[rank] is None or kept_as_codes(p.rows, rank)):
+            continue  # only plain actions (and idle steps) in this row (an empty batch leaves `steps` set)
+        for step, st in enumerate(p.rows[rank]):
             if type(st) is Batch and (not st.parts or not all(a.kind.is_comm for a in st.parts)):
                 yield ctx.diag("PPS208", f"the batch `{st}` holds something other than sends and receives"
                                if st.parts else "an empty batch", rank, step,

@@ -13,7 +13,7 @@ from operator import lt
 
 from ..diagnostics import Diagnostic
 from ..english import plural
-from ..ir import Idle
+from ..ir import row_length, trailing_idle
 from ..encoding import B, F, I, W
 from .context import Context
 
@@ -46,16 +46,15 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             yield ctx.diag("PPS401", f"stage {stage} runs its {_NAMES[k]} out of order: "
                            f"{ctx.text((base + late[1]) << 4 | k)} comes after {ctx.text((base + early[1]) << 4 | k)}",
                            rank, step, warning=True, help="run microbatches in increasing order unless you mean it")
-    for rank, row in enumerate(ctx.program.rows):
+    rows = ctx.program.rows
+    for rank in range(len(rows)):  # by index: a row kept as integers is not made into actions
         if not ctx.enc.codes[rank] if rank < len(ctx.enc.codes) else True:
             yield ctx.diag("PPS402", f"rank {rank} has no work", rank, None, warning=True,
                            help="give it a stage, or use fewer ranks")
             continue
-        trailing = 0
-        while trailing < len(row) and type(row[len(row) - 1 - trailing]) is Idle:
-            trailing += 1
+        trailing = trailing_idle(rows, rank)
         if trailing:
-            step = len(row) - trailing
+            step = row_length(rows, rank) - trailing
             in_csv = ctx.program.source is not None and ctx.program.source.format == "csv"
             yield ctx.diag("PPS403", f"rank {rank} ends with {plural(trailing, 'idle step')}", rank, step, warning=True,
                            help="delete the empty cells at the end of the row (its trailing commas): they do nothing"

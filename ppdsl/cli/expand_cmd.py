@@ -37,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
     if args.fuse and not args.comms:
         raise UsageError("--fuse needs --comms")
     if args.comms:
-        from ..lower import lower
+        from ..check import lower_checked
 
-        lowered = lower(program, fuse=args.fuse, comm_model=args.comm_model)
+        lowered = lower_checked(program, fuse=args.fuse, comm_model=args.comm_model)
         write_output(args.output, print_program(lowered, f"{args.file} with sends and receives "
                                                 f"(deadlock-free under {args.comm_model})"))
         return 0

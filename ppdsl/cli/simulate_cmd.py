@@ -15,7 +15,7 @@ from ..diagnostics import Diagnostic, PpsError, UsageError
 from ..english import plural
 from ..ir import Program
 from ..load import load_program
-from ..lower import lower, needs_lowering
+from ..lower import needs_lowering
 from ..semantics import CommModel
 from ..simulate import Simulation, simulate, stuck_diagnostic
 from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, write_output
@@ -55,7 +55,9 @@ def simulate_file(path: str, costs_specs: list[str], comm_model: str, dialect: s
     costs = resolve(program, costs_specs)
     lowered = costs.measured_comm and needs_lowering(program)
     if lowered:
-        program = lower(program, fuse=False, comm_model=comm_model)
+        from ..check import lower_checked
+
+        program = lower_checked(program, fuse=False, comm_model=comm_model)
     try:
         sim = simulate(program, costs, comm_model)
         sim.lowered = lowered

@@ -9,9 +9,11 @@ Two dialects, told apart by their tables only:
   `BW` is a full backward.
 
 Reading is built for files of a million cells. A row is split at its commas and read by the
-parser's `syntax.scan.TokenReader` (C-level string methods over the whole row, two dictionary
-lookups per cell, actions made in bulk; each distinct prefix and number parsed and bounded by
-`limits.py` once). A row that does not fit that shape (blanks around cells, overlapped pairs,
+parser's `syntax.scan.TokenReader` (C-level string methods over the whole row and dictionary
+lookups per cell; each distinct prefix and number parsed and bounded by `limits.py` once) into
+integers, stage-kind and microbatch per cell (`ir.RowCodes`), which the encoding and the printers
+read as they are: a row's Action objects are made only when a pass asks for its steps
+(`ir.LazyRows`). A row that does not fit that shape (blanks around cells, overlapped pairs,
 anything malformed) is read again cell by cell, which is also where every error is located.
 No number sizes anything before it is checked: stage and microbatch numbers against the limits
 when first seen, the count of rows and cells before a row is split, and the stage x microbatch
@@ -26,8 +28,9 @@ from itertools import islice
 from typing import ClassVar, cast
 
 from ..diagnostics import Diagnostic, PpsError, Severity
+from ..encoding import read_rows
 from ..english import plural
-from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, Overlap, Program, Segment, SourceMap, Span, Step, actions_of, make_action
+from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, actions_of, make_action
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..syntax.printer import ActionText
@@ -95,9 +98,10 @@ class _Reader:
             self.names["B"] = Kind.I  # provisional: _resolve_legacy() decides per (stage, microbatch)
         self.tokens = TokenReader(self.names, MAX_STAGES, MAX_MICROBATCHES, "", IDLE)
 
-    def fast_row(self, rank: int, line: str) -> list[Step] | None:
-        """The steps of a row of plain cells, or None when the row needs the careful path."""
-        return cast("list[Step] | None", self.tokens.steps(line.split(","), rank))
+    def fast_row(self, rank: int, line: str) -> RowCodes | None:
+        """A row of plain cells as the reader's integers (`ir.RowCodes`: no Action object), or
+        None when the row needs the careful path."""
+        return self.tokens.codes(line.split(","), rank)
 
     # -- the careful path: one cell at a time, every problem located ------------------------
     def action(self, cell: str, column: int) -> Action:
@@ -156,7 +160,7 @@ def _error(path: str, line: int, column: int, message: str, help: str | None = N
     return PpsError([Diagnostic(code, message, path, line, column, help=help)])
 
 
-def _resolve_legacy(rows: list[list[Step]]) -> None:
+def _resolve_legacy(rows: list[list[Step]]) -> list[tuple[Step, ...] | None]:
     """Legacy `B` was read as the placeholder Kind.I: it is backward-input exactly when a `W`
     for its stage and microbatch exists, and a full backward otherwise."""
     flat = [a for row in rows for step in row for a in actions_of(step)]
@@ -171,6 +175,7 @@ def _resolve_legacy(rows: list[list[Step]]) -> None:
                 row[i] = fix(step)
             elif type(step) is Overlap:
                 row[i] = Overlap((fix(step.parts[0]), fix(step.parts[1])))
+    return [tuple(row) for row in rows]
 
 
 def read_csv(text: str, path: str = "<input>", dialect: str | None = None) -> Program:
@@ -195,37 +200,43 @@ def _read(text: str, path: str, dialect: str | None) -> Program:
                      code="PPS015")
     chosen = DIALECTS[dialect] if dialect else detect_dialect_text(text)
     reader = _Reader(chosen)
-    rows: list[list[Step]] = []
+    made: list[tuple[Step, ...] | None] = []  # the rows read cell by cell (None: kept as integers)
+    read: list[RowCodes | None] = []  # the rows read whole, as the reader's integers
     cells = 0
     for line_no, line in enumerate(lines, start=1):
         cells += line.count(",") + 1
         if cells > MAX_ACTIONS:  # counted before the row is split: the split would size a list by it
             raise _error(path, line_no, 1, f"more than {MAX_ACTIONS:,} cells in one file", code="PPS015",
                          help="split the schedule, or describe it with a generator")
-        row = reader.fast_row(line_no - 1, line) if line else []
-        if row is None:
+        codes = reader.fast_row(line_no - 1, line) if line else None
+        read.append(codes)
+        if codes is not None:
+            made.append(None)
+        elif not line:
+            made.append(())
+        else:
             try:
-                row = reader.careful_row(line_no - 1, line)
+                made.append(tuple(reader.careful_row(line_no - 1, line)))
             except _Located as err:
                 raise _error(path, line_no, err.column, err.message, err.help, err.code) from None
-        rows.append(row)
-    if chosen is LegacyDialect:
-        _resolve_legacy(rows)
+    rows = LazyRows(made, read)
+    if chosen is LegacyDialect:  # a legacy `B` is decided only now, from the actions
+        rows = LazyRows(_resolve_legacy([list(row) for row in rows]), [None] * len(made))
     source = SourceMap(path, text, Span(1, 1), tuple(Span(i + 1, 1) for i in range(len(rows))),
                        tuple((Segment(0, i + 1, 1, line, delimiter=","),) if line else () for i, line in enumerate(lines)),
                        format="csv")
     stages, microbatches, placement = _shape(reader, rows, cells, source, path)
     return Program(ranks=len(rows), stages=stages, microbatches=microbatches, placement=placement,
-                   rows=tuple(map(tuple, rows)), source=source)
+                   rows=cast("tuple[tuple[Step, ...], ...]", rows), source=source)
 
 
-def _shape(reader: _Reader, rows: list[list[Step]], cells: int, source: SourceMap, path: str) -> tuple[int, int, tuple[int, ...]]:
+def _shape(reader: _Reader, rows: LazyRows, cells: int, source: SourceMap, path: str) -> tuple[int, int, tuple[int, ...]]:
     """Stage count, microbatch count and placement, as the cells imply them, each bounded."""
     ranks_of, max_micro = reader.tokens.stage_ranks, reader.tokens.max_micro
     if not ranks_of:
         raise _error(path, 1, 1, "the CSV holds no actions")
     stages = max(ranks_of) + 1
-    microbatches = max_micro + 1
+    microbatches = max(max_micro + 1, 1)  # a file of stage-only actions (`0UNSHARD`) names no microbatch
     if len(ranks_of) < stages:
         missing = list(islice((s for s in range(stages) if s not in ranks_of), 8))
         listed = ", ".join(map(str, missing)) + (", ..." if stages - len(ranks_of) > len(missing) else "")
@@ -242,7 +253,7 @@ def _shape(reader: _Reader, rows: list[list[Step]], cells: int, source: SourceMa
     return stages, microbatches, tuple(ranks_of[s] for s in range(stages))
 
 
-def _first_span(rows: list[list[Step]], source: SourceMap, wanted: Callable[[Action], bool]) -> Span:
+def _first_span(rows: LazyRows, source: SourceMap, wanted: Callable[[Action], bool]) -> Span:
     for rank, row in enumerate(rows):
         for index, step in enumerate(row):
             if any(wanted(a) for a in actions_of(step)):
@@ -269,7 +280,14 @@ def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Dia
                                    rank=rank, step=index))
 
     lines = []
-    for rank, row in enumerate(program.rows):
+    known = read_rows(program) or [None] * len(program.rows)
+    for rank in range(len(program.rows)):
+        as_read = known[rank]
+        if as_read is not None and not lone_inputs:  # as its reader kept it: no Action object is made
+            lines.append(",".join(text_of.read_row(as_read, "")))
+            continue
+        row = program.rows[rank]
+
         def other(step: Step, index: int) -> str:
             if type(step) is Idle:
                 return ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..check import check
 from ..diagnostics import Diagnostic, PpsError
 from ..ir import Program
-from ..lower import lower, needs_lowering
+from ..lower import lower, needs_lowering, unit_run
 from ..semantics import CommModel, execute, wait_cycle
 
 
@@ -41,11 +41,13 @@ def prepare(program: Program, model: CommModel, check: bool = True) -> Program:
     `check=False` only lowers: the bypass for tests and experts, who then rely on the
     runtime's label guard (docs/runtime.md) to stop a mismatched order.
     """
+    lowering = needs_lowering(program)
+    if lowering:
+        unit_run(program)  # made first and kept: the lint's deadlock rule reads it, lower() places by it
     errors = lint(program, model) if check else []
     if errors:
         raise PpsError(errors)
-    if needs_lowering(program):
-        # lower() reuses the analysis lint just made (it is kept on the program).
+    if lowering:
         program = lower(program, fuse=False, comm_model=str(model))
         errors = lint(program, model) if check else []
         if errors:  # pragma: no cover - lowering produces sound programs from sound ones

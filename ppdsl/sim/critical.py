@@ -20,12 +20,9 @@ from collections.abc import Sequence
 from attrs import frozen
 
 from ..ir import Action, Idle, Program, actions_of
-from ..encoding import Encoded, encode, producers
+from ..encoding import LOW as _LOW, SHIFT as _SHIFT, Encoded, code_of, encode, producers
 
 _Times = Sequence[Sequence[float | None]]
-
-_SHIFT = 32  # a place is `rank << _SHIFT | step`
-_LOW = (1 << _SHIFT) - 1
 
 
 @frozen
@@ -79,7 +76,7 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
     def peer(a: Action) -> int:
         """The code of the operation a send or receive meets on its link (-1: none)."""
         assert a.microbatch is not None
-        code = enc.meets(((a.stage * M + a.microbatch) << 4) | a.kind)
+        code = enc.meets(code_of(a, M))
         return code if 0 <= code < size else -1
 
     def deps(a: Action) -> list[tuple[int, float]]:
@@ -87,8 +84,7 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
         time where an input crosses ranks with no receive."""
         if a.microbatch is None:
             return []
-        code = ((a.stage * M + a.microbatch) << 4) | a.kind
-        return [(key, message if crosses else 0.0) for key, crosses in needs.of(code)]
+        return [(key, message if crosses else 0.0) for key, crosses in needs.of(code_of(a, M))]
 
     def end_of(p: int) -> float:
         e = ends[p >> _SHIFT][p & _LOW]

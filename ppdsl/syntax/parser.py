@@ -7,7 +7,7 @@ row) and hands flat runs of tokens to `scan`.
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Union, cast
 
 from lark import Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
@@ -16,7 +16,7 @@ from .. import placement as placement_mod
 from ..diagnostics import Diagnostic, PpsError
 from ..english import plural
 from ..generators import registry
-from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, Overlap, Program, Segment, SourceMap, Span, Step
+from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, steps_from_codes
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES, max_steps
 from . import scan
@@ -60,6 +60,9 @@ class _Builder:
         self.path = path
         self.steps_limit = steps_limit
         self.tokens: scan.TokenReader | None = None  # made by rows() for the header's bounds
+        # The row being read, as the reader's integers, while every item of it is a plain run
+        # read by `tokens` (None once one is not, and its steps are made): see ir.LazyRows.
+        self.known: RowCodes | None = None
 
     # -- diagnostics -----------------------------------------------------------------------
     def error(self, code: str, message: str, line: int, column: int, width: int = 1,
@@ -211,7 +214,7 @@ class _Builder:
             built_rows, step_pos, row_spans = self.rows(rows, ranks, microbatches, stages)
             final_placement, stages = self.resolve_placement(explicit_placement, built_rows, ranks, stages, spans)
             smap = SourceMap(self.path, self.text, header_span, row_spans, step_pos, spans)
-        return Program(
+        program = Program(
             ranks=ranks,
             stages=stages,
             microbatches=microbatches,
@@ -223,6 +226,7 @@ class _Builder:
             generated=generated,
             source=smap,
         )
+        return program
 
     def header_placement(self, values: dict[str, Value], spans: dict[str, Span], ranks: int,
                          stages: int | None) -> tuple[int, ...] | None:
@@ -251,8 +255,9 @@ class _Builder:
         # Without a stage count, any stage number is accepted and resolve_placement infers the count.
         bound_stages = stages if stages is not None else MAX_STAGES
         bounds = (bound_stages, microbatches)
-        self.tokens = scan.TokenReader(KIND_BY_NAME, bound_stages, microbatches, "_", IDLE)
+        self.tokens = scan.TokenReader(KIND_BY_NAME, bound_stages, microbatches, "_", IDLE, track_ranks=False)
         built: list[list[Step] | None] = [None] * ranks
+        read: list[RowCodes | None] = [None] * ranks
         positions: list[list[Segment] | None] = [None] * ranks
         spans: list[Span | None] = [None] * ranks
         total = 0
@@ -263,29 +268,36 @@ class _Builder:
             if rank >= ranks:
                 raise _Fail(self.at(rank_tok, "PPS013", f"rank {scan.shown(rank)} out of range: the header says ranks={ranks}",
                                     help=f"rows are numbered 0..{ranks - 1}"))
-            if built[rank] is not None:
+            if built[rank] is not None or read[rank] is not None:
                 first = spans[rank]
                 raise _Fail(self.at(rank_tok, "PPS013", f"rank {rank} has a second row",
                                     help=f"its first row is on line {first.line if first else '?'}; "
                                          "a row may continue on the following lines instead"))
             steps: list[Step] = []
             pos: list[Segment] = []
+            self.known = ([], [])
             for item in row.children[1:]:
                 self.item(item, bounds, steps, pos)
                 # Checked per item, not per row: one row of ranges can ask for any number of steps.
-                if total + len(steps) > self.steps_limit:
+                if total + len(steps) + (len(self.known[0]) if self.known else 0) > self.steps_limit:
                     raise _Fail(self.at(item, "PPS015", self.too_many("more steps"),
                                         help=self.past_the_limit()))
-            total += len(steps)
-            built[rank] = steps
+            if self.known is not None:  # plain runs only: kept as integers, no steps made
+                total += len(self.known[0])
+                read[rank] = self.known
+            else:
+                total += len(steps)
+                built[rank] = steps
             positions[rank] = pos
             spans[rank] = Span(row.meta.line, row.meta.column)
-        rows_out = tuple(tuple(s) if s is not None else () for s in built)
+        made = [tuple(s) if s is not None else None if read[rank] is not None else () for rank, s in enumerate(built)]
+        rows_out = cast("tuple[tuple[Step, ...], ...]", LazyRows(made, read))
         pos_out = tuple(tuple(p) if p is not None else None for p in positions)
         return rows_out, pos_out, tuple(spans)
 
     def item(self, item: Tree[Token] | Token, bounds: scan.Bounds, steps: list[Step], pos: list[Segment]) -> None:
         if isinstance(item, Tree):  # zip
+            self.make_steps(steps)
             self.zip(item, bounds, steps, pos)
             return
         line, col = item.line or 1, item.column or 1
@@ -293,15 +305,25 @@ class _Builder:
             if item.type == "ACTIONS":
                 if "\n" in item:  # pragma: no cover - the terminal cannot span lines
                     raise AssertionError
-                before = len(steps)
                 text = str(item)
-                fast = self.tokens.steps(text.split()) if self.tokens is not None else None
-                if fast is not None:
-                    steps.extend(fast)  # type: ignore[arg-type]
-                else:  # something to report (or a reader for other bounds): token by token
+                fast = self.tokens.codes(text.split()) if self.tokens is not None else None
+                if fast is None:  # something to report (or a reader for other bounds): token by token
+                    self.make_steps(steps)
+                    pos.append(Segment(len(steps), line, col, text))
                     scan.scan_run(text, bounds, steps, IDLE)  # type: ignore[arg-type]
-                pos.append(Segment(before, line, col, text))
-            elif item.type == "RANGED":
+                elif self.known is None:  # the row already has steps: these join them
+                    pos.append(Segment(len(steps), line, col, text))
+                    steps.extend(steps_from_codes(fast, IDLE))  # type: ignore[arg-type]
+                else:
+                    pos.append(Segment(len(self.known[0]), line, col, text))
+                    if self.known[0]:
+                        self.known[0].extend(fast[0])
+                        self.known[1].extend(fast[1])
+                    else:  # the row's first run: its lists are the reader's fresh ones
+                        self.known = fast
+                return
+            self.make_steps(steps)  # a range, an overlapped pair or a batch: the row is made of steps
+            if item.type == "RANGED":
                 pos.append(Segment(len(steps), line, col))
                 steps.extend(scan.expand_ranged(str(item), 0, bounds))
             elif item.type == "OVERLAP":
@@ -312,6 +334,12 @@ class _Builder:
                 steps.append(self.batch(str(item), bounds))
         except scan.ScanError as err:
             raise _Fail(self.error(err.code, err.message, line, col + err.offset, err.width, err.help)) from None
+
+    def make_steps(self, steps: list[Step]) -> None:
+        """From here on the row is built as steps: the plain runs read before become steps."""
+        if self.known is not None:
+            steps.extend(steps_from_codes(self.known, IDLE))  # type: ignore[arg-type]
+            self.known = None
 
     def overlap(self, text: str, bounds: scan.Bounds) -> list[Overlap]:
         inner_end = text.index(")")

@@ -3,7 +3,9 @@
 Every step is written out, or with `compact=True` runs are folded into ranges (`0F{0..3}`)
 and zips (`[0F{4..7} 0B{0..3}]`); `parse(print_program(p)) == p` for every program either way.
 
-Actions are written through `ActionText`, which keeps the text of each `[stage][kind]` prefix
+A row its reader kept as integers (`ir.LazyRows`) is written from them, two lookups of cached
+token text a step, without making its Action objects. Other rows are written through
+`ActionText`, which keeps the text of each `[stage][kind]` prefix
 and each microbatch number it has made: a row of plain actions becomes text by C-level maps
 over the row and two dictionary lookups per action, not `Action.__str__` and an enum lookup
 per action (which cost as much as parsing the file). `formats/torch_csv.py` writes its cells
@@ -17,7 +19,8 @@ from itertools import compress, repeat
 from operator import add, attrgetter, getitem, is_not
 
 from .. import placement as placement_mod
-from ..ir import Action, Batch, Idle, Kind, Program, Step
+from ..encoding import KIND_MASK, KIND_OF, read_rows
+from ..ir import KIND_BITS, Action, Batch, Idle, Kind, Program, RowCodes, Step, row_length
 
 _STAGE = attrgetter("stage")
 _KIND = attrgetter("kind")
@@ -35,11 +38,13 @@ class ActionText:
         self._prefix: dict[Kind, dict[int, str]] = {k: {s: f"{s}{n}" for s in range(stages)} for k, n in self._names.items()}
         self._micro: dict[int | None, str] = {m: str(m) for m in range(microbatches)}
         self._micro[None] = ""
+        # `stage << KIND_BITS | kind` -> "12SEND_F", for rows printed from a reader's integers.
+        self._by_sk: dict[int | None, str] = {}
 
     @classmethod
     def for_program(cls, program: Program, names: Mapping[Kind, str] | None = None) -> ActionText:
         """Tables filled up front where the program has more steps than they have entries."""
-        steps = sum(map(len, program.rows))
+        steps = sum(row_length(program.rows, rank) for rank in range(len(program.rows)))
         return cls(names, program.stages if len(Kind) * program.stages <= steps else 0,
                    program.microbatches if program.microbatches <= steps else 0)
 
@@ -72,6 +77,21 @@ class ActionText:
             micro[mb] = str(mb)
         prefixes = map(getitem, map(table.__getitem__, kinds), stages)
         return list(map(add, prefixes, map(micro.__getitem__, micros)))
+
+    def read_row(self, row: RowCodes, idle: str) -> list[str]:
+        """The text of each step of a row as its reader saw it (`encoding.ReadRows`): two
+        lookups a step, in C-level passes, and no Action object."""
+        sks, mbs = row
+        by_sk, micro = self._by_sk, self._micro
+        try:
+            return list(map(add, map(by_sk.__getitem__, sks), map(micro.__getitem__, mbs)))
+        except KeyError:
+            pass
+        for sk in set(sks).difference(by_sk):
+            by_sk[sk] = idle if sk is None else f"{sk >> KIND_BITS}{self._names[KIND_OF[sk & KIND_MASK]]}"
+        for mb in set(mbs).difference(micro):
+            micro[mb] = str(mb)
+        return list(map(add, map(by_sk.__getitem__, sks), map(micro.__getitem__, mbs)))
 
     def steps(self, row: Sequence[Step], other: Callable[[Step, int], str]) -> list[str]:
         """The text of each step of a row: runs of plain actions here, any other step by `other(step, index)`."""
@@ -176,7 +196,14 @@ def print_program(program: Program, comment: str | None = None, compact: bool = 
         lines.append("costs " + " ".join(f"{k}={_number(v)}" for k, v in program.costs))
     lines.append("")
     text = ActionText.for_program(program)
-    for rank, row in enumerate(program.rows):
-        written = compact_row(row) if compact else " ".join(text.steps(row, text.pps_step))
-        lines.append(f"rank {rank}: {written}" if row else f"rank {rank}:")
+    read = read_rows(program)
+    known = read if read is not None and not compact else [None] * len(program.rows)
+    for rank in range(len(program.rows)):
+        as_read = known[rank]
+        if as_read is not None:  # as its reader kept it: no Action object is made
+            written = " ".join(text.read_row(as_read, "_"))
+        else:
+            row = program.rows[rank]
+            written = compact_row(row) if compact else " ".join(text.steps(row, text.pps_step))
+        lines.append(f"rank {rank}: {written}" if written else f"rank {rank}:")
     return "\n".join(lines) + "\n"

@@ -4,7 +4,9 @@ Lark hands over whole runs of tokens (`0F0 0F1 0B0 ...`). `TokenReader` turns a 
 row's cells) into actions without a regex or a Python frame per token: the run is split by
 `str.split`, each word cut at its trailing digits by `str.rstrip` mapped over the run, and the
 `[stage][kind]` prefix and the microbatch digits looked up in dictionaries that learn (parse
-and bound) each distinct string once; `ir.make_actions` then makes the row's actions in one go.
+and bound) each distinct string once; `ir.make_actions` then makes the row's actions in one go,
+or, through `codes`, the run stays as (stage-kind, microbatch) integers (`ir.RowCodes`) that the
+encoding and the printer read and `ir.LazyRows` turns into actions only when a pass asks.
 A run it does not accept goes the careful way (`scan_run`), which finds and locates the first
 bad token. Ranges (`0F{0..3}`), zips, overlapped pairs and batches are rare and always go the
 careful way. Every problem is raised as a `ScanError` holding the offset inside the text it
@@ -15,11 +17,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
-from operator import eq, not_
+from itertools import repeat
+from operator import is_
 from typing import cast
 
-from ..ir import KIND_BY_NAME, Action, Kind, ir_setters, make_action, make_actions
+from ..ir import KIND_BITS, KIND_BY_NAME, Action, Kind, RowCodes, ir_setters, make_action, steps_from_codes
 
 TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)(?=\s|\Z)|(_)(?=\s|\Z)|(\S+)")
 _ONE_TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
@@ -108,18 +110,25 @@ class TokenReader:
     is learned once, bounded by `stages` and `microbatches`, and then only looked up.
 
     `idle` is the word of an idle step (`_` in .pps, the empty cell in a CSV). `stage_ranks`
-    and `max_micro` collect the shape the tokens imply, for readers that infer it.
+    (with `track_ranks`) and `max_micro` collect the shape the tokens imply, for readers that
+    infer it.
     """
 
-    def __init__(self, names: Mapping[str, Kind], stages: int, microbatches: int, idle: str, idle_step: object):
+    def __init__(self, names: Mapping[str, Kind], stages: int, microbatches: int, idle: str, idle_step: object,
+                 track_ranks: bool = True):
         self.names, self.stages, self.microbatches = names, stages, microbatches
         self.idle_step = idle_step
-        # prefix -> stage and kind; the idle word maps to None in both.
-        self.stage_of: dict[str, int | None] = {idle: None}
-        self.kind_of: dict[str, Kind | None] = {idle: None}
+        # prefix -> its stage and kind in one int (`stage << KIND_BITS | kind`, what the encoding
+        # and the printer start from); the idle word maps to None.
+        self.sk_of: dict[str, int | None] = {idle: None}
         self.micro_of: dict[str, int | None] = {"": None}  # "": no microbatch
-        self.stage_ranks: dict[int, int] = {}  # stage -> first rank it was read on
-        self.max_micro = -1
+        # stage-kind -> whether it takes no microbatch (the idle word: None -> True)
+        self.bare: dict[int | None, bool] = {None: True}
+        self.stage_only_sks: set[int] = set()
+        self.track_ranks = track_ranks
+        self.stage_ranks: dict[int, int] = {}  # stage -> first rank it was read on (with track_ranks)
+        self.max_micro = -1  # the largest microbatch learned (each was in a row that was read:
+        # a row refused after learning some goes the careful way, which reads or refuses it whole)
 
     def _learn_prefix(self, prefix: str) -> bool:
         m = _PREFIX_RE.match(prefix)
@@ -129,7 +138,10 @@ class TokenReader:
         stage = number(m.group(1))
         if kind is None or stage >= self.stages:
             return False
-        self.stage_of[prefix], self.kind_of[prefix] = stage, kind
+        sk = self.sk_of[prefix] = stage << KIND_BITS | kind
+        self.bare[sk] = kind.stage_only
+        if kind.stage_only:
+            self.stage_only_sks.add(sk)
         return True
 
     def _learn_micro(self, digits: str) -> bool:
@@ -137,46 +149,46 @@ class TokenReader:
         if value >= self.microbatches:
             return False
         self.micro_of[digits] = value
+        if value > self.max_micro:
+            self.max_micro = value
         return True
 
     def steps(self, words: list[str], rank: int = 0) -> list[object] | None:
         """The steps the words spell, or None when some word is not a plain in-bounds token
         (the caller then takes the careful path, which says which and where)."""
+        codes = self.codes(words, rank)
+        return None if codes is None else steps_from_codes(codes, self.idle_step)
+
+    def codes(self, words: list[str], rank: int = 0) -> RowCodes | None:
+        """What `steps` would make, as the reader's integers (`ir.RowCodes`): no Action object.
+        Two lookups a word once every prefix and number is known; the sets of distinct ones
+        are made only when a word is new."""
         prefixes = list(map(str.rstrip, words, repeat(_DIGITS)))
         micros = list(map(str.removeprefix, words, prefixes))
-        kind_of, micro_of, stage_of = self.kind_of, self.micro_of, self.stage_of
-        distinct = set(prefixes)
-        if not all(map(self._learn_prefix, distinct.difference(kind_of))):
-            return None
-        distinct_micros = set(micros)
-        if not all(map(self._learn_micro, distinct_micros.difference(micro_of))):
-            return None
-        # A kind that needs a microbatch has one; a stage-only kind and an idle word have none.
-        # Whole-row passes only for the prefixes that take no microbatch, usually none.
-        bare = [p for p in distinct if (k := kind_of[p]) is None or k.stage_only]
-        for prefix in bare:
-            if any(compress(micros, map(eq, prefixes, repeat(prefix)))):
+        sk_of, micro_of = self.sk_of, self.micro_of
+        try:
+            sks = list(map(sk_of.__getitem__, prefixes))
+        except KeyError:  # a prefix not seen before: learn (parse and bound) each new one once
+            if not all(map(self._learn_prefix, set(prefixes).difference(sk_of))):
                 return None
-        if "" in distinct_micros and not set(compress(prefixes, map(not_, micros))).issubset(bare):
-            return None
-        # Every prefix and number is known and bounded now; an idle word gives a placeholder
-        # action that is replaced below.
-        stages = cast("map[int]", map(stage_of.__getitem__, prefixes))
-        kinds = cast("map[Kind]", map(kind_of.__getitem__, prefixes))
-        row = cast("list[object]", make_actions(len(words), stages, kinds, map(micro_of.__getitem__, micros)))
-        for prefix in bare:
-            if kind_of[prefix] is None:  # the idle word
-                idle = self.idle_step
-                for i in compress(range(len(row)), map(eq, prefixes, repeat(prefix))):
-                    row[i] = idle
-        for prefix in distinct:
-            stage = stage_of[prefix]
-            if stage is not None:
-                self.stage_ranks.setdefault(stage, rank)
-        seen = [v for m in distinct_micros if (v := micro_of[m]) is not None]
-        if seen:
-            self.max_micro = max(self.max_micro, max(seen))
-        return row
+            sks = list(map(sk_of.__getitem__, prefixes))
+        try:
+            mbs = list(map(micro_of.__getitem__, micros))
+        except KeyError:
+            if not all(map(self._learn_micro, set(micros).difference(micro_of))):
+                return None
+            mbs = list(map(micro_of.__getitem__, micros))
+        # A word has a microbatch exactly when its kind takes one: a stage-only kind and the
+        # idle word have none. Checked whole-row only when the row has such a word.
+        if None in mbs or None in sks or (self.stage_only_sks and not self.stage_only_sks.isdisjoint(sks)):
+            if list(map(is_, mbs, repeat(None))) != list(map(self.bare.__getitem__, sks)):
+                return None
+        if self.track_ranks:
+            stage_ranks = self.stage_ranks
+            for sk in set(sks):
+                if sk is not None and sk >> KIND_BITS not in stage_ranks:
+                    stage_ranks[sk >> KIND_BITS] = rank
+        return sks, mbs
 
 
 def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:

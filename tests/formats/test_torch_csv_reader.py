@@ -153,3 +153,10 @@ def test_lines_end_at_newline_as_the_excerpts_count_them() -> None:
     # \x0c and a lone \r are no line ends (str.splitlines would say they are): the error is on line 2.
     assert located("0F0,0B0\x0c\r\n1F0,1X0\r\n")[:3] == ("PPS030", 2, 5)
     assert read_csv("0F0,0B0\r\n\r\n").rows[1] == ()
+
+
+def test_a_file_of_stage_only_actions_has_one_microbatch_not_zero() -> None:
+    # It was microbatches=0, and the checker divided by it (an internal error at the command line).
+    program = read_csv("0UNSHARD,0RESHARD\n", "s.csv")
+    assert program.microbatches == 1
+    assert isinstance(check(program), list)

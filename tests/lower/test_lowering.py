@@ -13,7 +13,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppdsl.check import check
+from ppdsl.check import check, lower_checked
 from ppdsl.ir import Action, Batch, Kind, Program, Step, actions_of
 from ppdsl.lower import lower
 from ppdsl.memory import peaks_from_codes, profile
@@ -96,9 +96,14 @@ def test_lowering_refuses_comm_programs_and_broken_ones() -> None:
     with pytest.raises(PpsError) as exc:
         lower(parse("pipeline ranks=2 microbatches=1\nrank 0: 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n"))
     assert exc.value.diagnostics[0].code == "PPS220"
-    with pytest.raises(PpsError) as exc:
-        lower(parse("pipeline ranks=2 microbatches=2\nrank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1B1 1F0 1B0\n"))
-    assert exc.value.diagnostics[0].code == "PPS108"
+    cyclic = "pipeline ranks=2 microbatches=2\nrank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1B1 1F0 1B0\n"
+    with pytest.raises(PpsError) as exc:  # why it cannot be lowered is the checker's to say
+        lower_checked(parse(cyclic))
+    assert [d.code for d in exc.value.diagnostics] == ["PPS108"]
+    with pytest.raises(PpsError) as exc:  # lowering on its own sees only that the run stops
+        lower(parse(cyclic))
+    assert [d.code for d in exc.value.diagnostics] == ["PPS220"]
+    assert "does not run to the end" in exc.value.diagnostics[0].message
 
 
 def test_lowering_keeps_overlaps_and_drops_idles() -> None:

@@ -29,9 +29,9 @@ from ppdsl.check import check
 from ppdsl.ir import Action, Batch, Kind, Program, Step
 from ppdsl.lower import lower
 from ppdsl.runtime.plan import peer_of
-from ppdsl.semantics import RECV_F, SEND_F, encode
+from ppdsl.encoding import RECV_F, SEND_F, encode
 
-KIND_MASK = 15  # an encoded action is `(stage * microbatches + microbatch) << 4 | kind`
+from ppdsl.encoding import KIND_MASK
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "soundness_worker.py"
