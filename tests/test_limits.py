@@ -154,7 +154,7 @@ def test_the_limits_table_in_language_md_states_limits_py() -> None:
     page = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
     table = page[page.index("### Limits"):page.index("## `ppdsl fmt`")]
     for number in (limits.MAX_RANKS, limits.MAX_STAGES, limits.MAX_MICROBATCHES, limits.MAX_ACTIONS,
-                   limits.MAX_WIDTH, limits.MAX_STEPS, limits.MAX_PICTURE_CELLS):
+                   limits.MAX_EXPANDED_ACTIONS, limits.MAX_WIDTH, limits.MAX_STEPS, limits.MAX_PICTURE_CELLS):
         assert f"{number:,}" in table, number
     for number in (limits.MIN_COST, limits.MAX_COST, limits.MAX_QUANTITY, limits.MAX_MEMORY, limits.MAX_SECONDS):
         assert f"{number:g}".replace("e+", "e").replace("e-0", "e-").replace("e0", "e") in table, number
