@@ -270,3 +270,23 @@ def test_max_steps_is_the_larger_of_the_bound_and_the_bytes() -> None:
     assert limits.max_steps(0) == limits.MAX_EXPANDED_ACTIONS
     assert limits.max_steps(10 * 2**20) == 10 * 2**20 // limits.BYTES_PER_STEP
     assert limits.max_steps(limits.MAX_FILE_BYTES) == limits.MAX_ACTIONS
+
+
+def test_a_picture_of_too_many_steps_is_refused_before_it_is_drawn(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by scripts/fuzz.py: `show` of a 900 KB CSV of 192,000 actions took 6.7 s of CPU.
+    from ppdsl.cli.show_cmd import MAX_PICTURE_STEPS
+
+    assert MAX_PICTURE_STEPS == limits.MAX_EXPANDED_ACTIONS
+    f = tmp_path / "big.csv"
+    microbatches = MAX_PICTURE_STEPS // 4 + 1  # 2 ranks x (F, B) each: just past the bound
+    f.write_text("\n".join(",".join(f"{r}{k}{m}" for m in range(microbatches) for k in "FB") for r in (0, 1)) + "\n")
+    for extra in ([], ["--svg", str(tmp_path / "o.svg")], ["--html", str(tmp_path / "o.html")]):
+        start = time.process_time()
+        code, out, err = run(capsys, "show", str(f), "--no-color", *extra)
+        assert code == 2, err
+        assert f"{2 * 2 * microbatches:,} actions are too many for a picture (at most 65,536)" in err
+        assert time.process_time() - start < 5
+    assert not (tmp_path / "o.svg").exists()
+    code, _, err = run(capsys, "show", str(f), "--trace", str(tmp_path / "o.json"))
+    assert (tmp_path / "o.json").stat().st_size > 0, err

@@ -14,17 +14,20 @@ import sys
 from pathlib import Path
 
 from ..diagnostics import UsageError
-from ..limits import MAX_WIDTH
+from ..ir import Program
+from ..limits import MAX_EXPANDED_ACTIONS, MAX_WIDTH
 from ..render import terminal
 from ..render.svg import render_html, render_svg
 from ..render.timeline import build
 from ..render.trace import render_trace
-from ..simulate import Simulation
 from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, whole_number, write_output
 from .simulate_cmd import add_common, diagnostics_for, load_and_simulate
 
 MIN_WIDTH = 20  # a lane label and a few cells
-MAX_PICTURE_STEPS = 200_000  # an SVG beyond this is megabytes no viewer draws well
+# A picture beyond this is megabytes of SVG no viewer draws well, or thousands of terminal
+# pages; and drawing it takes ~35 us a step (192,000 steps: 6.7 s of CPU, measured): it is
+# the bound a generated file has too (limits.MAX_EXPANDED_ACTIONS).
+MAX_PICTURE_STEPS = MAX_EXPANDED_ACTIONS
 # What each output writes, by file name ending (a name without one is taken as given).
 SUFFIXES = {"trace": (".json",), "svg": (".svg",), "html": (".html", ".htm")}
 
@@ -56,14 +59,12 @@ def run(args: argparse.Namespace) -> int:
     for path, _ in wanted:
         for source in [args.file, *args.costs]:
             refuse_overwriting(source, path)
-    sim = load_and_simulate(args.file, args)
+    pictures = not wanted or any(kind != "trace" for _, kind in wanted)
+    sim = load_and_simulate(args.file, args, refuse_too_big if pictures else None)
     problems = diagnostics_for(sim)
     print_diagnostics(problems, limit=SHOWN_DIAGNOSTICS)
     timeline = build(sim, problems)
     title = args.title or Path(args.file).name
-    if wanted and kind_too_big(sim, wanted):
-        raise UsageError(f"{sim.program.action_count} actions are too many for a picture "
-                         f"(limit {MAX_PICTURE_STEPS}); use --trace, which Perfetto handles at any size")
     for path, kind in wanted:
         if kind == "trace":
             text = render_trace(sim, timeline, title)
@@ -85,5 +86,11 @@ def run(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def kind_too_big(sim: Simulation, wanted: list[tuple[str, str]]) -> bool:
-    return any(kind != "trace" for _, kind in wanted) and sim.program.action_count > MAX_PICTURE_STEPS
+def refuse_too_big(program: Program) -> None:
+    """A picture (terminal, SVG, HTML) of more steps than MAX_PICTURE_STEPS is refused before
+    it is simulated: no one reads it, and drawing it takes longer than a command should."""
+    count = program.action_count
+    if count > MAX_PICTURE_STEPS:
+        raise UsageError(f"{count:,} actions are too many for a picture (at most {MAX_PICTURE_STEPS:,}); "
+                         "`ppdsl simulate` gives the numbers, and --trace writes a timeline Perfetto "
+                         "(ui.perfetto.dev) opens at any size")

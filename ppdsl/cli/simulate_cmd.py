@@ -8,6 +8,7 @@ cannot run to the end under the communication model (the wait-for cycle is print
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 import json
 
 from ..costs import CostError, resolve
@@ -41,17 +42,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="OUT", help="write the report here instead of stdout")
 
 
-def load_and_simulate(path: str, args: argparse.Namespace) -> Simulation:
+def load_and_simulate(path: str, args: argparse.Namespace,
+                      refuse: Callable[[Program], None] | None = None) -> Simulation:
     """Load one file and simulate it with the command line's costs and model."""
-    return simulate_file(path, args.costs, args.comm_model, args.dialect)
+    return simulate_file(path, args.costs, args.comm_model, args.dialect, refuse)
 
 
-def simulate_file(path: str, costs_specs: list[str], comm_model: str, dialect: str | None = None) -> Simulation:
+def simulate_file(path: str, costs_specs: list[str], comm_model: str, dialect: str | None = None,
+                  refuse: Callable[[Program], None] | None = None) -> Simulation:
     """The one simulation of a file `ppdsl simulate` prints (and `ppdsl run --profile` quotes).
 
     With measured message times (a runtime profile), a compute-only program is lowered first,
-    as `ppdsl run` runs it: sends and receives then take time on both ranks, as measured."""
+    as `ppdsl run` runs it: sends and receives then take time on both ranks, as measured.
+    `refuse` sees the program before anything is simulated (and raises to stop there)."""
     program: Program = load_program(path, dialect=dialect)
+    if refuse is not None:
+        refuse(program)
     costs = resolve(program, costs_specs)
     lowered = costs.measured_comm and needs_lowering(program)
     if lowered:

@@ -5,7 +5,8 @@ goes through. A worker process runs `ppdsl.cli.main` on it in-process, under an 
 limit (resource.setrlimit), and reports the exit code, what it printed and its CPU time; the
 parent kills a worker that passes the wall-clock limit and starts another. What counts as a
 defect (issue 14): an internal error or a traceback, a MemoryError, a worker that dies, an
-exit code other than 0/1/2, more than `SLOW_SECONDS` of CPU on an input under 1 MB, and a
+exit code other than 0/1/2, more than `SLOW_SECONDS` of CPU in the command on an input under 1 MB
+(the harness's own read-back of what `convert` wrote is not counted), and a
 `convert` whose output does not read back to the same program.
 
 `scripts/fuzz.py` drives it for N inputs; `tests/fuzz/test_fuzz.py` runs a few hundred under
@@ -237,8 +238,10 @@ def argv_for(command: str, name: str, out: str) -> list[str]:
 
 # ---- the worker -------------------------------------------------------------------------------
 
-def _run_one(case: Case, workdir: Path) -> tuple[str, str, int]:
-    """In the worker: (outcome, detail, actions) of one case."""
+def _run_one(case: Case, workdir: Path) -> tuple[str, str, float]:
+    """In the worker: (outcome, detail, CPU seconds of the command) of one case. The seconds
+    are the command's own: the harness's check of what `convert` wrote reads the files again
+    and is not the command's time."""
     from ppdsl.cli import main
     from ppdsl.load import load_program
 
@@ -252,28 +255,31 @@ def _run_one(case: Case, workdir: Path) -> tuple[str, str, int]:
     out, err = io.StringIO(), io.StringIO()
     old_env = os.environ.pop("PPDSL_DEBUG", None)
     try:
+        start = time.process_time()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(argv)
+            try:
+                code = main(argv)
+            finally:
+                seconds = time.process_time() - start
     except MemoryError:
-        return "memory", "MemoryError escaped main()", 0
+        return "memory", "MemoryError escaped main()", 0.0
     except BaseException as exc:  # noqa: BLE001 - anything escaping main() is a defect
-        return "internal error", f"{type(exc).__name__} escaped main(): {traceback.format_exc()[-800:]}", 0
+        return "internal error", f"{type(exc).__name__} escaped main(): {traceback.format_exc()[-800:]}", 0.0
     finally:
         if old_env is not None:
             os.environ["PPDSL_DEBUG"] = old_env
     text = err.getvalue()
-    actions = 0
     if "internal error" in text or "Traceback" in text:
         kind = "memory" if "MemoryError" in text else "internal error"
-        return kind, text[-800:], actions
+        return kind, text[-800:], seconds
     if code not in (0, 1, 2):
-        return "bad exit", f"exit {code}: {text[-300:]}", actions
+        return "bad exit", f"exit {code}: {text[-300:]}", seconds
     if case.command.startswith("convert") and code == 0:
         written = workdir / ("out.csv" if case.command.endswith("csv") else "out.pps")
         problem = _round_trip(path, written, load_program, lossy="warning[PPS031]" in text)
         if problem:
-            return "round trip", problem, actions
-    return f"exit {code}", "", actions
+            return "round trip", problem, seconds
+    return f"exit {code}", "", seconds
 
 
 def _same(a: Any, b: Any, lossy: bool) -> bool:
@@ -348,10 +354,9 @@ def _worker(conn: multiprocessing.connection.Connection, memory: int) -> None:
             conn.send(("size", actions))
             start = time.process_time()
             try:
-                outcome, detail, _ = _run_one(case, workdir)
+                outcome, detail, seconds = _run_one(case, workdir)
             except MemoryError:
-                outcome, detail = "memory", "MemoryError in the harness"
-            seconds = time.process_time() - start
+                outcome, detail, seconds = "memory", "MemoryError in the harness", time.process_time() - start
             if seconds > SLOW_SECONDS and len(case.data) < 2**20 and outcome in OUTCOMES_OK:
                 outcome = "slow"
                 detail = f"{seconds:.1f} s of CPU, {actions} actions"
