@@ -16,6 +16,7 @@ Hypothesis.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import multiprocessing
 import multiprocessing.connection
@@ -352,6 +353,11 @@ def _worker(conn: multiprocessing.connection.Connection, memory: int) -> None:
                 break
             actions = _count_actions(case, workdir) if _may_be_big(case) else 0
             conn.send(("size", actions))
+            # A command starts in a fresh process: the previous inputs' cyclic garbage is not
+            # its cost. Left alone, it piles up to ~2M objects over a few thousand inputs and
+            # Python's full collections inside the next big input doubled its time (measured:
+            # 2.2 s alone, 4.1 s after 3,000 others).
+            gc.collect()
             start = time.process_time()
             try:
                 outcome, detail, seconds = _run_one(case, workdir)
