@@ -8,8 +8,8 @@ cannot run to the end under the communication model (the wait-for cycle is print
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 import json
+from collections.abc import Callable
 
 from ..costs import CostError, resolve
 from ..diagnostics import Diagnostic, PpsError, UsageError

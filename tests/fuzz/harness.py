@@ -5,9 +5,9 @@ goes through. A worker process runs `ppdsl.cli.main` on it in-process, under an 
 limit (resource.setrlimit), and reports the exit code, what it printed and its CPU time; the
 parent kills a worker that passes the wall-clock limit and starts another. What counts as a
 defect (issue 14): an internal error or a traceback, a MemoryError, a worker that dies, an
-exit code other than 0/1/2, more than `SLOW_SECONDS` of CPU in the command on an input under 1 MB
-(the harness's own read-back of what `convert` wrote is not counted), and a
-`convert` whose output does not read back to the same program.
+exit code other than 0/1/2, more than `SLOW_SECONDS` of CPU in the command on an input under
+1 MB (the harness's own read-back of what `convert` wrote is not counted), and a `convert`
+whose output does not read back to the same program.
 
 `scripts/fuzz.py` drives it for N inputs; `tests/fuzz/test_fuzz.py` runs a few hundred under
 Hypothesis.
