@@ -28,14 +28,20 @@ after its producer ends.
 returns either the full timeline or, when it gets stuck, where every unfinished rank waits and
 on whom: the raw material of the checker's deadlock and cycle reports.
 
+One engine, `_Engine.run`, is the whole of it: the checker's verdict (`completes`), its
+explanation of a hang, lowering's placement of exchanges, the simulator and the critical path
+all read its runs, and the one place where a send or receive meets its peer or waits posted
+for it is the send/receive branch of its loop (a grouped batch's members go through it too,
+posted one after another without waiting). The unit-time run of a program under a model is
+made once and kept on the program, so lint, then lowering, ask for it once.
+
 Speed: the engine works on the program's integer encoding (`ppdsl/encoding.py`: codes
 `sm << 4 | kind`, dependency keys `sm << 3 | slot`, the tables of what each code waits for and
-which code it meets; the hot loops spell the shifts and masks as literals), with one flat list
-of completion times per key, so a step costs a few list lookups. Each rank is woken only when the one thing it waits for
-happens, so the run is linear in the number of actions. Times are kept per action (a step's
-are derived at the end); durations come from a table read by code (`Timing.from_table`) or,
-for callbacks, are looked up once per action before the run. `completes` answers "does it run
-to the end?" by the same rules without any times.
+which code it meets; the hot loop spells the shifts and masks as literals), with one flat list
+of completion times per key, so a step costs a few list lookups. Each rank is woken only when
+the one thing it waits for happens, so the run is linear in the number of actions. Times are
+kept per action (a step's are derived at the end); durations come from a table read by code
+(`Timing.from_table`) or, for callbacks, are looked up once per action before the run.
 """
 
 from __future__ import annotations
@@ -175,98 +181,11 @@ def _run_key(model: CommModel) -> str:
 
 
 def completes(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, encoded: Encoded | None = None) -> bool:
-    """Whether `program` runs to the end under `model`: `execute(...).completed`, without the
-    times (whether a run finishes does not depend on durations).
-
-    The same rules as `execute`, tracking only which keys are done and which operations are
-    posted; the checker asks this of every program with communication, and `execute` only
-    when the answer is no (to explain where it stops). Rows with overlapped pairs or batches
-    take `execute` itself."""
-    model = CommModel(model)
-    enc = encoded if encoded is not None else encode(program)
-    if enc.invalid:
-        raise ValueError("the program has out-of-range actions; check() reports them")
-    run = program.derived.get(_run_key(model)) if enc is encode(program) else None
-    if isinstance(run, Execution):  # the unit-time run made already (lowering makes it first)
-        return run.completed
-    if any(enc.groups) or any(steps is not None for steps in enc.steps):
-        return _Engine(program, enc, model, UNIT).run().completed
-    return _completes_plain(enc, model is CommModel.BUFFERED)
-
-
-def _completes_plain(enc: Encoded, buffered: bool) -> bool:  # noqa: C901 - one hot loop
-    S, M = enc.stages, enc.microbatches
-    R = len(enc.codes)
-    needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
-    local_slot, input_off, out_slots = needs.local_slot, needs.input_off, needs.out_slots
-    peer_delta, need_off, out_slot, recv_off = needs.peer_delta, needs.need_off, needs.out_slot, needs.recv_off
-    meets = needs.meets  # where a link's order differs from the labels: who meets whom
-    done = bytearray((S * M + M) << 3)  # 1 once a key is complete; padded as in the engine
-    done[NOTHING::8] = b"\x01" * (S * M + M)  # what waits for nothing waits for a done key
-    posted: dict[int, int] = {}  # code of a posted send/receive -> its rank
-    waiters: dict[int, list[int]] = {}
-    codes_of = enc.codes
-    pc = [0] * R
-    work: deque[int] = deque(range(R))
-    popleft, push, extend = work.popleft, work.append, work.extend
-    while work:
-        r = popleft()
-        i = pc[r]
-        codes = codes_of[r]
-        n = len(codes)
-        while i < n:
-            c = codes[i]
-            k = c & 15
-            if k <= B:  # compute: its own earlier work, and its input from the next or previous stage
-                sm = c >> 4
-                base = sm << 3
-                key = base + local_slot[k]
-                if not done[key]:
-                    waiters.setdefault(key, []).append(r)
-                    break
-                key = base + input_off[k][sm]
-                if not done[key]:
-                    waiters.setdefault(key, []).append(r)
-                    break
-                for key in out_slots[k]:
-                    key += base
-                    done[key] = 1
-                    if waiters and key in waiters:
-                        extend(waiters.pop(key))
-                i += 1
-                continue
-            if k > RECV_B:  # UNSHARD, RESHARD, REDUCE_GRAD
-                i += 1
-                continue
-            base = (c >> 4) << 3
-            off = need_off[k]
-            if off is not None:
-                key = base + off
-                if meets is not None and k & 1:  # k & RECEIVE_BIT: a buffered receive waits for the send it meets
-                    key = sent_key(meets.get(c, c + peer_delta[k]))
-                if not done[key]:
-                    waiters.setdefault(key, []).append(r)
-                    break
-            if buffered:
-                base |= out_slot[k]
-            else:
-                pcode = c + peer_delta[k]
-                if meets is not None:
-                    pcode = meets.get(c, pcode)
-                pr = posted.pop(pcode, None)
-                if pr is None:
-                    posted[c] = r
-                    break
-                pc[pr] += 1  # the peer was parked on this very operation
-                push(pr)
-                # The pair's receive completes (a send's key matters only when buffered).
-                base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
-            done[base] = 1
-            if waiters and base in waiters:
-                extend(waiters.pop(base))
-            i += 1
-        pc[r] = i
-    return all(pc[r] >= len(codes_of[r]) for r in range(R))
+    """Whether `program` runs to the end under `model`: the verdict of its unit-time run
+    (`execute`; whether a run finishes does not depend on durations). That run is kept on the
+    program, so the checker's verdict, its explanation of a hang and lowering's placement of
+    exchanges all come from one run of the one engine."""
+    return execute(program, model, encoded=encoded).completed
 
 
 # How the engine reads a duration: `dur[code & dur_mask]`. DUR_PER_KIND: a table of 16, one
@@ -349,7 +268,8 @@ class _Engine:
         needs = self.needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
         local_slot, input_off, out_slots = needs.local_slot, needs.input_off, needs.out_slots
         dur, dur_mask, hop_time = self._durations(with_comms, needs.input_hop)
-        peer_delta, need_off, out_slot, recv_off = needs.peer_delta, needs.need_off, needs.out_slot, needs.recv_off
+        peer_delta, need_off, recv_off = needs.peer_delta, needs.need_off, needs.recv_off
+        out_slot = needs.out_slot
         meets = needs.meets  # where a link's order differs from the labels: who meets whom
 
         # Completion time per key (-1: not yet). M microbatches' worth of keys past the end
@@ -357,7 +277,8 @@ class _Engine:
         # lands there (a negative key wraps around to them) and never completes.
         done = [-1.0] * ((S * M + M) << 3)
         done[NOTHING::8] = [0.0] * (S * M + M)  # what waits for nothing waits for a key done at 0
-        posted: dict[int, tuple[int, float]] = {}  # code of a posted send/receive -> (rank, time)
+        # Code of a posted send/receive -> its rank; it was posted at that rank's start of it.
+        posted: dict[int, int] = {}
         waiters: dict[int, list[int]] = {}  # dependency key -> ranks waiting for it
         codes_of, groups_of = enc.codes, enc.groups
         pc = [0] * R
@@ -375,32 +296,15 @@ class _Engine:
             if ws:
                 extend(ws)
 
-        def finish_peer(pr: int, pcode: int, start: float, end: float) -> None:
-            """The peer of a just-matched pair completes too (it was posted and blocked)."""
-            ok = ((pcode >> 4) << 3) | out_slot[pcode & 15]
-            if done[ok] < 0:
-                done[ok] = end
-            if pending[pr]:
-                pending[pr] -= 1
-                if end > batch_end[pr]:
-                    batch_end[pr] = end
-                if pending[pr] == 0:  # the whole batch is done: it ends when its last member does
-                    i0 = pc[pr]
-                    count = groups_of[pr][i0][1]
-                    ends[pr][i0:i0 + count] = [batch_end[pr]] * count
-                    ready[pr] = batch_end[pr]
-                    pc[pr] = i0 + count
-                    push(pr)
-            else:
-                i0 = pc[pr]
-                if starts[pr][i0] is None:
-                    starts[pr][i0] = start
-                ends[pr][i0] = end
-                ready[pr] = end
-                pc[pr] = i0 + 1
-                push(pr)
-            if waiters:
-                wake(ok)
+        def close_batch(r: int) -> None:
+            """Every member of rank r's grouped batch has met its peer: the batch ends when its
+            last member does, and the rank goes on past it."""
+            i0 = pc[r]
+            count = groups_of[r][i0][1]
+            ends[r][i0:i0 + count] = [batch_end[r]] * count
+            ready[r] = batch_end[r]
+            pc[r] = i0 + count
+            push(r)
 
         def deps_here(c: int) -> list[tuple[int, float]]:
             """(key, the implicit message time before it is usable) of what code c waits for."""
@@ -416,6 +320,7 @@ class _Engine:
             groups = groups_of[r]
             st, en = starts[r], ends[r]
             t = ready[r]
+            batch_stop = 0  # while a grouped batch is being posted: the index past its last member
             while i < n:
                 c = codes[i]
                 if groups and i in groups:
@@ -454,41 +359,16 @@ class _Engine:
                             t = end
                             i += count
                             continue
-                        # A grouped batch: post every member; match those whose peer waits.
+                        # A grouped batch: its members are posted at t0 by the send/receive
+                        # code below, one after another without waiting; the rank waits at
+                        # the batch until the last of them has met its peer.
+                        if not _COMM_KINDS.issuperset([cj & 15 for cj in codes[i:i + count]]):
+                            break  # a compute has no peer to meet in a batch: it waits forever (PPS208)
                         pc[r] = i
                         pending[r] = count
-                        batch_end[r] = t0
+                        batch_end[r] = t = t0
                         st[i:i + count] = [t0] * count
-                        for j in range(i, i + count):
-                            cj = codes[j]
-                            kj = cj & 15
-                            pcode = cj + peer_delta[kj]
-                            if meets is not None:
-                                pcode = meets.get(cj, pcode)
-                            other = posted.pop(pcode, None)
-                            if other is None:
-                                posted[cj] = (r, t0)
-                                continue
-                            pr, pt = other
-                            start = t0 if t0 > pt else pt
-                            end = start + dur[cj & dur_mask]
-                            ok = ((cj >> 4) << 3) | out_slot[kj]
-                            if done[ok] < 0:
-                                done[ok] = end
-                            if end > batch_end[r]:
-                                batch_end[r] = end
-                            pending[r] -= 1
-                            if waiters:
-                                wake(ok)
-                            finish_peer(pr, pcode, start, end)
-                        if pending[r]:
-                            ready[r] = t
-                            i = PARKED  # finish_peer completes the batch
-                            break
-                        t = batch_end[r]
-                        en[i:i + count] = [t] * count
-                        i += count
-                        continue
+                        batch_stop = i + count
                 k = c & 15
                 if k <= B:  # compute (the hot path): its own earlier work, then its input from the next or previous stage
                     sm = c >> 4
@@ -523,11 +403,12 @@ class _Engine:
                     st[i] = en[i] = t
                     i += 1
                     continue
-                # A send or receive on its own (or a batch member outside `grouped`).
+                # A send or receive: the one place where an operation meets its peer, or
+                # waits posted until the peer comes.
                 base = (c >> 4) << 3
                 t0 = t
                 off = need_off[k]
-                if off is not None:
+                if off is not None and not batch_stop:  # a grouped batch had its members' data checked above
                     key = base + off
                     if meets is not None and k & 1:  # a buffered receive waits for the send it meets
                         key = sent_key(meets.get(c, c + peer_delta[k]))
@@ -547,26 +428,56 @@ class _Engine:
                     pcode = c + peer_delta[k]
                     if meets is not None:
                         pcode = meets.get(c, pcode)
-                    other = posted.pop(pcode, None)
-                    if other is None:
-                        posted[c] = (r, t0)
+                    pr = posted.pop(pcode, -1)
+                    if pr < 0:  # the peer is not there yet: wait posted
+                        posted[c] = r
                         st[i] = t0
-                        break
-                    pr, pt = other
-                    end = (t0 if t0 > pt else pt) + dur[c & dur_mask]
-                    # The pair's receive completes (a send's key matters only when buffered).
-                    base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
-                    done[base] = end
-                    if waiters and base in waiters:
-                        extend(waiters.pop(base))
-                    if pending[pr]:
-                        finish_peer(pr, pcode, t0, end)
-                    else:  # the usual case, inlined: the peer was parked on this very operation
+                        if not batch_stop:
+                            break
+                        i += 1  # a batch member: post the next one too
+                    else:
                         i0 = pc[pr]
-                        ends[pr][i0] = end
-                        ready[pr] = end
-                        pc[pr] = i0 + 1
-                        push(pr)
+                        pt = starts[pr][i0]  # the peer was posted when its rank started it (a batch's members together)
+                        assert pt is not None
+                        end = (t0 if t0 > pt else pt) + dur[c & dur_mask]
+                        # The pair's receive completes (a send's key matters only when buffered).
+                        base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
+                        done[base] = end
+                        if waiters and base in waiters:
+                            extend(waiters.pop(base))
+                        if pending[pr]:  # the peer is a member of a grouped batch waiting on its rank
+                            pending[pr] -= 1
+                            if end > batch_end[pr]:
+                                batch_end[pr] = end
+                            if not pending[pr] and pr != r:
+                                close_batch(pr)
+                        else:  # the peer was waiting at this very operation: it completes too
+                            ends[pr][i0] = end
+                            ready[pr] = end
+                            pc[pr] = i0 + 1
+                            push(pr)
+                        if batch_stop:  # a member of our own batch met its peer
+                            pending[r] -= 1
+                            if end > batch_end[r]:
+                                batch_end[r] = end
+                            i += 1
+                        else:
+                            st[i] = t0
+                            en[i] = end
+                            t = end
+                            i += 1
+                            continue
+                    if i < batch_stop:
+                        continue
+                    # The whole batch is posted: go on past it if every member has met its peer.
+                    batch_stop = 0
+                    if pending[r]:
+                        i = PARKED  # the peer that meets the last member moves the rank on (close_batch)
+                        break
+                    i0 = pc[r]
+                    t = batch_end[r]
+                    en[i0:i] = [t] * (i - i0)
+                    continue
                 st[i] = t0
                 en[i] = end
                 t = end
@@ -605,7 +516,7 @@ class _Engine:
             out_e.append(tuple(e_out))
         return tuple(out_s), tuple(out_e)
 
-    def _waits(self, pc: list[int], pending: list[int], posted: dict[int, tuple[int, float]],
+    def _waits(self, pc: list[int], pending: list[int], posted: dict[int, int],
                done: list[float]) -> list[Wait]:
         """Where each unfinished rank waits, and for what: worked out after the run from where
         it stopped (the loop keeps no record of it)."""
