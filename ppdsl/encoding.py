@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, eq, is_, is_not, lt
+from operator import add, and_, attrgetter, eq, is_, is_not, lt, mul, or_, rshift
 from typing import cast
 
 from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of
@@ -115,6 +115,50 @@ _OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
 # Encoding
 
 
+def code(stage: int, microbatch: int, kind: int, microbatches: int) -> int:
+    """The code of one action: the layout, stated here once. Every other place that makes
+    codes derives them from it: by the stride below for runs of microbatches
+    (`codes_of_kind`), by per-value tables for a reader's rows (`codes_from_reader`), by a
+    call per action elsewhere. (Decoding is `code >> KIND_BITS`, the `sm`, and
+    `code & KIND_MASK`, the kind.)"""
+    return ((stage * microbatches + microbatch) << KIND_BITS) | kind
+
+
+# From the code of one microbatch to the next's, of the same stage and kind.
+MB_STRIDE = code(0, 1, 0, 1)
+
+
+def codes_of_kind(stage: int, kind: int, microbatches: int, which: Sequence[int] | None = None) -> Sequence[int]:
+    """The codes of one stage and kind for the microbatches `which` (all, in order, when
+    None), in bulk: those of every microbatch are one range."""
+    first = code(stage, 0, kind, microbatches)
+    if which is None or which == range(microbatches):
+        return range(first, first + microbatches * MB_STRIDE, MB_STRIDE)
+    return list(map(add, repeat(first), map(mul, which, repeat(MB_STRIDE))))
+
+
+def stage_kind(stage: int, kind: int) -> int:
+    """How a reader keeps the stage and kind of one step (`ir.RowCodes`)."""
+    return stage << KIND_BITS | kind
+
+
+def row_codes(rows: list[list[int]], stages: int, microbatches: int) -> list[RowCodes]:
+    """Rows of codes as a reader keeps its rows (`ir.RowCodes`: per step `stage_kind` and the
+    microbatch), `codes_from_reader` the other way: lowering keeps its rows so (the printer
+    then writes them without Action objects). Per `sm`, `stage_kind(stage, 0)` and the
+    microbatch are looked up in two tables (no arithmetic on each)."""
+    stage_bits: list[int] = []
+    for s in range(stages):
+        stage_bits += [stage_kind(s, 0)] * microbatches
+    micro: list[int | None] = [*range(microbatches)] * stages
+    out: list[RowCodes] = []
+    for codes in rows:
+        sms = list(map(rshift, codes, repeat(KIND_BITS)))
+        sks: list[int | None] = list(map(or_, map(stage_bits.__getitem__, sms), map(and_, codes, repeat(KIND_MASK))))
+        out.append((sks, list(map(micro.__getitem__, sms))))
+    return out
+
+
 _PLAIN_OR_IDLE = frozenset((Action, Idle))
 
 def read_rows(program: Program) -> list[RowCodes | None] | None:
@@ -132,10 +176,12 @@ def codes_from_reader(rows: list[RowCodes | None], microbatches: int) -> list[tu
     so none is out of range of the program it made."""
     known = [r for r in rows if r is not None]
     sks: set[int | None] = set().union(*(set(r[0]) for r in known))
-    # code = (stage * M + mb) << KIND_BITS | kind = prefix[sk] + micro[mb]: two lookups a step.
-    prefix: dict[int | None, int] = {sk: ((sk >> KIND_BITS) * microbatches << KIND_BITS) | (sk & KIND_MASK)
+    # `code` is linear: code(stage, mb, kind) = code(stage, 0, kind) + code(0, mb, 0), so
+    # prefix[sk] + micro[mb], two lookups a step.
+    prefix: dict[int | None, int] = {sk: code(sk >> KIND_BITS, 0, sk & KIND_MASK, microbatches)
                                      for sk in sks if sk is not None}
-    micro: dict[int | None, int] = {mb: mb << KIND_BITS for mb in set().union(*(set(r[1]) for r in known)) if mb is not None}
+    micro: dict[int | None, int] = {mb: code(0, mb, 0, microbatches)
+                                    for mb in set().union(*(set(r[1]) for r in known)) if mb is not None}
     out: list[tuple[list[int], list[int] | None] | None] = []
     for row in rows:
         if row is None or not row[0]:
@@ -194,7 +240,7 @@ class Encoded:
             self.steps = [None] * len(codes)
             self.groups = [{} for _ in codes]
             return
-        get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
+        get_stage, get_mb, get_kind = attrgetter("stage"), attrgetter("microbatch"), attrgetter("kind")
         from_reader = codes_from_reader(read, M) if read is not None and len(read) == len(program.rows) else None
         for rank in range(len(program.rows)):
             known = from_reader[rank] if from_reader is not None else None
@@ -215,7 +261,8 @@ class Encoded:
                 except TypeError:  # a stage-only action (no microbatch): take the careful path
                     stages_ok = mbs_ok = False
                 if stages_ok and mbs_ok:
-                    self.codes.append([((a.stage * M + a.microbatch) << 4) + a.kind for a in plain])  # type: ignore[operator]
+                    self.codes.append(list(map(code, map(get_stage, plain), map(get_mb, plain), map(get_kind, plain),
+                                               repeat(M))))
                     self.steps.append(steps)
                     self.groups.append({})
                     continue
@@ -238,7 +285,7 @@ class Encoded:
                     self.invalid.append((rank, index, a))
                     codes.append(INVALID_CODE)
                 else:
-                    codes.append(((a.stage * M + m) << 4) + a.kind)
+                    codes.append(code(a.stage, m, a.kind, M))
                 steps.append(index)
         self.codes.append(codes)
         self.steps.append(steps)
@@ -518,10 +565,9 @@ _KEY = "encoding"  # its entry in Program.derived
 
 
 def code_of(action: Action, microbatches: int) -> int:
-    """The code of one action with a microbatch (the layout above; the encoder and lowering
-    write the same formula over whole rows)."""
+    """The code of one action with a microbatch (`code`)."""
     assert action.microbatch is not None
-    return ((action.stage * microbatches + action.microbatch) << KIND_BITS) | action.kind
+    return code(action.stage, action.microbatch, action.kind, microbatches)
 
 
 def peer_code(code: int, microbatches: int) -> int:

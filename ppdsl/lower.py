@@ -37,10 +37,13 @@ from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from operator import add, and_, ge, mod, mul
 
+from typing import cast
+
 from .diagnostics import Diagnostic, PpsError
-from .ir import Action, Batch, Idle, Kind, Program, Step, make_actions
+from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, make_actions
 from .semantics import CommModel, Execution, execute
-from .encoding import COMM_KINDS, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded, Links, encode, remember
+from .encoding import (COMM_KINDS, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded, Links, codes_of_kind, encode,
+                       read_rows, remember, row_codes, stage_kind)
 from .gcpause import no_gc
 
 
@@ -114,8 +117,10 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
 def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[int]],
                   starts: tuple[tuple[float | None, ...], ...], ends: tuple[tuple[float | None, ...], ...]
                   ) -> tuple[tuple[tuple[Step, ...], ...], list[list[int]] | None, frozenset[int]]:
-    """The lowered rows; when every input row is plain actions, their integer codes; the
-    kinds of send and receive it added.
+    """The lowered rows; when no input row has an overlapped pair or a batch, their integer
+    codes, and the rows are kept as integers too (`ir.LazyRows`, made into Action objects only
+    if someone asks for them: the printer and the checker do not); the kinds of send and
+    receive it added.
 
     `column(kind)` gives, per `stage * M + mb`, the global index (`rank << SHIFT | i`) of that
     action, or -1 (the checker's position table). Work goes by whole lists (C-level
@@ -133,23 +138,23 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     S, M = program.stages, program.microbatches
     placement = program.placement
     R = len(program.rows)
-    plain = all(st is None for st in enc.steps)
+    as_codes = not any(enc.groups)  # one action or an idle step a step: the rows are made as integers
     wide = any(not is_batch for groups in enc.groups for is_batch, _ in groups.values())
-    L = max(max(map(len, program.rows), default=0), max(map(len, enc.codes), default=0)) + 1
+    L = max(max(map(len, program.rows), default=0), max(map(len, enc.codes), default=0)) + 1 if wide else 0
     C = R * L if wide else 1  # one time unit of an exchange key
 
-    # Per rank, per producer rank: exchange keys, codes, Actions.
+    # Per rank, per producer rank: exchange keys, and the columns of the rows being made:
+    # codes, stage-kinds and microbatches (rows made as integers), or Actions.
     x_keys: list[dict[int, list[int]]] = [{} for _ in range(R)]
-    x_codes: list[dict[int, list[int]]] = [{} for _ in range(R)]
-    x_items: list[dict[int, list[Action]]] = [{} for _ in range(R)]
+    x_cols: list[dict[int, tuple[list[object], ...]]] = [{} for _ in range(R)]
     emitted: set[int] = set()
 
-    def put(rank: int, producer: int, keys: list[int], codes: Sequence[int], items: list[Action]) -> None:
+    def put(rank: int, producer: int, keys: list[int], *columns: Sequence[object]) -> None:
         if producer not in x_keys[rank]:
-            x_keys[rank][producer], x_codes[rank][producer], x_items[rank][producer] = [], [], []
+            x_keys[rank][producer], x_cols[rank][producer] = [], tuple([] for _ in columns)
         x_keys[rank][producer] += keys
-        x_codes[rank][producer] += codes
-        x_items[rank][producer] += items
+        for into, column_ in zip(x_cols[rank][producer], columns):
+            into += column_
 
     for s in range(S):
         p = placement[s]
@@ -173,47 +178,57 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                 keys = list(map(add, map(mul, made_at, repeat(C)), map(add, local, repeat(p * L))))
             else:
                 keys = list(made_at)
-            send0, recv0 = ((s * M) << 4) + send_kind, ((peer * M) << 4) + recv_kind
-            if n == M:
-                sends: Sequence[int] = range(send0, send0 + (M << 4), 16)
-                recvs: Sequence[int] = range(recv0, recv0 + (M << 4), 16)
-            else:
-                sends = [send0 + (m << 4) for m in mbs]
-                recvs = [recv0 + (m << 4) for m in mbs]
             emitted.update((send_kind, recv_kind))
-            put(p, p, keys, sends, make_actions(n, repeat(s), repeat(send_kind), mbs))
-            put(placement[peer], p, keys, recvs, make_actions(n, repeat(peer), repeat(recv_kind), mbs))
+            if as_codes:
+                put(p, p, keys, codes_of_kind(s, send_kind, M, mbs), [stage_kind(s, send_kind)] * n, mbs)
+                put(placement[peer], p, keys, codes_of_kind(peer, recv_kind, M, mbs), [stage_kind(peer, recv_kind)] * n, mbs)
+            else:
+                put(p, p, keys, make_actions(n, repeat(s), repeat(send_kind), mbs))
+                put(placement[peer], p, keys, make_actions(n, repeat(peer), repeat(recv_kind), mbs))
 
+    read = read_rows(program)
     out: list[tuple[Step, ...]] = []
     out_codes: list[list[int]] = []
-    for r, row in enumerate(program.rows):
-        row_starts = starts[r]
-        if Idle in set(map(type, row)):
+    out_read: list[RowCodes | None] = []
+    for r in range(R):
+        # The computes in row order with their starts (idle steps carry no action: dropped).
+        row_starts, steps = starts[r], enc.steps[r]
+        columns: tuple[list[object], ...]
+        if as_codes:  # one code a step that is not idle
+            c_starts = list(row_starts) if steps is None else list(map(row_starts.__getitem__, steps))
+            as_read = read[r] if read is not None else None
+            if as_read is None:
+                as_read = row_codes([enc.codes[r]], S, M)[0]
+            elif steps is not None:
+                as_read = (list(map(as_read[0].__getitem__, steps)), list(map(as_read[1].__getitem__, steps)))
+            columns = (list(enc.codes[r]), list(as_read[0]), list(as_read[1]))
+        else:  # per step: an overlapped pair or a batch is one item
+            row = program.rows[r]
             keep = [j for j, st in enumerate(row) if type(st) is not Idle]
-            computes: list[Step] = [row[j] for j in keep]
+            columns = ([row[j] for j in keep],)
             c_starts = [row_starts[j] for j in keep]
-        else:
-            computes, c_starts = list(row), list(row_starts)
         producers = sorted(x_keys[r])
-        items: list[Step] = computes
         ex_keys: list[int] = []
         for p in producers:
             ex_keys += x_keys[r][p]
-            items += x_items[r][p]
+            for into, more in zip(columns, x_cols[r][p]):
+                into += more
         nc = len(c_starts)
-        W = len(items)
+        W = nc + len(ex_keys)
         # A compute's key (2T+1)C - 1, in units of exchange keys: after every exchange of
         # time T, before those of T + 1.
         ordered = sorted([*map(add, map(mul, map(int, c_starts), repeat(2 * C * W)), range((2 * C - 1) * W, (2 * C - 1) * W + nc)),  # type: ignore[arg-type]
                           *map(add, map(mul, ex_keys, repeat(2 * W)), range(nc, W))])
         perm = list(map(mod, ordered, repeat(W)))
-        out.append(tuple(map(items.__getitem__, perm)))
-        if plain:
-            all_codes = list(enc.codes[r])
-            for p in producers:
-                all_codes += x_codes[r][p]
-            out_codes.append(list(map(all_codes.__getitem__, perm)))
-    return tuple(out), (out_codes if plain else None), frozenset(map(int, emitted))
+        placed = [list(map(col.__getitem__, perm)) for col in columns]
+        if as_codes:
+            out_codes.append(cast("list[int]", placed[0]))
+            out_read.append(cast("RowCodes", (placed[1], placed[2])))
+        else:
+            out.append(cast("tuple[Step, ...]", tuple(placed[0])))
+    if as_codes:
+        return cast("tuple[tuple[Step, ...], ...]", LazyRows([None] * R, out_read)), out_codes, frozenset(map(int, emitted))
+    return tuple(out), None, frozenset(map(int, emitted))
 
 
 def _fuse(program: Program, rows: tuple[tuple[Step, ...], ...], model: CommModel) -> tuple[tuple[Step, ...], ...]:

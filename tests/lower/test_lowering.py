@@ -116,3 +116,25 @@ def test_lowering_keeps_overlaps_and_drops_idles() -> None:
     lowered = lower(program)
     assert check(lowered) == []
     assert not any(type(s).__name__ == "Idle" for row in lowered.rows for s in row)
+
+
+# A CSV with idle cells: lowering drops them, and its rows stay integers all the same.
+IDLE_CSV = "0F0,0F1,,,0B0,0B1\n,1F0,1B0,1F1,1B1\n"
+
+
+def test_lowered_rows_are_kept_as_integers_and_are_the_actions_they_stand_for() -> None:
+    from ppdsl.encoding import read_rows
+    from ppdsl.formats.torch_csv import read_csv
+    from ppdsl.syntax.parser import parse
+    from ppdsl.syntax.printer import print_program
+
+    made = [parse("pipeline ranks=4 microbatches=6\nuse interleaved_1f1b(virtual=2)\n"),
+            parse("pipeline ranks=3 microbatches=5\nuse zb1p()\n"), read_csv(IDLE_CSV, "idle.csv")]
+    for program in made:
+        low = lower(program)
+        assert read_rows(low) is not None, "the printer and the checker read the integers, no Action made"
+        as_steps = low.evolve(rows=tuple(tuple(row) for row in low.rows))  # the same rows, as Action objects
+        assert read_rows(as_steps) is None
+        assert print_program(low) == print_program(as_steps)
+        assert encode(low).codes == encode(as_steps).codes  # the codes lowering kept are those of its rows
+        assert check(as_steps) == []
