@@ -168,20 +168,17 @@ def read_rows(program: Program) -> list[RowCodes | None] | None:
     return rows.codes if isinstance(rows, LazyRows) else None
 
 
-def codes_from_reader(rows: list[RowCodes | None], microbatches: int) -> list[tuple[list[int], list[int] | None] | None]:
+def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: int
+                      ) -> list[tuple[list[int], list[int] | None] | None]:
     """Per rank, (codes, step index of each code or None when every step is an action), as
     `Encoded` keeps them, from a reader's integers; None for a row to encode from its actions
-    (one built as steps, and those with no action or a stage-only one, whose layout the
-    careful encoder decides). Every stage and microbatch in them was bounded by the reader,
-    so none is out of range of the program it made."""
-    known = [r for r in rows if r is not None]
-    sks: set[int | None] = set().union(*(set(r[0]) for r in known))
+    (one built as steps, those with no action or a stage-only one, whose layout the careful
+    encoder decides, and one with a stage or microbatch out of range, which it reports)."""
     # `code` is linear: code(stage, mb, kind) = code(stage, 0, kind) + code(0, mb, 0), so
-    # prefix[sk] + micro[mb], two lookups a step.
-    prefix: dict[int | None, int] = {sk: code(sk >> KIND_BITS, 0, sk & KIND_MASK, microbatches)
-                                     for sk in sks if sk is not None}
-    micro: dict[int | None, int] = {mb: code(0, mb, 0, microbatches)
-                                    for mb in set().union(*(set(r[1]) for r in known)) if mb is not None}
+    # prefix[sk] + micro[mb]: two list lookups a step (a stage-kind `sk` is below
+    # `stage_kind(stages, 0)`, a microbatch below `microbatches`, or the row is out of range).
+    prefix = [code(sk >> KIND_BITS, 0, sk & KIND_MASK, microbatches) for sk in range(stage_kind(stages, 0))]
+    micro = [code(0, mb, 0, microbatches) for mb in range(microbatches)]
     out: list[tuple[list[int], list[int] | None] | None] = []
     for row in rows:
         if row is None or not row[0]:
@@ -199,7 +196,10 @@ def codes_from_reader(rows: list[RowCodes | None], microbatches: int) -> list[tu
         if None in mb_row:  # a stage-only action
             out.append(None)
             continue
-        out.append((list(map(add, map(prefix.__getitem__, sk_row), map(micro.__getitem__, mb_row))), steps))
+        try:
+            out.append((list(map(add, map(prefix.__getitem__, sk_row), map(micro.__getitem__, mb_row))), steps))  # type: ignore[arg-type]
+        except IndexError:  # out of range (a reader gives no negative number): the careful encoder says where
+            out.append(None)
     return out
 
 
@@ -241,7 +241,7 @@ class Encoded:
             self.groups = [{} for _ in codes]
             return
         get_stage, get_mb, get_kind = attrgetter("stage"), attrgetter("microbatch"), attrgetter("kind")
-        from_reader = codes_from_reader(read, M) if read is not None and len(read) == len(program.rows) else None
+        from_reader = codes_from_reader(read, S, M) if read is not None and len(read) == len(program.rows) else None
         for rank in range(len(program.rows)):
             known = from_reader[rank] if from_reader is not None else None
             if known is not None:  # from the reader's integers: the row's actions are not made

@@ -28,12 +28,13 @@ after its producer ends.
 returns either the full timeline or, when it gets stuck, where every unfinished rank waits and
 on whom: the raw material of the checker's deadlock and cycle reports.
 
-One engine, `_Engine.run`, is the whole of it: the checker's verdict (`completes`), its
-explanation of a hang, lowering's placement of exchanges, the simulator and the critical path
-all read its runs, and the one place where a send or receive meets its peer or waits posted
-for it is the send/receive branch of its loop (a grouped batch's members go through it too,
-posted one after another without waiting). The unit-time run of a program under a model is
-made once and kept on the program, so lint, then lowering, ask for it once.
+One engine is the whole of it: one loop (`_Engine._loop`) gives the checker's verdict
+(`completes`, the loop with its statements about time skipped), its explanation of a hang,
+lowering's placement of exchanges, the simulator's timeline and the critical path's; the one
+place where a send or receive meets its peer, or waits posted for it, is the send/receive
+branch of that loop (a grouped batch's members go through it too, posted one after another
+without waiting). The unit-time run of a program under a model is kept on the program, so
+lint, then lowering, ask for it once.
 
 Speed: the engine works on the program's integer encoding (`ppdsl/encoding.py`: codes
 `sm << 4 | kind`, dependency keys `sm << 3 | slot`, the tables of what each code waits for and
@@ -181,11 +182,19 @@ def _run_key(model: CommModel) -> str:
 
 
 def completes(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, encoded: Encoded | None = None) -> bool:
-    """Whether `program` runs to the end under `model`: the verdict of its unit-time run
-    (`execute`; whether a run finishes does not depend on durations). That run is kept on the
-    program, so the checker's verdict, its explanation of a hang and lowering's placement of
-    exchanges all come from one run of the one engine."""
-    return execute(program, model, encoded=encoded).completed
+    """Whether `program` runs to the end under `model`: `execute(...).completed` (whether a
+    run finishes does not depend on durations), by the same loop of the one engine with the
+    statements about time skipped. The checker asks this of every program, and `execute`
+    only when the answer is no (to explain where it stops); a unit-time run kept on the
+    program already (lowering makes it first) answers at once."""
+    model = CommModel(model)
+    enc = encoded if encoded is not None else encode(program)
+    if enc.invalid:
+        raise ValueError("the program has out-of-range actions; check() reports them")
+    run = program.derived.get(_run_key(model)) if enc is encode(program) else None
+    if isinstance(run, Execution):
+        return run.completed
+    return _Engine(program, enc, model, UNIT).completes()
 
 
 # How the engine reads a duration: `dur[code & dur_mask]`. DUR_PER_KIND: a table of 16, one
@@ -257,7 +266,20 @@ class _Engine:
                     dur[c] = message(a)
         return dur, DUR_PER_CODE, hop_time
 
-    def run(self) -> Execution:  # noqa: C901 - one hot loop, kept flat on purpose
+    def run(self) -> Execution:
+        """The run with its times."""
+        ex = self._loop(True)
+        assert isinstance(ex, Execution)
+        return ex
+
+    def completes(self) -> bool:
+        """Whether the run ends, by the same loop without keeping any time."""
+        return self._loop(False) is True
+
+    def _loop(self, timed: bool) -> Execution | bool:  # noqa: C901 - one hot loop, kept flat on purpose
+        """The engine. `timed`: keep every action's start and end and return the Execution;
+        else only whether every rank reaches its end (what `completes` asks), with the
+        statements about time skipped (`end` stays 0.0, which reads as done)."""
         program, enc, timing = self.program, self.enc, self.timing
         S, M = enc.stages, enc.microbatches
         R = len(enc.codes)
@@ -267,7 +289,7 @@ class _Engine:
         unit = timing.is_unit
         needs = self.needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
         local_slot, input_off, out_slots = needs.local_slot, needs.input_off, needs.out_slots
-        dur, dur_mask, hop_time = self._durations(with_comms, needs.input_hop)
+        dur, dur_mask, hop_time = self._durations(with_comms, needs.input_hop) if timed else ([0.0] * 16, DUR_PER_KIND, None)
         peer_delta, need_off, recv_off = needs.peer_delta, needs.need_off, needs.recv_off
         out_slot = needs.out_slot
         meets = needs.meets  # where a link's order differs from the labels: who meets whom
@@ -284,8 +306,8 @@ class _Engine:
         pc = [0] * R
         ready = [0.0] * R
         # Per rank, per action (not per step: no step lookup in the loop): start and end.
-        starts: list[list[float | None]] = [[None] * len(codes) for codes in codes_of]
-        ends: list[list[float | None]] = [[None] * len(codes) for codes in codes_of]
+        starts: list[list[float | None]] = [[None] * len(codes) if timed else [] for codes in codes_of]
+        ends: list[list[float | None]] = [[None] * len(codes) if timed else [] for codes in codes_of]
         pending = [0] * R  # grouped: members of the current batch still waiting for their peer
         batch_end = [0.0] * R
         work: deque[int] = deque(range(R))
@@ -301,7 +323,8 @@ class _Engine:
             last member does, and the rank goes on past it."""
             i0 = pc[r]
             count = groups_of[r][i0][1]
-            ends[r][i0:i0 + count] = [batch_end[r]] * count
+            if timed:
+                ends[r][i0:i0 + count] = [batch_end[r]] * count
             ready[r] = batch_end[r]
             pc[r] = i0 + count
             push(r)
@@ -310,6 +333,7 @@ class _Engine:
             """(key, the implicit message time before it is usable) of what code c waits for."""
             return [(key, hop_time[c] if crosses and hop_time is not None else 0.0) for key, crosses in needs.of(c)]
 
+        end = 0.0  # untimed, every completion is at 0.0
         while work:
             r = popleft()
             i = pc[r]
@@ -346,17 +370,17 @@ class _Engine:
                         if not is_batch:
                             pair = program.rows[r][enc.step_of(r, i)]
                             assert isinstance(pair, Overlap)
-                            end = t0 + (1.0 if unit else timing.overlap_time(pair))
+                            if timed:
+                                end = t0 + (1.0 if unit else timing.overlap_time(pair))
+                                st[i:i + count] = [t0] * count
+                                en[i:i + count] = [end] * count
+                                t = end
                             for j in range(i, i + count):
-                                cj = codes[j]
-                                for key in compute_outputs(cj):
+                                for key in compute_outputs(codes[j]):
                                     if done[key] < 0:
                                         done[key] = end
                                     if waiters:
                                         wake(key)
-                                st[j] = t0
-                                en[j] = end
-                            t = end
                             i += count
                             continue
                         # A grouped batch: its members are posted at t0 by the send/receive
@@ -367,7 +391,8 @@ class _Engine:
                         pc[r] = i
                         pending[r] = count
                         batch_end[r] = t = t0
-                        st[i:i + count] = [t0] * count
+                        if timed:
+                            st[i:i + count] = [t0] * count
                         batch_stop = i + count
                 k = c & 15
                 if k <= B:  # compute (the hot path): its own earlier work, then its input from the next or previous stage
@@ -378,29 +403,30 @@ class _Engine:
                     if d < 0:
                         waiters.setdefault(key, []).append(r)
                         break
-                    t0 = d if d > t else t
                     key = base + input_off[k][sm]
-                    d = done[key]
-                    if d < 0:
+                    e = done[key]
+                    if e < 0:
                         waiters.setdefault(key, []).append(r)
                         break
-                    if hop_time is not None:
-                        d += hop_time[c]
-                    if d > t0:
-                        t0 = d
-                    end = t0 + dur[c & dur_mask]
+                    if timed:
+                        t0 = d if d > t else t
+                        if hop_time is not None:
+                            e += hop_time[c]
+                        if e > t0:
+                            t0 = e
+                        t = end = t0 + dur[c & dur_mask]
+                        st[i] = t0
+                        en[i] = end
                     for key in out_slots[k]:
                         key += base
                         done[key] = end
                         if waiters and key in waiters:
                             extend(waiters.pop(key))
-                    st[i] = t0
-                    en[i] = end
-                    t = end
                     i += 1
                     continue
                 if k > RECV_B:  # UNSHARD, RESHARD, REDUCE_GRAD: no data flow, no time
-                    st[i] = en[i] = t
+                    if timed:
+                        st[i] = en[i] = t
                     i += 1
                     continue
                 # A send or receive: the one place where an operation meets its peer, or
@@ -419,74 +445,78 @@ class _Engine:
                     if d > t0:
                         t0 = d
                 if buffered:
-                    end = t0 if k & 1 else t0 + dur[c & dur_mask]  # a receive takes no time once its send is done
+                    if timed:
+                        t = end = t0 if k & 1 else t0 + dur[c & dur_mask]  # a receive takes no time once its send is done
+                        st[i] = t0
+                        en[i] = end
                     base |= out_slot[k]
                     done[base] = end
                     if waiters and base in waiters:
                         extend(waiters.pop(base))
-                else:
-                    pcode = c + peer_delta[k]
-                    if meets is not None:
-                        pcode = meets.get(c, pcode)
-                    pr = posted.pop(pcode, -1)
-                    if pr < 0:  # the peer is not there yet: wait posted
-                        posted[c] = r
+                    i += 1
+                    continue
+                pcode = c + peer_delta[k]
+                if meets is not None:
+                    pcode = meets.get(c, pcode)
+                pr = posted.pop(pcode, -1)
+                if pr < 0:  # the peer is not there yet: wait posted
+                    posted[c] = r
+                    if timed:
                         st[i] = t0
-                        if not batch_stop:
-                            break
-                        i += 1  # a batch member: post the next one too
-                    else:
-                        i0 = pc[pr]
+                    if not batch_stop:
+                        break
+                    i += 1  # a batch member: post the next one too
+                else:
+                    i0 = pc[pr]
+                    if timed:
                         pt = starts[pr][i0]  # the peer was posted when its rank started it (a batch's members together)
-                        assert pt is not None
-                        end = (t0 if t0 > pt else pt) + dur[c & dur_mask]
-                        # The pair's receive completes (a send's key matters only when buffered).
-                        base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
-                        done[base] = end
-                        if waiters and base in waiters:
-                            extend(waiters.pop(base))
-                        if pending[pr]:  # the peer is a member of a grouped batch waiting on its rank
-                            pending[pr] -= 1
-                            if end > batch_end[pr]:
-                                batch_end[pr] = end
-                            if not pending[pr] and pr != r:
-                                close_batch(pr)
-                        else:  # the peer was waiting at this very operation: it completes too
-                            ends[pr][i0] = end
-                            ready[pr] = end
-                            pc[pr] = i0 + 1
-                            push(pr)
-                        if batch_stop:  # a member of our own batch met its peer
-                            pending[r] -= 1
-                            if end > batch_end[r]:
-                                batch_end[r] = end
-                            i += 1
-                        else:
+                        end = (t0 if t0 > pt else pt) + dur[c & dur_mask]  # type: ignore[operator]
+                    # The pair's receive completes (a send's key matters only when buffered).
+                    base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
+                    done[base] = end
+                    if waiters and base in waiters:
+                        extend(waiters.pop(base))
+                    if grouped and pending[pr]:  # the peer is a member of a grouped batch waiting on its rank
+                        pending[pr] -= 1
+                        if end > batch_end[pr]:
+                            batch_end[pr] = end
+                        if not pending[pr] and pr != r:
+                            close_batch(pr)
+                    else:  # the peer was waiting at this very operation: it completes too
+                        if timed:
+                            ends[pr][i0] = ready[pr] = end
+                        pc[pr] = i0 + 1
+                        push(pr)
+                    if not batch_stop:
+                        if timed:
                             st[i] = t0
                             en[i] = end
                             t = end
-                            i += 1
-                            continue
-                    if i < batch_stop:
+                        i += 1
                         continue
-                    # The whole batch is posted: go on past it if every member has met its peer.
-                    batch_stop = 0
-                    if pending[r]:
-                        i = PARKED  # the peer that meets the last member moves the rank on (close_batch)
-                        break
-                    i0 = pc[r]
-                    t = batch_end[r]
-                    en[i0:i] = [t] * (i - i0)
+                    # a member of our own batch met its peer
+                    pending[r] -= 1
+                    if end > batch_end[r]:
+                        batch_end[r] = end
+                    i += 1
+                if i < batch_stop:
                     continue
-                st[i] = t0
-                en[i] = end
-                t = end
-                i += 1
+                # The whole batch is posted: go on past it if every member has met its peer.
+                batch_stop = 0
+                if pending[r]:
+                    i = PARKED  # the peer that meets the last member moves the rank on (close_batch)
+                    break
+                i0 = pc[r]
+                t = batch_end[r]
+                if timed:
+                    en[i0:i] = [t] * (i - i0)
             if i != PARKED:
                 pc[r] = i
                 ready[r] = t
 
         completed = all(pc[r] >= len(codes_of[r]) for r in range(R))
+        if not timed:
+            return completed
         waits = () if completed else tuple(self._waits(pc, pending, posted, done))
         step_starts, step_ends = self._per_step(starts, ends)
         makespan = max(map(_last_end, step_ends), default=0.0)
