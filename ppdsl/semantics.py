@@ -53,8 +53,9 @@ from collections.abc import Callable, Sequence
 
 from attrs import frozen
 
-from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, NO_PEER, NOTHING, B, Encoded, RECV_B,
-                       compute_outputs, encode, peer_code, producers, received_key, sent_key)
+from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, MB_STRIDE, NO_PEER, NOTHING, B, Encoded,
+                       RECV_B, SHIFT, code_space, compute_outputs, encode, kind_slice, peer_code, producers, received_key,
+                       sent_key)
 from .ir import Action, Overlap, Program, row_length
 
 
@@ -232,29 +233,28 @@ class _Engine:
             rows = [tuple(float(x) for x in (timing.table[s] if s < len(timing.table) else ()))[:4] for s in range(S)]
             rows = [row + (0.0,) * (4 - len(row)) for row in rows]
             if needs_hops and msg:
-                hop_time = [0.0] * (SM << 4)
+                hop_time = [0.0] * code_space(S, M)
                 for k, hops in enumerate(input_hop):
                     for s in range(S):
                         if hops[s]:
-                            hop_time[((s * M) << 4) + k:((s + 1) * M) << 4:16] = [msg] * M
+                            hop_time[kind_slice(s, k, M)] = [msg] * M
             if len(set(rows)) <= 1:  # the same on every stage: a table of 16
                 return list(rows[0] if rows else (0.0,) * 4) + [msg] * 4 + [0.0] * 8, DUR_PER_KIND, hop_time
-            dur = [0.0] * (SM << 4)
+            dur = [0.0] * code_space(S, M)
             for s, row in enumerate(rows):
-                c0, c1 = (s * M) << 4, ((s + 1) * M) << 4
                 for k in COMPUTE_KINDS:
                     if row[k]:
-                        dur[c0 + k:c1:16] = [row[k]] * M
+                        dur[kind_slice(s, k, M)] = [row[k]] * M
             if msg:
                 every = [msg] * SM
                 for k in COMM_KINDS:
-                    dur[k::16] = every
+                    dur[k::MB_STRIDE] = every
             return dur, DUR_PER_CODE, hop_time
         # The callback form: one call per action, made here rather than in the run.
         compute, message = timing.compute, timing.message
-        dur = [0.0] * (SM << 4)
+        dur = [0.0] * code_space(S, M)
         if needs_hops:
-            hop_time = [0.0] * (SM << 4)
+            hop_time = [0.0] * code_space(S, M)
         for r, codes in enumerate(enc.codes):
             for c, a in zip(codes, enc.actions_of_rank(r)):
                 k = c & 15
@@ -553,10 +553,10 @@ class _Engine:
         enc = self.enc
         M = enc.microbatches
         grouped = self.model is CommModel.GROUPED
-        where: dict[int, int] = {}  # code -> rank whose row holds it
-        for rank, codes in enumerate(enc.codes):
-            for c in codes:
-                where.setdefault(c, rank)
+        pos = enc.pos  # where each code first stands (`rank << SHIFT | i`), -1 where no row holds it
+
+        def rank_of(c: int) -> int | None:
+            return pos[c] >> SHIFT if 0 <= c < len(pos) and pos[c] >= 0 else None
         out = []
         for r, codes in enumerate(enc.codes):
             i = pc[r]
@@ -583,7 +583,7 @@ class _Engine:
             if reason == "peer":
                 if key == NO_PEER:  # nothing left on the link to meet: name the labelled peer
                     key = peer_code(codes[index], M)
-                on = where.get(key)
+                on = rank_of(key)
                 out.append(Wait(r, step, action, enc.describe(key), on, "peer" if on is not None else "missing"))
                 continue
             if key < 0:  # a buffered receive with no send left on its link (NO_PEER)
@@ -591,8 +591,8 @@ class _Engine:
                 continue
             # A data key: the action that completes it.
             made_by = producers(key)
-            found = next((c for c in made_by if c in where), None)
-            on = None if found is None else where[found]
+            found = next((c for c in made_by if rank_of(c) is not None), None)
+            on = None if found is None else rank_of(found)
             text = enc.describe(made_by[0] if found is None else found)
             out.append(Wait(r, step, action, text, on, "data" if on is not None else "missing"))
         return out

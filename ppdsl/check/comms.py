@@ -27,7 +27,7 @@ from operator import and_, ge, gt
 
 from ..diagnostics import Diagnostic
 from ..encoding import (COMM_KINDS, COMPLETES, INPUT_FROM_RECEIVE, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, B, F, I,
-                        RECV_B, RECV_F, SEND_B, SEND_F)
+                        RECV_B, RECV_F, SEND_B, SEND_F, sm_code)
 from .context import ABSENT_LAST, Context
 
 FAMILY = "comms"
@@ -55,7 +55,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         for stage in suspicious:
             lo = stage * M
             for sm in compress(range(lo, lo + M), map(ge, col[k][lo:lo + M], repeat(0))):
-                code = sm << 4 | k
+                code = sm_code(sm, k)
                 reported.add(code)
                 if stage == edge:
                     rank, step = at(code)
@@ -63,7 +63,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
                     yield ctx.diag("PPS207", f"{ctx.text(code)} names a stage {where}", rank, step,
                                    help="delete it: there is no such stage")
                     continue
-                partner_code = (sm + step_to * M) << 4 | partner
+                partner_code = sm_code(sm + step_to * M, partner)
                 if k in (RECV_F, RECV_B) and pos[partner_code] >= 0:
                     continue  # reported once, on the send
                 rank, step = at(code)
@@ -92,20 +92,20 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
                 if (here[m] >= 0) == (there[m] >= 0):
                     continue
                 if here[m] >= 0:  # a send without its receive
-                    code = (lo + m) << 4 | send
+                    code = sm_code(lo + m, send)
                     if code in reported:
                         continue
                     rank, step = at(code)
-                    peer = (peer_lo + m) << 4 | recv
+                    peer = sm_code(peer_lo + m, recv)
                     target = placement[peer_stage]
                     yield ctx.diag("PPS201", f"{ctx.text(code)} has no matching {ctx.text(peer)} on rank {target}", rank, step,
                                    help=f"add {ctx.text(peer)} to rank {target}'s row before the compute that uses it")
                 else:  # a receive without its send
-                    code = (peer_lo + m) << 4 | recv
+                    code = sm_code(peer_lo + m, recv)
                     if code in reported:
                         continue
                     rank, step = at(code)
-                    peer = (lo + m) << 4 | send
+                    peer = sm_code(lo + m, send)
                     source = placement[stage]
                     yield ctx.diag("PPS202", f"{ctx.text(code)} has no matching {ctx.text(peer)} on rank {source}", rank, step,
                                    help=f"add {ctx.text(peer)} to rank {source}'s row after the compute that produces it")
@@ -118,9 +118,9 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         if producer not in kinds:
             continue
         for sm in _later(col[producer], col[k], M):
-            code = sm << 4 | k
+            code = sm_code(sm, k)
             rank, step = at(code)
-            yield ctx.diag("PPS205", f"{ctx.text(code)} at step {step} sends what {ctx.text(sm << 4 | producer)} "
+            yield ctx.diag("PPS205", f"{ctx.text(code)} at step {step} sends what {ctx.text(sm_code(sm, producer))} "
                            f"computes later, at step {ctx.locate(col[producer][sm])[1]}", rank, step,
                            help="move the send after the compute")
     for k, consumer in ((k, c) for k in (RECV_F, RECV_B) for c, slot in INPUT_FROM_RECEIVE.items()
@@ -128,7 +128,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         if consumer not in kinds:
             continue
         for sm in _later(col[k], col[consumer], M):
-            code, user = sm << 4 | k, sm << 4 | consumer
+            code, user = sm_code(sm, k), sm_code(sm, consumer)
             rank, step = at(user)
             yield ctx.diag("PPS206", f"{ctx.text(user)} at step {step} runs before {ctx.text(code)} at step "
                            f"{at(code)[1]} receives its input", rank, step,
@@ -144,9 +144,9 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         if -1 in recv_f:
             for m in range(M):
                 sm = lo + m
-                if recv_f[m] < 0 and send_f[m] < 0 and pos[sm << 4] >= 0:
-                    rank, step = at(sm << 4)
-                    yield ctx.diag("PPS206", f"{ctx.text(sm << 4)} needs `{stage - 1}F{m}` from rank "
+                if recv_f[m] < 0 and send_f[m] < 0 and pos[sm_code(sm, F)] >= 0:
+                    rank, step = at(sm_code(sm, F))
+                    yield ctx.diag("PPS206", f"{ctx.text(sm_code(sm, F))} needs `{stage - 1}F{m}` from rank "
                                    f"{placement[stage - 1]}, but no send and receive carry it", rank, step,
                                    help=f"add `{stage - 1}SEND_F{m}` on rank {placement[stage - 1]} and "
                                         f"`{stage}RECV_F{m}` before it, or lower the compute-only program "
@@ -157,7 +157,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
                 back = lo - M + m
                 if recv_b[m] >= 0 or send_b[m] >= 0:
                     continue
-                waiting = next((back << 4 | c for c in (B, I) if pos[back << 4 | c] >= 0), None)
+                waiting = next((sm_code(back, c) for c in (B, I) if pos[sm_code(back, c)] >= 0), None)
                 if waiting is not None:
                     rank, step = at(waiting)
                     yield ctx.diag("PPS206", f"{ctx.text(waiting)} needs the gradient of stage {stage} from rank "

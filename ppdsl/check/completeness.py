@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..encoding import COMM_KINDS, B, F, I, W
+from ..encoding import COMM_KINDS, B, F, I, W, sm_code
 from .context import SHIFT, Context, mb_ranges
 
 FAMILY = "completeness"
@@ -54,15 +54,15 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             continue
         stage, mb = divmod(sm, M)
         if x & 4:
-            code = sm << 4 | (I if x & 2 else W)
+            code = sm_code(sm, I if x & 2 else W)
             msg = f"`{stage}B{mb}` is a full backward, but {ctx.text(code)} splits the same backward"
             help_ = f"keep either `{stage}B{mb}` or the pair `{stage}I{mb}` `{stage}W{mb}`"
         elif x == 2:
-            code = sm << 4 | I
+            code = sm_code(sm, I)
             msg = f"`{stage}I{mb}` has no matching `{stage}W{mb}`"
             help_ = f"add `{stage}W{mb}` after it, or write `{stage}B{mb}` for a full backward"
         else:
-            code = sm << 4 | W
+            code = sm_code(sm, W)
             msg = f"`{stage}W{mb}` has no matching `{stage}I{mb}`"
             help_ = f"add `{stage}I{mb}` before it"
         rank, step = ctx.locate(pos[code])

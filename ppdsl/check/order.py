@@ -12,7 +12,7 @@ from itertools import repeat
 from operator import and_, lt
 
 from ..diagnostics import Diagnostic
-from ..encoding import LOCAL_NEEDS
+from ..encoding import LOCAL_NEEDS, sm_code
 from .context import ABSENT_LAST, Context
 
 FAMILY = "order"
@@ -36,7 +36,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             continue
         wrong = [sm for sm, x in enumerate(late) if x]
         for sm in wrong:
-            a, b = sm << 4 | before, sm << 4 | after
+            a, b = sm_code(sm, before), sm_code(sm, after)
             rank, step = ctx.locate(pos[b])
             _, step_a = ctx.locate(pos[a])
             yield ctx.diag("PPS107", f"{ctx.text(b)} at step {step} runs before {ctx.text(a)} at step {step_a} on rank {rank}",

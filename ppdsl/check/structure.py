@@ -26,7 +26,7 @@ from operator import floordiv
 from ..diagnostics import Diagnostic
 from ..english import plural
 from ..ir import Batch, kept_as_codes
-from ..encoding import B, I, RECV_B, SEND_B, W
+from ..encoding import B, I, RECV_B, SEND_B, W, code
 from .context import Context
 
 FAMILY = "structure"
@@ -67,12 +67,13 @@ def _placement(ctx: Context) -> Iterator[Diagnostic]:
     p = ctx.program
     M = ctx.M
     explicit = p.source is not None and "placement" in p.source.options
+    span = code(1, 0, 0, M)  # the codes of one stage: code // span is the stage
     for rank, codes in enumerate(ctx.enc.codes):
-        stages = set(map(floordiv, codes, repeat(M << 4)))  # code // (M * 16) is the stage
+        stages = set(map(floordiv, codes, repeat(span)))
         stages.discard(-1)  # an out-of-range action (code -1), reported above
         wrong = sorted(s for s in stages if p.placement[s] != rank)
         for s in wrong:
-            i = next(i for i, c in enumerate(codes) if c >= 0 and (c >> 4) // M == s)
+            i = next(i for i, c in enumerate(codes) if c >= 0 and c // span == s)
             home = p.placement[s]
             why = f"the header places stage {s} on rank {home}" if explicit else f"stage {s} runs on rank {home}"
             yield ctx.diag("PPS101", f"{ctx.text(codes[i])} is on rank {rank}, but {why}", rank, ctx.enc.step_of(rank, i),

@@ -14,7 +14,7 @@ from operator import lt
 from ..diagnostics import Diagnostic
 from ..english import plural
 from ..ir import row_length, trailing_idle
-from ..encoding import B, F, I, W
+from ..encoding import B, F, I, W, sm_code
 from .context import Context
 
 FAMILY = "warnings"
@@ -44,7 +44,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             late, early = present[j - 1], present[j]  # `late` is the smaller microbatch, run later
             rank, step = ctx.locate(late[0])
             yield ctx.diag("PPS401", f"stage {stage} runs its {_NAMES[k]} out of order: "
-                           f"{ctx.text((base + late[1]) << 4 | k)} comes after {ctx.text((base + early[1]) << 4 | k)}",
+                           f"{ctx.text(sm_code(base + late[1], k))} comes after {ctx.text(sm_code(base + early[1], k))}",
                            rank, step, warning=True, help="run microbatches in increasing order unless you mean it")
     rows = ctx.program.rows
     for rank in range(len(rows)):  # by index: a row kept as integers is not made into actions

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from attrs import frozen
 
 from ..ir import Action, Idle, Program, actions_of
-from ..encoding import LOW as _LOW, SHIFT as _SHIFT, Encoded, code_of, encode, producers
+from ..encoding import LOW as _LOW, SHIFT as _SHIFT, Encoded, code_of, code_space, encode, producers
 
 _Times = Sequence[Sequence[float | None]]
 
@@ -62,7 +62,7 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
                   rendezvous: bool) -> tuple[PathStep, ...]:
     S, M = program.stages, program.microbatches
     enc = encode(program)
-    size = S * M * 16
+    size = code_space(S, M)
     where = _places(enc, ends, size)
 
     needs = enc.needs(not rendezvous)  # what each code waits for: the engine's own table
