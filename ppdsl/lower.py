@@ -176,7 +176,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                     continue
             n = len(where)
             local = list(map(and_, where, repeat(LOW)))
-            made_at = _exchange_times(enc, column, starts, placement[peer], recv_kind, peer, M, mbs)
+            made_at = _exchange_times(enc, column, starts, ends, p, local, placement[peer], recv_kind, peer, M, mbs)
             if wide:
                 keys = list(map(add, map(mul, made_at, repeat(C)), map(add, local, repeat(p * L))))
             else:
@@ -224,21 +224,32 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     return tuple(out), (out_codes if plain else None), frozenset(map(int, emitted))
 
 
-def _exchange_times(enc: Encoded, column: Callable[[int], list[int]],
-                    starts: tuple[tuple[float | None, ...], ...], rank: int, recv_kind: int, stage: int, M: int,
-                    mbs: Sequence[int]) -> list[int]:
+def _exchange_times(enc: Encoded, column: Callable[[int], list[int]], starts: tuple[tuple[float | None, ...], ...],
+                    ends: tuple[tuple[float | None, ...], ...], producer_rank: int, produced: list[int],
+                    rank: int, recv_kind: int, stage: int, M: int, mbs: Sequence[int]) -> list[int]:
     """When each exchange is made: when the action of `stage` (on `rank`) that uses what the
-    receive brings starts (its `INPUT_FROM_RECEIVE` slot: F for RECV_F, the first of B and I
-    for RECV_B). The latest time the proof allows; see the module docstring for why."""
+    receive brings starts (its `INPUT_FROM_RECEIVE` slot: F for RECV_F, B or I for RECV_B),
+    the latest time the proof allows (see the module docstring for why). Where no action uses
+    it (a program the checker would call incomplete), when its producer (`produced`, local
+    indices on `producer_rank`) ends."""
     slot = COMPLETES[recv_kind]
     cols = [column(k)[stage * M:stage * M + M] for k, s in INPUT_FROM_RECEIVE.items() if s == slot]
+    # One action of (stage, mb) makes its backward's gradient, B or I: the other column is -1.
+    users = cols[0] if len(cols) == 1 else list(map(max, *cols))
+    if len(mbs) != M:
+        users = list(map(users.__getitem__, mbs))
+    if -1 in users:
+        made = [_time_of(enc, starts, rank, u & LOW) if u >= 0 else _time_of(enc, ends, producer_rank, i)
+                for u, i in zip(users, produced)]
+        return made
     steps = enc.steps[rank]
-    row = starts[rank]
-    out: list[int] = []
-    for m in mbs:
-        i = min(c[m] & LOW for c in cols if c[m] >= 0)
-        out.append(int(row[i if steps is None else steps[i]]))  # type: ignore[arg-type]
-    return out
+    local = map(and_, users, repeat(LOW))
+    return list(map(int, map(starts[rank].__getitem__, local if steps is None else map(steps.__getitem__, local))))  # type: ignore[arg-type]
+
+
+def _time_of(enc: Encoded, times: tuple[tuple[float | None, ...], ...], rank: int, i: int) -> int:
+    steps = enc.steps[rank]
+    return int(times[rank][i if steps is None else steps[i]])  # type: ignore[arg-type]
 
 
 def _fuse(program: Program, rows: tuple[tuple[Step, ...], ...], model: CommModel) -> tuple[tuple[Step, ...], ...]:
