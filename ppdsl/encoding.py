@@ -1,11 +1,16 @@
 """The integer encoding of a program: the one statement of what each action waits for and which
-operation each send or receive meets. The engine (`semantics`), the completeness fast path,
-the critical path (`sim/critical.py`), the checker (`check/`), lowering and memory read it.
+operation each send or receive meets. The engine (`semantics`, whose one loop answers both
+`execute` and `completes`), the critical path (`sim/critical.py`), the checker (`check/`),
+lowering and memory read it.
 
 Layout:
 - an action is a *code*, `code = sm << KIND_BITS | kind`, with `sm = stage * microbatches + mb`
   and `kind` a `Kind` value (F=0, I=1, W=2, B=3, SEND_F=4, RECV_F=5, SEND_B=6, RECV_B=7,
-  UNSHARD.. stage-only). An action with a stage or microbatch out of range has INVALID_CODE;
+  UNSHARD.. stage-only). The formula is the function `code` (and `sm_code`); the bulk forms
+  everything else uses derive from it: `MB_STRIDE`, `codes_of_kind`, `kind_slice` and
+  `code_space` for tables over codes, the reader's tables in `codes_from_reader`, and
+  `row_codes` the other way (lowering's rows). An action with a stage or microbatch out of
+  range has INVALID_CODE;
 - a dependency is a *key*, `key = sm << SLOT_BITS | slot`, one per thing that completes: the
   slots F_DONE, GRAD_DONE (B or I of that stage and microbatch), I_DONE, RECV_F_DONE,
   RECV_B_DONE, MSG_F_SENT, MSG_B_SENT. Engines keep one flat list of completion per key;
@@ -27,8 +32,8 @@ Layout:
 
 A reader hands over what it learned of each plain token (`ir.LazyRows`: per step the stage-kind
 and the microbatch as integers, the program's rows made from them only when asked for), and
-the encoding of those rows is two dictionary lookups a step, with no Action object; other rows
-are encoded from their actions.
+the encoding of those rows is two list lookups a step, with no Action object; other rows
+are encoded from their actions. Lowering keeps the rows it makes the same way (`row_codes`).
 
 `encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
 never in a module-level cache keyed by `id()`. The hot loops of the engine spell the shifts

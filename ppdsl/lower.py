@@ -32,6 +32,11 @@ posted, so under rendezvous the pair completes. Hence every event completes: no 
 whatever the actual durations. A hand-off between two stages on the same rank (the turn of
 a V) stays local: no send or receive.
 
+The rows are placed as integer codes by whole-list passes, and when no input row has an
+overlapped pair or a batch they are kept so (`ir.LazyRows` of `encoding.row_codes`, with the
+encoding built alongside): printing the lowered program and checking it make no Action
+object; they are made only for a pass that asks for a row's steps.
+
 `fuse=True` puts each run of adjacent sends and receives of one rank into a batch, as the
 seed's `_batch_p2p` does. Under `rendezvous` and `buffered` a batch runs its members in the
 written order, so nothing changes; under `grouped` the members are posted together, which

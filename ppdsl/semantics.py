@@ -349,10 +349,11 @@ class _Engine:
             i = pc[r]
             codes = codes_of[r]
             n = len(codes)
-            if i >= n or pending[r]:
-                continue
+            if grouped and pending[r]:
+                continue  # a batch waiting for its members' peers: close_batch moves it on
             groups = groups_of[r]
-            st, en = starts[r], ends[r]
+            if timed:
+                st, en = starts[r], ends[r]
             t = ready[r]
             batch_stop = 0  # while a grouped batch is being posted: the index past its last member
             while i < n:
@@ -481,6 +482,11 @@ class _Engine:
                     if timed:
                         pt = starts[pr][i0]  # the peer was posted when its rank started it (a batch's members together)
                         end = (t0 if t0 > pt else pt) + dur[c & dur_mask]  # type: ignore[operator]
+                        if not batch_stop:
+                            st[i] = t0
+                            en[i] = t = end
+                        if not pending[pr]:
+                            ends[pr][i0] = ready[pr] = end
                     # The pair's receive completes (a send's key matters only when buffered).
                     base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
                     done[base] = end
@@ -493,22 +499,15 @@ class _Engine:
                         if not pending[pr] and pr != r:
                             close_batch(pr)
                     else:  # the peer was waiting at this very operation: it completes too
-                        if timed:
-                            ends[pr][i0] = ready[pr] = end
                         pc[pr] = i0 + 1
                         push(pr)
+                    i += 1
                     if not batch_stop:
-                        if timed:
-                            st[i] = t0
-                            en[i] = end
-                            t = end
-                        i += 1
                         continue
                     # a member of our own batch met its peer
                     pending[r] -= 1
                     if end > batch_end[r]:
                         batch_end[r] = end
-                    i += 1
                 if i < batch_stop:
                     continue
                 # The whole batch is posted: go on past it if every member has met its peer.
