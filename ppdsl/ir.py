@@ -199,13 +199,20 @@ class LazyRows(Sequence[tuple["Step", ...]]):
     each such row's Action objects are made the first time the row is asked for, so a pass
     that reads only the integers (the encoding, the printer, `action_count`) makes none.
     Rows the reader built as steps are in `made`. Compares, hashes and prints as the tuple
-    of rows it stands for."""
+    of rows it stands for.
 
-    __slots__ = ("made", "codes")
+    `texts[rank]`, where the reader gives it, is the row's own text when that text is what
+    the printer would write for the row's codes (canonical tokens, one `separator` between
+    them, nothing else): `written_as_read` hands it to the printers, which then make no text."""
 
-    def __init__(self, made: list[tuple[Step, ...] | None], codes: list[RowCodes | None]):
+    __slots__ = ("made", "codes", "texts", "separator")
+
+    def __init__(self, made: list[tuple[Step, ...] | None], codes: list[RowCodes | None],
+                 texts: list[str | None] | None = None, separator: str = " "):
         self.made = made
         self.codes = codes
+        self.texts: list[str | None] = texts if texts is not None else [None] * len(made)
+        self.separator = separator
 
     def __len__(self) -> int:
         return len(self.made)
@@ -265,6 +272,17 @@ class LazyRows(Sequence[tuple["Step", ...]]):
 def kept_as_codes(rows: Sequence[Sequence[Step]], rank: int) -> bool:
     """Whether a reader kept this row as integers: its steps are then plain actions and idle ones."""
     return isinstance(rows, LazyRows) and rows.codes[rank] is not None
+
+
+def written_as_read(rows: Sequence[Sequence[Step]], rank: int, separator: str) -> str | None:
+    """A row's tokens joined by `separator` as the printers write them, taken from the text
+    the reader read the row from (`LazyRows.texts`); None where the reader kept no such text."""
+    if not isinstance(rows, LazyRows):
+        return None
+    text = rows.texts[rank]
+    if text is None or rows.separator == separator:
+        return text
+    return text.replace(rows.separator, separator)
 
 
 def row_length(rows: Sequence[Sequence[Step]], rank: int) -> int:

@@ -34,7 +34,7 @@ from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, LazyRows, Overla
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..syntax.printer import ActionText
-from ..syntax.scan import TokenReader, number, shown
+from ..syntax.scan import PlainRuns, TokenReader, number, shown
 
 _CELL_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
 _OVERLAP_RE = re.compile(r"\(([^;()]*);([^;()]*)\)(?:OVERLAP_F_B)?\Z")
@@ -97,10 +97,15 @@ class _Reader:
         if dialect is LegacyDialect:
             self.names["B"] = Kind.I  # provisional: _resolve_legacy() decides per (stage, microbatch)
         self.tokens = TokenReader(self.names, MAX_STAGES, MAX_MICROBATCHES, "", IDLE)
+        self.runs = PlainRuns(self.names, ",")
 
     def fast_row(self, rank: int, line: str) -> RowCodes | None:
         """A row of plain cells as the reader's integers (`ir.RowCodes`: no Action object), or
-        None when the row needs the careful path."""
+        None when the row needs the careful path. A row of canonical actions only (no idle
+        cell) is read whole (`PlainRuns`), any other cell by cell through the reader's tables."""
+        whole = self.runs.read(line)
+        if whole is not None:
+            return self.tokens.within(whole, rank)  # (the runs' bounds are the reader's: never None)
         return self.tokens.codes(line.split(","), rank)
 
     # -- the careful path: one cell at a time, every problem located ------------------------
