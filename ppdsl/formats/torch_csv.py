@@ -105,7 +105,7 @@ class _Reader:
         cell) is read whole (`PlainRuns`), any other cell by cell through the reader's tables."""
         whole = self.runs.read(line)
         if whole is not None:
-            return self.tokens.within(whole, rank)  # (the runs' bounds are the reader's: never None)
+            return self.tokens.within(whole, self.runs, rank)  # (the runs' bounds are the reader's: never None)
         return self.tokens.codes(line.split(","), rank)
 
     # -- the careful path: one cell at a time, every problem located ------------------------

@@ -3,8 +3,8 @@
 The Lark tree only describes structure; this module walks it by hand (a handful of nodes per
 row) and hands flat runs of tokens to `scan`. A row's line that is one plain run of canonical
 tokens (what `ppdsl expand` writes) is read whole by `scan.PlainRuns` before Lark runs, and
-Lark is given a stand-in word of the same length there (`_Builder.set_aside_runs`): the tree,
-every position and every diagnostic are those of the real text, and neither Lark's lexer nor
+Lark is given a one-character stand-in word there (`_Builder.set_aside_runs`): the tree, every
+line and column and every diagnostic are those of the real text, and neither Lark's lexer nor
 a Python step per token is spent on the run. Anything Lark refuses is parsed again from the
 real text, so its errors are told exactly as before.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import Union, cast
 
 from lark import Token, Tree
@@ -140,19 +141,24 @@ class _Builder:
 
     def set_aside_runs(self) -> str:
         """The text Lark is given: each `rank N: ...` line whose rest is one plain run that
-        `runs` reads whole has that run replaced by a word of the same length that Lark lexes
-        at once (Lark's lexer costs as much a token as reading it does here). Such a run is
-        exactly one ACTIONS token in the real text too, at the same place: canonical words with
-        one blank between, after `:` and blanks, before blanks and the line's end. So the tree
-        is the one the real text gives, position for position, and the builder reads the real
-        run from `set_aside`. Rows that are not plain runs are left to Lark as they are."""
+        `runs` reads whole has that run replaced by a one-character word (Lark's lexer costs as
+        much a token as reading it does here, and even a long word costs it ~10 ns a character).
+        Such a run is exactly one ACTIONS token in the real text too, at the same place:
+        canonical words with one blank between, after `:` and blanks, before blanks and the
+        line's end. So the tree is the one the real text gives, with the same lines and columns
+        (every node of a row ends on the next line, after its newline); only that token's text
+        and length differ, and the builder takes both from `set_aside` (`real`). Rows that are
+        not plain runs are left to Lark as they are."""
         text = self.text
         if not self.whole_runs:
             return text
         out: list[str] = []
         copied = counted = 0
         line = 1
-        for m in _ROW_HEAD_RE.finditer(text):
+        for head in _line_starts(text, "rank"):
+            m = _ROW_HEAD_RE.match(text, head)
+            if m is None:
+                continue
             start = m.end()
             run = text[start:text.index("\n", start)].rstrip(" \t\r")
             if not run:
@@ -163,7 +169,7 @@ class _Builder:
             self.set_aside[line] = (start - m.start() + 1, run, codes)
             if codes is not None:
                 out.append(text[copied:start])
-                out.append(_STAND_IN.ljust(len(run), "x"))
+                out.append(_STAND_IN)
                 copied = start + len(run)
         if not out:
             return text
@@ -332,7 +338,7 @@ class _Builder:
                 self.item(item, bounds, steps, pos)
                 # Checked per item, not per row: one row of ranges can ask for any number of steps.
                 if total + len(steps) + (len(self.known[0]) if self.known else 0) > self.steps_limit:
-                    raise _Fail(self.at(item, "PPS015", self.too_many("more steps"),
+                    raise _Fail(self.at(self.real(item), "PPS015", self.too_many("more steps"),
                                         help=self.past_the_limit()))
             if self.known is not None:  # plain runs only: kept as integers, no steps made
                 total += len(self.known[0])
@@ -349,6 +355,14 @@ class _Builder:
         pos_out = tuple(tuple(p) if p is not None else None for p in positions)
         return rows_out, pos_out, tuple(spans)
 
+    def real(self, item: Tree[Token] | Token) -> Tree[Token] | Token:
+        """The token as the real text has it, where Lark was given a stand-in (set_aside_runs)."""
+        if isinstance(item, Token) and item.type == "ACTIONS":
+            aside = self.set_aside.get(item.line or 0)
+            if aside is not None and aside[0] == item.column and aside[2] is not None:
+                return Token.new_borrow_pos("ACTIONS", aside[1], item)
+        return item
+
     def item(self, item: Tree[Token] | Token, bounds: scan.Bounds, steps: list[Step], pos: list[Segment]) -> None:
         if isinstance(item, Tree):  # zip
             self.make_steps(steps)
@@ -360,12 +374,12 @@ class _Builder:
                 if "\n" in item:  # pragma: no cover - the terminal cannot span lines
                     raise AssertionError
                 aside = self.set_aside.get(line)
-                if aside is not None and aside[0] == col and len(aside[1]) == len(item):  # the run read before Lark
-                    text, whole = aside[1], aside[2]
+                if aside is not None and aside[0] == col and (aside[2] is not None or len(aside[1]) == len(item)):
+                    text, whole = aside[1], aside[2]  # the run read before Lark (set aside, or not read whole)
                 else:
                     text = str(item)
                     whole = self.runs.read(text) if self.whole_runs else None
-                fast = self.tokens.within(whole) if whole is not None and self.tokens is not None else None
+                fast = self.tokens.within(whole, self.runs) if whole is not None and self.tokens is not None else None
                 self.whole = text if fast is not None else None
                 if fast is None and self.tokens is not None:
                     fast = self.tokens.codes(text.split())
@@ -554,9 +568,19 @@ class _Builder:
 GENERATED_PER_RANK_AND_MICROBATCH = 6
 
 # The start of a row's line (as `rank INT ":"` lexes; other spellings are left to Lark), and
-# what a run set aside is replaced with: one ACTIONS word, padded to the run's length.
-_ROW_HEAD_RE = re.compile(r"^rank[ \t]+[0-9]+[ \t]*:[ \t]*", re.MULTILINE)
+# what a run set aside is replaced with: one ACTIONS word.
+_ROW_HEAD_RE = re.compile(r"rank[ \t]+[0-9]+[ \t]*:[ \t]*")
 _STAND_IN = "_"
+
+
+def _line_starts(text: str, word: str) -> Iterator[int]:
+    """Where the lines that start with `word` start (str.find: a regex `^` tries every character)."""
+    if text.startswith(word):
+        yield 0
+    at = text.find("\n" + word)
+    while at >= 0:
+        yield at + 1
+        at = text.find("\n" + word, at + 1)
 
 
 def parse(text: str, path: str = "<input>", steps_limit: int | None = None, whole_runs: bool = True) -> Program:

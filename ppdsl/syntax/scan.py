@@ -168,9 +168,14 @@ class TokenReader:
             self.max_micro = value
         return True
 
-    def within(self, codes: RowCodes, rank: int = 0) -> RowCodes | None:
-        """A run `PlainRuns` read (no idle or stage-only step), if it is inside this reader's
-        bounds (else None: the careful way says which token is not), noted as `codes` notes it."""
+    def within(self, codes: RowCodes, runs: PlainRuns, rank: int = 0) -> RowCodes | None:
+        """A run `runs` read (no idle or stage-only step), if it is inside this reader's bounds
+        (else None: the careful way says which token is not), noted as `codes` notes it.
+        Without `track_ranks` and with every number `runs` has learned in bounds, there is
+        nothing to look at (`max_micro` is then not kept: only readers that infer the shape
+        read it)."""
+        if not self.track_ranks and runs.top_stage < self.stages and runs.top_micro < self.microbatches:
+            return codes
         sks, mbs = cast("tuple[list[int], list[int]]", codes)
         if not sks:
             return codes
@@ -240,19 +245,23 @@ class PlainRuns:
         self.ends = sorted({name[-1] for name, kind in names.items() if not kind.stage_only})
         self.sk_of: dict[str, int] = {}  # "12F" -> 12 << KIND_BITS | Kind.F
         self.micro_of: dict[str, int] = {}  # "3" -> 3
+        self.top_stage = self.top_micro = -1  # the largest of each learned
 
     def _learn_prefix(self, prefix: str) -> bool:
         m = _CANONICAL_PREFIX_RE.match(prefix)
         kind = self.names.get(m.group(2)) if m else None
         if m is None or kind is None or kind.stage_only or int(m.group(1)) >= MAX_STAGES:
             return False
-        self.sk_of[prefix] = int(m.group(1)) << KIND_BITS | kind
+        stage = int(m.group(1))
+        self.sk_of[prefix] = stage << KIND_BITS | kind
+        self.top_stage = max(self.top_stage, stage)
         return True
 
     def _learn_micro(self, digits: str) -> bool:
         if _CANONICAL_NUMBER_RE.match(digits) is None or int(digits) >= MAX_MICROBATCHES:
             return False
-        self.micro_of[digits] = int(digits)
+        value = self.micro_of[digits] = int(digits)
+        self.top_micro = max(self.top_micro, value)
         return True
 
     def read(self, text: str) -> RowCodes | None:

@@ -68,10 +68,10 @@ def test_plain_runs_read_the_usual_rows_and_refuse_the_rest() -> None:
         assert runs_.read(refused) is None, refused
 
 
-def careful_and_whole(text: str) -> tuple[Program | list[object], Program | list[object]]:
+def careful_and_whole(text: str, steps_limit: int | None = None) -> tuple[Program | list[object], Program | list[object]]:
     def read(whole_runs: bool) -> Program | list[object]:
         try:
-            return parse(text, "p.pps", whole_runs=whole_runs)
+            return parse(text, "p.pps", steps_limit, whole_runs=whole_runs)
         except PpsError as err:
             return [d.as_json() for d in err.diagnostics]
     return read(False), read(True)
@@ -146,3 +146,10 @@ def test_a_csv_row_of_canonical_cells_is_read_whole_and_the_same() -> None:
     rows = program.rows
     assert isinstance(rows, LazyRows) and rows.codes[0] is not None and rows.codes[1] is not None
     assert [list(map(str, r)) for r in rows] == [["0F0", "0F1", "0B0", "0B1"], ["1F0", "_", "1B0"]]
+
+
+def test_a_set_aside_run_past_the_step_limit_is_underlined_whole() -> None:
+    careful, whole = careful_and_whole("pipeline ranks=1 microbatches=4\nrank 0: 0F0 0F1 0F2 0F3\n", steps_limit=3)
+    assert careful == whole
+    assert isinstance(whole, list) and whole[0]["code"] == "PPS015"
+    assert (whole[0]["line"], whole[0]["column"], whole[0]["end_column"]) == (2, 9, 9 + len("0F0 0F1 0F2 0F3"))
