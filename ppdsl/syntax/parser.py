@@ -71,7 +71,7 @@ class _Builder:
         # The row being read, as the reader's integers, while every item of it is a plain run
         # read by `tokens` (None once one is not, and its steps are made): see ir.LazyRows.
         self.known: RowCodes | None = None
-        self.runs = scan.PlainRuns(KIND_BY_NAME, " ")
+        self.runs = scan.PlainRuns(KIND_BY_NAME, " ", "_")
         # line -> (column, text, codes or None) of each row's first run, read before Lark: see set_aside.
         self.set_aside: dict[int, tuple[int, str, RowCodes | None]] = {}
         self.whole: str | None = None  # the text of the item just read, when `runs` read it whole

@@ -1,7 +1,10 @@
 """Scanning action tokens: the hot path of parsing.
 
-Lark hands over whole runs of tokens (`0F0 0F1 0B0 ...`). `TokenReader` turns a run (or a CSV
-row's cells) into actions without a regex or a Python frame per token: the run is split by
+A run of canonical tokens and idle ones, `0F0 _ 0B0` (or a CSV row's cells), is read whole by
+`PlainRuns`, before Lark sees the row (see `parser._Builder.set_aside_runs`): a few C-level
+string passes over the run and two dictionary lookups a word, into the integers `ir.RowCodes`.
+Lark hands over the other runs of tokens (`0F0 0F1 0B0 ...`). `TokenReader` turns a run (or a
+CSV row's cells) into actions without a regex or a Python frame per token: the run is split by
 `str.split`, each word cut at its trailing digits by `str.rstrip` mapped over the run, and the
 `[stage][kind]` prefix and the microbatch digits looked up in dictionaries that learn (parse
 and bound) each distinct string once; `ir.make_actions` then makes the row's actions in one go,
@@ -169,25 +172,23 @@ class TokenReader:
         return True
 
     def within(self, codes: RowCodes, runs: PlainRuns, rank: int = 0) -> RowCodes | None:
-        """A run `runs` read (no idle or stage-only step), if it is inside this reader's bounds
-        (else None: the careful way says which token is not), noted as `codes` notes it.
-        Without `track_ranks` and with every number `runs` has learned in bounds, there is
-        nothing to look at (`max_micro` is then not kept: only readers that infer the shape
-        read it)."""
-        if not self.track_ranks and runs.top_stage < self.stages and runs.top_micro < self.microbatches:
-            return codes
-        sks, mbs = cast("tuple[list[int], list[int]]", codes)
-        if not sks:
-            return codes
-        top_micro = max(mbs)
-        # A code's stage is its high bits: the largest code holds the largest stage.
-        if max(sks) >> KIND_BITS >= self.stages or top_micro >= self.microbatches:
-            return None
-        if top_micro > self.max_micro:
-            self.max_micro = top_micro
+        """A run `runs` read, if it is inside this reader's bounds (else None: the careful way
+        says which token is not), noted as `codes` notes it. Every number `runs` learned was
+        in a run it read (`PlainRuns.read`): when the largest are in bounds, so is this run."""
+        if runs.top_stage < self.stages and runs.top_micro < self.microbatches:
+            self.max_micro = max(self.max_micro, runs.top_micro)
+        else:  # some run of the file is out of bounds (an error): is it this one?
+            sks = [sk for sk in codes[0] if sk is not None]
+            mbs = [mb for mb in codes[1] if mb is not None]
+            # A code's stage is its high bits: the largest code holds the largest stage.
+            if (sks and max(sks) >> KIND_BITS >= self.stages) or (mbs and max(mbs) >= self.microbatches):
+                return None
+            self.max_micro = max([self.max_micro, *mbs])
         if self.track_ranks:
             stage_ranks = self.stage_ranks
-            for sk in set(sks):
+            distinct = set(codes[0])
+            distinct.discard(None)
+            for sk in cast("set[int]", distinct):
                 if sk >> KIND_BITS not in stage_ranks:
                     stage_ranks[sk >> KIND_BITS] = rank
         return codes
@@ -222,29 +223,36 @@ class TokenReader:
 
 
 class PlainRuns:
-    """A whole run of canonical `[stage][kind][microbatch]` words joined by one separator
-    (`0F0 0F1 0B0`, or a CSV row's cells) -> the reader's integers (`ir.RowCodes`), with no
-    Python step per word, and no bounds but the limits' (the caller checks its own).
+    """A whole run of canonical `[stage][kind][microbatch]` words and idle ones, joined by one
+    separator (`0F0 _ 0B0`, or a CSV row's cells, `0F0,,0B0`) -> the reader's integers
+    (`ir.RowCodes`), with no Python step per word, and no bounds but the limits' (the caller
+    checks its own, `TokenReader.within`).
 
     A separator is put after every letter that ends a kind taking a microbatch (one
     `str.replace` a letter) and the run split there: each word falls apart into its prefix and
-    its microbatch, and the pieces alternate. Only canonical pieces are known (`12F`, not
-    `012F`; `3`, not `03`), each learned (parsed, bounded) once. The run is accepted when every
-    even piece is a known prefix, every odd one a known microbatch, and there are two pieces a
-    word. Then each word is exactly one prefix and one microbatch (a piece that is not a word's
-    last ends in a letter, so no odd piece is such; so every even piece starts a word, no word
-    has three pieces, and with two a word on average each has two), the codes are what
-    `TokenReader.codes` makes of the same words, and the text is what the printer writes for
-    them. Anything else (an idle or stage-only word, a range, two blanks, a leading zero)
-    returns None and goes the word-by-word way.
+    its microbatch, and the pieces alternate. An idle word is first replaced by IDLE_MARK, a
+    prefix whose microbatch piece is empty. Only canonical pieces are known (`12F`, not `012F`;
+    `3`, not `03`), each learned (parsed, bounded) once. The run is accepted when every even
+    piece is a known prefix, every odd one a known microbatch, there are two pieces a word, and
+    as many empty microbatches as idle words. Then each word is exactly one prefix and one
+    microbatch (a piece that is not a word's last ends in a letter, so no odd piece is such; so
+    every even piece starts a word, no word has three pieces, and with two a word on average
+    each has two), the codes are what `TokenReader.codes` makes of the same words, and the
+    text is what the printer writes for them. Anything else (a stage-only word, a range, two
+    blanks, a leading zero, a `~`) returns None and goes the word-by-word way.
     """
 
-    def __init__(self, names: Mapping[str, Kind], separator: str):
+    def __init__(self, names: Mapping[str, Kind], separator: str, idle: str):
         self.names = names
         self.separator = separator
         self.ends = sorted({name[-1] for name, kind in names.items() if not kind.stage_only})
-        self.sk_of: dict[str, int] = {}  # "12F" -> 12 << KIND_BITS | Kind.F
-        self.micro_of: dict[str, int] = {}  # "3" -> 3
+        # An idle word between separators, and what it is replaced with: the mark and an
+        # empty microbatch once cut (`~F` + separator), read as the idle step's (None, None).
+        self.idle_word, self.marked = separator + idle + separator, separator + IDLE_MARK + self.ends[0] + separator
+        self.grows = len(self.marked) - len(self.idle_word)  # (each replacement lengthens the text by this)
+        self.sk_of: dict[str, int | None] = {IDLE_MARK + self.ends[0]: None}  # "12F" -> 12 << KIND_BITS | Kind.F
+        self.micro_of: dict[str, int | None] = {}  # "3" -> 3
+        self.micro_or_idle: dict[str, int | None] = {"": None}  # the same and the idle word's empty one
         self.top_stage = self.top_micro = -1  # the largest of each learned
 
     def _learn_prefix(self, prefix: str) -> bool:
@@ -260,13 +268,22 @@ class PlainRuns:
     def _learn_micro(self, digits: str) -> bool:
         if _CANONICAL_NUMBER_RE.match(digits) is None or int(digits) >= MAX_MICROBATCHES:
             return False
-        value = self.micro_of[digits] = int(digits)
+        value = self.micro_of[digits] = self.micro_or_idle[digits] = int(digits)
         self.top_micro = max(self.top_micro, value)
         return True
 
     def read(self, text: str) -> RowCodes | None:
+        if IDLE_MARK in text:
+            return None
         separator = self.separator
-        cut = text
+        padded = separator + text + separator
+        idle = 0
+        if self.idle_word in padded:
+            # Twice: the first pass leaves every other of adjacent idle words (their
+            # separators overlap).
+            padded = padded.replace(self.idle_word, self.marked).replace(self.idle_word, self.marked)
+            idle = (len(padded) - len(text) - 2 * len(separator)) // self.grows
+        cut = padded[len(separator):len(padded) - len(separator)]
         for letter in self.ends:  # (str.translate to two characters is ten times slower)
             cut = cut.replace(letter, letter + separator)
         pieces = cut.split(separator)
@@ -274,11 +291,16 @@ class PlainRuns:
             return None
         prefixes, micros = pieces[0::2], pieces[1::2]
         sks = looked_up(self.sk_of, prefixes, self._learn_prefix)
-        mbs = looked_up(self.micro_of, micros, self._learn_micro) if sks is not None else None
-        if sks is None or mbs is None:
+        table = self.micro_or_idle if idle else self.micro_of
+        mbs = looked_up(table, micros, self._learn_micro) if sks is not None else None
+        if sks is None or mbs is None or (idle and mbs.count(None) != idle):
             return None
-        return cast("RowCodes", (sks, mbs))
+        return sks, mbs
 
+
+# Stands for an idle word in `PlainRuns.read`: a character no token has (a run holding one is
+# not read whole).
+IDLE_MARK = "~"
 
 _CANONICAL_PREFIX_RE = re.compile(r"(0|[1-9][0-9]{0,17})([A-Z_]+)\Z")
 _CANONICAL_NUMBER_RE = re.compile(r"(?:0|[1-9][0-9]{0,17})\Z")

@@ -50,22 +50,31 @@ def test_a_run_read_whole_is_what_the_word_by_word_reader_makes(text: str, separ
     if separator == ",":
         text = text.replace(" ", ",")
     names = _Reader(dialect).names  # (a legacy reader reads `B` as I until it has seen the file)
-    codes = scan.PlainRuns(names, separator).read(text)
+    codes = scan.PlainRuns(names, separator, "_" if separator == " " else "").read(text)
     if codes is None:
         return
     assert codes == careful_codes(text, separator, names)
     # ... and the text is what the printer writes for those integers, with that separator.
-    assert None not in codes[0] and None not in codes[1]
     written = {v: k for k, v in names.items()}
-    assert separator.join(ActionText(written).read_row(codes, "_")) == text  # type: ignore[arg-type]
+    idle = "_" if separator == " " else ""
+    assert separator.join(ActionText(written).read_row(codes, idle)) == text  # type: ignore[arg-type]
 
 
 def test_plain_runs_read_the_usual_rows_and_refuse_the_rest() -> None:
-    runs_ = scan.PlainRuns(KIND_BY_NAME, " ")
+    runs_ = scan.PlainRuns(KIND_BY_NAME, " ", "_")
     assert runs_.read("0F0 0F1 1B0 12SEND_F3 2RECV_B10") == (
         [0 << 4 | Kind.F, 0 << 4 | Kind.F, 1 << 4 | Kind.B, 12 << 4 | Kind.SEND_F, 2 << 4 | Kind.RECV_B], [0, 1, 0, 3, 10])
-    for refused in ("0F0  0F1", "0F0 _", "0F0 0UNSHARD", "00F1", "0F01", "0F0 0FB1", "0F0\t0F1", "", "0F0 "):
+    assert runs_.read("_ 0F0 _ _ 1B0 _") == ([None, 0 << 4 | Kind.F, None, None, 1 << 4 | Kind.B, None],
+                                              [None, 0, None, None, 0, None])
+    for refused in ("0F0  0F1", "0F0 0UNSHARD", "00F1", "0F01", "0F0 0FB1", "0F0\t0F1", "", "0F0 ", "_ 0F",
+                    "0F _", "~F1", "0F0 ~F1", "_ ~F1", "__", "0F0 _0"):
         assert runs_.read(refused) is None, refused
+    cells = scan.PlainRuns(KIND_BY_NAME, ",", "")
+    assert cells.read(",0F0,,,1B0,") == ([None, 0 << 4 | Kind.F, None, None, 1 << 4 | Kind.B, None],
+                                         [None, 0, None, None, 0, None])
+    assert cells.read(",") == ([None, None], [None, None])
+    for refused in ("0F0,0F", "0F,", ",~F1", "0F0, 0F1"):
+        assert cells.read(refused) is None, refused
 
 
 def careful_and_whole(text: str, steps_limit: int | None = None) -> tuple[Program | list[object], Program | list[object]]:
@@ -138,6 +147,8 @@ def test_a_written_out_row_is_read_whole_and_printed_from_its_own_text() -> None
     other = parse("pipeline ranks=1 microbatches=2\nrank 0: 0F0 _ 0F01\n")
     assert isinstance(other.rows, LazyRows) and other.rows.texts == [None]
     assert print_program(other).endswith("rank 0: 0F0 _ 0F1\n")
+    idle = parse("pipeline ranks=1 microbatches=2\nrank 0: _ 0F0 _ 0F1 _\n")
+    assert isinstance(idle.rows, LazyRows) and idle.rows.texts == ["_ 0F0 _ 0F1 _"]
 
 
 def test_a_csv_row_of_canonical_cells_is_read_whole_and_the_same() -> None:
