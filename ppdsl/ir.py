@@ -201,18 +201,18 @@ class LazyRows(Sequence[tuple["Step", ...]]):
     Rows the reader built as steps are in `made`. Compares, hashes and prints as the tuple
     of rows it stands for.
 
-    `texts[rank]`, where the reader gives it, is the row's own text when that text is what
-    the printer would write for the row's codes (canonical tokens, one `separator` between
-    them, nothing else): `written_as_read` hands it to the printers, which then make no text."""
+    `texts[rank]`, where the reader gives it, is the row's own `.pps` text when that text is
+    what the printer would write for the row's codes (canonical tokens and `_`, one blank
+    between them, nothing else): `written_as_read` hands it to the printer, which then makes
+    no text."""
 
-    __slots__ = ("made", "codes", "texts", "separator")
+    __slots__ = ("made", "codes", "texts")
 
     def __init__(self, made: list[tuple[Step, ...] | None], codes: list[RowCodes | None],
-                 texts: list[str | None] | None = None, separator: str = " "):
+                 texts: list[str | None] | None = None):
         self.made = made
         self.codes = codes
         self.texts: list[str | None] = texts if texts is not None else [None] * len(made)
-        self.separator = separator
 
     def __len__(self) -> int:
         return len(self.made)
@@ -274,15 +274,10 @@ def kept_as_codes(rows: Sequence[Sequence[Step]], rank: int) -> bool:
     return isinstance(rows, LazyRows) and rows.codes[rank] is not None
 
 
-def written_as_read(rows: Sequence[Sequence[Step]], rank: int, separator: str) -> str | None:
-    """A row's tokens joined by `separator` as the printers write them, taken from the text
-    the reader read the row from (`LazyRows.texts`); None where the reader kept no such text."""
-    if not isinstance(rows, LazyRows):
-        return None
-    text = rows.texts[rank]
-    if text is None or rows.separator == separator:
-        return text
-    return text.replace(rows.separator, separator)
+def written_as_read(rows: Sequence[Sequence[Step]], rank: int) -> str | None:
+    """A row as the `.pps` printer writes it, taken from the text the reader read it from
+    (`LazyRows.texts`); None where the reader kept no such text."""
+    return rows.texts[rank] if isinstance(rows, LazyRows) else None
 
 
 def row_length(rows: Sequence[Sequence[Step]], rank: int) -> int:
