@@ -112,13 +112,13 @@ _DIGITS = "0123456789"
 Value = TypeVar("Value")
 
 
-def looked_up(table: dict[str, Value], keys: list[str], learn: Callable[[str], bool]) -> list[Value] | None:
-    """Each key's value in `table`, in one C-level pass; a key not seen before is learned
-    (parsed and bounded into `table` by `learn`) once; None when one cannot be."""
+def looked_up(table: dict[str, Value], keys: list[str], learn: Callable[[set[str]], bool]) -> list[Value] | None:
+    """Each key's value in `table`, in one C-level pass; the keys not seen before are learned
+    (parsed and bounded into `table` by `learn`) once; None when they cannot be."""
     try:
         return list(map(table.__getitem__, keys))
     except KeyError:
-        if not all(map(learn, set(keys).difference(table))):
+        if not learn(set(keys).difference(table)):
             return None
         return list(map(table.__getitem__, keys))
 
@@ -205,8 +205,8 @@ class TokenReader:
         are made only when a word is new."""
         prefixes = list(map(str.rstrip, words, repeat(_DIGITS)))
         micros = list(map(str.removeprefix, words, prefixes))
-        sks = looked_up(self.sk_of, prefixes, self._learn_prefix)
-        mbs = looked_up(self.micro_of, micros, self._learn_micro) if sks is not None else None
+        sks = looked_up(self.sk_of, prefixes, lambda new: all(map(self._learn_prefix, new)))
+        mbs = looked_up(self.micro_of, micros, lambda new: all(map(self._learn_micro, new))) if sks is not None else None
         if sks is None or mbs is None:
             return None
         # A word has a microbatch exactly when its kind takes one: a stage-only kind and the
@@ -255,21 +255,34 @@ class PlainRuns:
         self.micro_or_idle: dict[str, int | None] = {"": None}  # the same and the idle word's empty one
         self.top_stage = self.top_micro = -1  # the largest of each learned
 
-    def _learn_prefix(self, prefix: str) -> bool:
-        m = _CANONICAL_PREFIX_RE.match(prefix)
-        kind = self.names.get(m.group(2)) if m else None
-        if m is None or kind is None or kind.stage_only or int(m.group(1)) >= MAX_STAGES:
-            return False
-        stage = int(m.group(1))
-        self.sk_of[prefix] = stage << KIND_BITS | kind
-        self.top_stage = max(self.top_stage, stage)
+    def _learn_prefixes(self, new: set[str]) -> bool:
+        """Learn every new prefix of a run, or none: what is learned was in a run of words
+        that each fell apart into a prefix and a microbatch (see `_learn_micros`)."""
+        learned: dict[str, int | None] = {}
+        for prefix in new:
+            m = _CANONICAL_PREFIX_RE.match(prefix)
+            kind = self.names.get(m.group(2)) if m else None
+            if m is None or kind is None or kind.stage_only or int(m.group(1)) >= MAX_STAGES:
+                return False
+            learned[prefix] = int(m.group(1)) << KIND_BITS | kind
+        self.sk_of.update(learned)
+        # (the largest code holds the largest stage: a code's stage is its high bits)
+        self.top_stage = max([self.top_stage, *(sk >> KIND_BITS for sk in cast("dict[str, int]", learned).values())])
         return True
 
-    def _learn_micro(self, digits: str) -> bool:
-        if _CANONICAL_NUMBER_RE.match(digits) is None or int(digits) >= MAX_MICROBATCHES:
-            return False
-        value = self.micro_of[digits] = self.micro_or_idle[digits] = int(digits)
-        self.top_micro = max(self.top_micro, value)
+    def _learn_micros(self, new: set[str]) -> bool:
+        """Learn every new microbatch of a run, or none. All or none, because `top_micro` must
+        be a microbatch some accepted run has: the runs learned from have every even piece a
+        prefix (which ends in a letter that is cut after, so no word ends there) and every odd
+        one digits or nothing (so each is a word's end): each word is then one of each."""
+        learned: dict[str, int | None] = {}
+        for digits in new:
+            if _CANONICAL_NUMBER_RE.match(digits) is None or int(digits) >= MAX_MICROBATCHES:
+                return False
+            learned[digits] = int(digits)
+        self.micro_of.update(learned)
+        self.micro_or_idle.update(learned)
+        self.top_micro = max([self.top_micro, *cast("dict[str, int]", learned).values()])
         return True
 
     def read(self, text: str) -> RowCodes | None:
@@ -290,9 +303,9 @@ class PlainRuns:
         if len(pieces) != 2 * (text.count(separator) + 1):
             return None
         prefixes, micros = pieces[0::2], pieces[1::2]
-        sks = looked_up(self.sk_of, prefixes, self._learn_prefix)
+        sks = looked_up(self.sk_of, prefixes, self._learn_prefixes)
         table = self.micro_or_idle if idle else self.micro_of
-        mbs = looked_up(table, micros, self._learn_micro) if sks is not None else None
+        mbs = looked_up(table, micros, self._learn_micros) if sks is not None else None
         if sks is None or mbs is None or (idle and mbs.count(None) != idle):
             return None
         return sks, mbs

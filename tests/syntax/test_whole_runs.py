@@ -60,6 +60,22 @@ def test_a_run_read_whole_is_what_the_word_by_word_reader_makes(text: str, separ
     assert separator.join(ActionText(written).read_row(codes, idle)) == text  # type: ignore[arg-type]
 
 
+@settings(max_examples=300, deadline=None)
+@given(runs(), st.sampled_from([" ", ","]))
+def test_what_a_run_learns_is_in_its_words(text: str, separator: str) -> None:
+    """The largest numbers learned bound every run read whole (`TokenReader.within`) and give a
+    CSV its microbatch count: each must be a word's own, even when the run is refused."""
+    if separator == ",":
+        text = text.replace(" ", ",")
+    runs_ = scan.PlainRuns(KIND_BY_NAME, separator, "_" if separator == " " else "")
+    runs_.read(text)
+    words = text.split(separator)
+    if runs_.top_micro >= 0:
+        assert any(w.endswith(str(runs_.top_micro)) and w[: -len(str(runs_.top_micro))] in runs_.sk_of for w in words)
+    if runs_.top_stage >= 0:
+        assert any(w.startswith(str(runs_.top_stage)) for w in words)
+
+
 def test_plain_runs_read_the_usual_rows_and_refuse_the_rest() -> None:
     runs_ = scan.PlainRuns(KIND_BY_NAME, " ", "_")
     assert runs_.read("0F0 0F1 1B0 12SEND_F3 2RECV_B10") == (
