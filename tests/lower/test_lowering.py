@@ -116,3 +116,38 @@ def test_lowering_keeps_overlaps_and_drops_idles() -> None:
     lowered = lower(program)
     assert check(lowered) == []
     assert not any(type(s).__name__ == "Idle" for row in lowered.rows for s in row)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), ranks=st.integers(2, 4), stages=st.integers(2, 6),
+       microbatches=st.integers(1, 4), split=st.booleans())
+def test_a_receive_comes_just_before_the_compute_that_needs_it(seed: int, ranks: int, stages: int,
+                                                               microbatches: int, split: bool) -> None:
+    # Exchanges are made when their consumer starts: between a receive and the first compute
+    # after it there is only communication, and that compute is what the receive feeds.
+    program = random_program(seed, ranks, stages, microbatches, split)
+    rows = lower(program).rows
+    for row in rows:
+        waiting: list[Action] = []
+        for step in row:
+            members = actions_of(step)
+            if all(a.kind.is_comm for a in members):
+                waiting += [a for a in members if a.kind in (Kind.RECV_F, Kind.RECV_B)]
+                continue
+            for r in waiting:
+                wanted = {Kind.F} if r.kind is Kind.RECV_F else {Kind.B, Kind.I}
+                assert any(a.stage == r.stage and a.microbatch == r.microbatch and a.kind in wanted
+                           for a in members), (r, step)
+            waiting = []
+        assert not waiting
+
+
+def test_zb1p_at_two_ranks_sends_the_next_forward_before_it_waits_for_a_gradient() -> None:
+    from ppdsl.syntax.parser import parse
+
+    rows = [[str(a) for step in row for a in actions_of(step)]
+            for row in lower(parse("pipeline ranks=2 microbatches=4\nuse zb1p()\n")).rows]
+    # Rank 0 is ahead: it computes and sends F(m+1) before it needs B(m) (for its I(m)), so the
+    # last stage finds F(m+1) there when it wants it, and no round trip per microbatch.
+    assert rows[0].index("0SEND_F2") < rows[0].index("0RECV_B1") < rows[0].index("0I1")
+    assert rows[1].index("1RECV_F2") < rows[1].index("1SEND_B1")
