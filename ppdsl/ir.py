@@ -199,13 +199,20 @@ class LazyRows(Sequence[tuple["Step", ...]]):
     each such row's Action objects are made the first time the row is asked for, so a pass
     that reads only the integers (the encoding, the printer, `action_count`) makes none.
     Rows the reader built as steps are in `made`. Compares, hashes and prints as the tuple
-    of rows it stands for."""
+    of rows it stands for.
 
-    __slots__ = ("made", "codes")
+    `texts[rank]`, where the reader gives it, is the row's own `.pps` text when that text is
+    what the printer would write for the row's codes (canonical tokens and `_`, one blank
+    between them, nothing else): `written_as_read` hands it to the printer, which then makes
+    no text."""
 
-    def __init__(self, made: list[tuple[Step, ...] | None], codes: list[RowCodes | None]):
+    __slots__ = ("made", "codes", "texts")
+
+    def __init__(self, made: list[tuple[Step, ...] | None], codes: list[RowCodes | None],
+                 texts: list[str | None] | None = None):
         self.made = made
         self.codes = codes
+        self.texts: list[str | None] = texts if texts is not None else [None] * len(made)
 
     def __len__(self) -> int:
         return len(self.made)
@@ -265,6 +272,12 @@ class LazyRows(Sequence[tuple["Step", ...]]):
 def kept_as_codes(rows: Sequence[Sequence[Step]], rank: int) -> bool:
     """Whether a reader kept this row as integers: its steps are then plain actions and idle ones."""
     return isinstance(rows, LazyRows) and rows.codes[rank] is not None
+
+
+def written_as_read(rows: Sequence[Sequence[Step]], rank: int) -> str | None:
+    """A row as the `.pps` printer writes it, taken from the text the reader read it from
+    (`LazyRows.texts`); None where the reader kept no such text."""
+    return rows.texts[rank] if isinstance(rows, LazyRows) else None
 
 
 def row_length(rows: Sequence[Sequence[Step]], rank: int) -> int:

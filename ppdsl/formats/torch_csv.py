@@ -8,10 +8,12 @@ Two dialects, told apart by their tables only:
 - legacy: `B` is backward-input when a `W` for the same stage and microbatch follows, and
   `BW` is a full backward.
 
-Reading is built for files of a million cells. A row is split at its commas and read by the
-parser's `syntax.scan.TokenReader` (C-level string methods over the whole row and dictionary
-lookups per cell; each distinct prefix and number parsed and bounded by `limits.py` once) into
-integers, stage-kind and microbatch per cell (`ir.RowCodes`), which the encoding and the printers
+Reading is built for files of a million cells. A row of canonical cells and empty ones (what
+`_dump_csv` writes) is read whole by the parser's `syntax.scan.PlainRuns` (a few C-level string
+passes over the row and two dictionary lookups a cell); any other row is split at its commas
+and read by `syntax.scan.TokenReader` (C-level string methods over the row and dictionary
+lookups per cell); both parse and bound each distinct prefix and number by `limits.py` once,
+into integers, stage-kind and microbatch per cell (`ir.RowCodes`), which the encoding and the printers
 read as they are: a row's Action objects are made only when a pass asks for its steps
 (`ir.LazyRows`). A row that does not fit that shape (blanks around cells, overlapped pairs,
 anything malformed) is read again cell by cell, which is also where every error is located.
@@ -34,7 +36,7 @@ from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, LazyRows, Overla
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
 from ..syntax.printer import ActionText
-from ..syntax.scan import TokenReader, number, shown
+from ..syntax.scan import PlainRuns, TokenReader, number, shown
 
 _CELL_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
 _OVERLAP_RE = re.compile(r"\(([^;()]*);([^;()]*)\)(?:OVERLAP_F_B)?\Z")
@@ -91,16 +93,22 @@ class _Located(Exception):
 class _Reader:
     """One file's read: plain rows through a `TokenReader`, the rest cell by cell."""
 
-    def __init__(self, dialect: type[CurrentDialect]):
+    def __init__(self, dialect: type[CurrentDialect], whole_runs: bool = True):
         self.dialect = dialect
+        self.whole_runs = whole_runs
         self.names = dict(dialect.read_names)
         if dialect is LegacyDialect:
             self.names["B"] = Kind.I  # provisional: _resolve_legacy() decides per (stage, microbatch)
         self.tokens = TokenReader(self.names, MAX_STAGES, MAX_MICROBATCHES, "", IDLE)
+        self.runs = PlainRuns(self.names, ",", "")
 
     def fast_row(self, rank: int, line: str) -> RowCodes | None:
         """A row of plain cells as the reader's integers (`ir.RowCodes`: no Action object), or
-        None when the row needs the careful path."""
+        None when the row needs the careful path. A row of canonical actions and empty cells is
+        read whole (`PlainRuns`), any other cell by cell through the reader's tables."""
+        whole = self.runs.read(line) if self.whole_runs else None
+        if whole is not None:
+            return self.tokens.within(whole, self.runs, rank)  # (the runs' bounds are the reader's: never None)
         return self.tokens.codes(line.split(","), rank)
 
     # -- the careful path: one cell at a time, every problem located ------------------------
@@ -178,13 +186,14 @@ def _resolve_legacy(rows: list[list[Step]]) -> list[tuple[Step, ...] | None]:
     return [tuple(row) for row in rows]
 
 
-def read_csv(text: str, path: str = "<input>", dialect: str | None = None) -> Program:
-    """A PyTorch schedule CSV -> Program (compute-only or with communication)."""
+def read_csv(text: str, path: str = "<input>", dialect: str | None = None, whole_runs: bool = True) -> Program:
+    """A PyTorch schedule CSV -> Program (compute-only or with communication).
+    `whole_runs=False` reads no row whole (`PlainRuns`), only cell by cell: the same program."""
     with no_gc():
-        return _read(text, path, dialect)
+        return _read(text, path, dialect, whole_runs)
 
 
-def _read(text: str, path: str, dialect: str | None) -> Program:
+def _read(text: str, path: str, dialect: str | None, whole_runs: bool) -> Program:
     # Every line is a rank, an empty one included, as PyTorch's csv.reader sees it: a rank
     # with no work is written as an empty line and must survive the round trip.
     if not text.strip():
@@ -199,7 +208,7 @@ def _read(text: str, path: str, dialect: str | None) -> Program:
         raise _error(path, MAX_RANKS + 1, 1, f"more than {MAX_RANKS:,} rows: a CSV has one row per rank",
                      code="PPS015")
     chosen = DIALECTS[dialect] if dialect else detect_dialect_text(text)
-    reader = _Reader(chosen)
+    reader = _Reader(chosen, whole_runs)
     made: list[tuple[Step, ...] | None] = []  # the rows read cell by cell (None: kept as integers)
     read: list[RowCodes | None] = []  # the rows read whole, as the reader's integers
     cells = 0

@@ -1,12 +1,19 @@
 """`.pps` text -> `ir.Program`, with every problem as a located diagnostic.
 
 The Lark tree only describes structure; this module walks it by hand (a handful of nodes per
-row) and hands flat runs of tokens to `scan`.
+row) and hands flat runs of tokens to `scan`. A row's line that is one plain run of canonical
+tokens (what `ppdsl expand` writes) is read whole by `scan.PlainRuns` before Lark runs, and
+Lark is given a one-character stand-in word there (`_Builder.set_aside_runs`): the tree, every
+line and column and every diagnostic are those of the real text, and neither Lark's lexer nor
+a Python step per token is spent on the run. Anything Lark refuses is parsed again from the
+real text, so its errors are told exactly as before.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterator
 from typing import Union, cast
 
 from lark import Token, Tree
@@ -55,14 +62,19 @@ def _value(tree: Tree[Token]) -> Value:
 
 
 class _Builder:
-    def __init__(self, text: str, path: str, steps_limit: int):
+    def __init__(self, text: str, path: str, steps_limit: int, whole_runs: bool = True):
         self.text = text
+        self.whole_runs = whole_runs
         self.path = path
         self.steps_limit = steps_limit
         self.tokens: scan.TokenReader | None = None  # made by rows() for the header's bounds
         # The row being read, as the reader's integers, while every item of it is a plain run
         # read by `tokens` (None once one is not, and its steps are made): see ir.LazyRows.
         self.known: RowCodes | None = None
+        self.runs = scan.PlainRuns(KIND_BY_NAME, " ", "_")
+        # line -> (column, text, codes or None) of each row's first run, read before Lark: see set_aside.
+        self.set_aside: dict[int, tuple[int, str, RowCodes | None]] = {}
+        self.whole: str | None = None  # the text of the item just read, when `runs` read it whole
 
     # -- diagnostics -----------------------------------------------------------------------
     def error(self, code: str, message: str, line: int, column: int, width: int = 1,
@@ -127,9 +139,54 @@ class _Builder:
                                      f"`{name}={scan.shown(value)}` is outside {lo}..{hi}"))
         return value
 
+    def set_aside_runs(self) -> str:
+        """The text Lark is given: each `rank N: ...` line whose rest is one plain run that
+        `runs` reads whole has that run replaced by a one-character word (Lark's lexer costs as
+        much a token as reading it does here, and even a long word costs it ~10 ns a character).
+        Such a run is exactly one ACTIONS token in the real text too, at the same place:
+        canonical words with one blank between, after `:` and blanks, before blanks and the
+        line's end. So the tree is the one the real text gives, with the same lines and columns
+        (every node of a row ends on the next line, after its newline); only that token's text
+        and length differ, and the builder takes both from `set_aside` (`real`). Rows that are
+        not plain runs are left to Lark as they are."""
+        text = self.text
+        if not self.whole_runs:
+            return text
+        out: list[str] = []
+        copied = counted = 0
+        line = 1
+        for head in _line_starts(text, "rank"):
+            m = _ROW_HEAD_RE.match(text, head)
+            if m is None:
+                continue
+            start = m.end()
+            run = text[start:text.index("\n", start)].rstrip(" \t\r")
+            if not run:
+                continue
+            line += text.count("\n", counted, start)
+            counted = start
+            codes = self.runs.read(run)
+            self.set_aside[line] = (start - m.start() + 1, run, codes)
+            if codes is not None:
+                out.append(text[copied:start])
+                out.append(_STAND_IN)
+                copied = start + len(run)
+        if not out:
+            return text
+        out.append(text[copied:])
+        return "".join(out)
+
     def build(self) -> Program:
         try:
-            tree = lark_parser().parse(self.text)
+            lark_text = self.set_aside_runs()
+            try:
+                tree = lark_parser().parse(lark_text)
+            except UnexpectedInput:
+                if lark_text is self.text:
+                    raise
+                # Whatever is wrong, Lark says it of the real text (at worst, read twice).
+                self.set_aside.clear()
+                tree = lark_parser().parse(self.text)
         except UnexpectedInput as exc:
             raise PpsError([lark_error_to_diagnostic(exc, self.text, self.path)]) from None
         except LarkError as exc:  # pragma: no cover - Lark raises UnexpectedInput for bad text
@@ -260,6 +317,7 @@ class _Builder:
         read: list[RowCodes | None] = [None] * ranks
         positions: list[list[Segment] | None] = [None] * ranks
         spans: list[Span | None] = [None] * ranks
+        texts: list[str | None] = [None] * ranks
         total = 0
         for row in rows:
             rank_tok = row.children[0]
@@ -280,20 +338,30 @@ class _Builder:
                 self.item(item, bounds, steps, pos)
                 # Checked per item, not per row: one row of ranges can ask for any number of steps.
                 if total + len(steps) + (len(self.known[0]) if self.known else 0) > self.steps_limit:
-                    raise _Fail(self.at(item, "PPS015", self.too_many("more steps"),
+                    raise _Fail(self.at(self.real(item), "PPS015", self.too_many("more steps"),
                                         help=self.past_the_limit()))
             if self.known is not None:  # plain runs only: kept as integers, no steps made
                 total += len(self.known[0])
                 read[rank] = self.known
+                if len(row.children) == 2:  # one run, read whole: its text is what is printed
+                    texts[rank] = self.whole
             else:
                 total += len(steps)
                 built[rank] = steps
             positions[rank] = pos
             spans[rank] = Span(row.meta.line, row.meta.column)
         made = [tuple(s) if s is not None else None if read[rank] is not None else () for rank, s in enumerate(built)]
-        rows_out = cast("tuple[tuple[Step, ...], ...]", LazyRows(made, read))
+        rows_out = cast("tuple[tuple[Step, ...], ...]", LazyRows(made, read, texts))
         pos_out = tuple(tuple(p) if p is not None else None for p in positions)
         return rows_out, pos_out, tuple(spans)
+
+    def real(self, item: Tree[Token] | Token) -> Tree[Token] | Token:
+        """The token as the real text has it, where Lark was given a stand-in (set_aside_runs)."""
+        if isinstance(item, Token) and item.type == "ACTIONS":
+            aside = self.set_aside.get(item.line or 0)
+            if aside is not None and aside[0] == item.column and aside[2] is not None:
+                return Token.new_borrow_pos("ACTIONS", aside[1], item)
+        return item
 
     def item(self, item: Tree[Token] | Token, bounds: scan.Bounds, steps: list[Step], pos: list[Segment]) -> None:
         if isinstance(item, Tree):  # zip
@@ -305,8 +373,16 @@ class _Builder:
             if item.type == "ACTIONS":
                 if "\n" in item:  # pragma: no cover - the terminal cannot span lines
                     raise AssertionError
-                text = str(item)
-                fast = self.tokens.codes(text.split()) if self.tokens is not None else None
+                aside = self.set_aside.get(line)
+                if aside is not None and aside[0] == col and (aside[2] is not None or len(aside[1]) == len(item)):
+                    text, whole = aside[1], aside[2]  # the run read before Lark (set aside, or not read whole)
+                else:
+                    text = str(item)
+                    whole = self.runs.read(text) if self.whole_runs else None
+                fast = self.tokens.within(whole, self.runs) if whole is not None and self.tokens is not None else None
+                self.whole = text if fast is not None else None
+                if fast is None and self.tokens is not None:
+                    fast = self.tokens.codes(text.split())
                 if fast is None:  # something to report (or a reader for other bounds): token by token
                     self.make_steps(steps)
                     pos.append(Segment(len(steps), line, col, text))
@@ -491,18 +567,35 @@ class _Builder:
 
 GENERATED_PER_RANK_AND_MICROBATCH = 6
 
+# The start of a row's line (as `rank INT ":"` lexes; other spellings are left to Lark), and
+# what a run set aside is replaced with: one ACTIONS word.
+_ROW_HEAD_RE = re.compile(r"rank[ \t]+[0-9]+[ \t]*:[ \t]*")
+_STAND_IN = "_"
 
-def parse(text: str, path: str = "<input>", steps_limit: int | None = None) -> Program:
+
+def _line_starts(text: str, word: str) -> Iterator[int]:
+    """Where the lines that start with `word` start (str.find: a regex `^` tries every character)."""
+    if text.startswith(word):
+        yield 0
+    at = text.find("\n" + word)
+    while at >= 0:
+        yield at + 1
+        at = text.find("\n" + word, at + 1)
+
+
+def parse(text: str, path: str = "<input>", steps_limit: int | None = None, whole_runs: bool = True) -> Program:
     """Parse `.pps` text. Raises `PpsError` with located diagnostics on any problem.
 
     The program may have at most `steps_limit` steps (default: what a text of this size may
-    ask for, `limits.max_steps`; at most `limits.MAX_ACTIONS`)."""
+    ask for, `limits.max_steps`; at most `limits.MAX_ACTIONS`). `whole_runs=False` reads every
+    run through Lark and word by word, never whole (`scan.PlainRuns`): the same program and
+    the same diagnostics, slower; the tests compare the two."""
     # Editors on Windows may start a file with a byte-order mark; columns count from after it.
     text = text.removeprefix("\ufeff")
     if not text.endswith("\n"):
         text += "\n"
     limit = max_steps(len(text.encode("utf-8", "surrogatepass"))) if steps_limit is None else min(steps_limit, MAX_ACTIONS)
-    builder = _Builder(text, path, limit)
+    builder = _Builder(text, path, limit, whole_runs)
     # Hundreds of thousands of small immutable objects: generational GC would rescan them all
     # several times over for nothing.
     with no_gc():

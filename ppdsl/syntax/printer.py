@@ -4,9 +4,10 @@ Every step is written out, or with `compact=True` runs are folded into ranges (`
 and zips (`[0F{4..7} 0B{0..3}]`); `parse(print_program(p)) == p` for every program either way.
 
 A row its reader kept as integers (`ir.LazyRows`) is written from them, two lookups of cached
-token text a step, without making its Action objects. Other rows are written through
-`ActionText`, which keeps the text of each `[stage][kind]` prefix
-and each microbatch number it has made: a row of plain actions becomes text by C-level maps
+token text a step, without making its Action objects; where the reader kept the row's own
+text because it is exactly what would be written (`ir.written_as_read`), that text is used.
+Other rows are written through `ActionText`, which keeps the text of each `[stage][kind]`
+prefix and each microbatch number it has made: a row of plain actions becomes text by C-level maps
 over the row and two dictionary lookups per action, not `Action.__str__` and an enum lookup
 per action (which cost as much as parsing the file). `formats/torch_csv.py` writes its cells
 through the same class with its dialect's names.
@@ -20,7 +21,7 @@ from operator import add, attrgetter, getitem, is_not
 
 from .. import placement as placement_mod
 from ..encoding import KIND_MASK, KIND_OF, read_rows
-from ..ir import KIND_BITS, Action, Batch, Idle, Kind, Program, RowCodes, Step, row_length
+from ..ir import KIND_BITS, Action, Batch, Idle, Kind, Program, RowCodes, Step, row_length, written_as_read
 
 _STAGE = attrgetter("stage")
 _KIND = attrgetter("kind")
@@ -201,7 +202,7 @@ def print_program(program: Program, comment: str | None = None, compact: bool = 
     for rank in range(len(program.rows)):
         as_read = known[rank]
         if as_read is not None:  # as its reader kept it: no Action object is made
-            written = " ".join(text.read_row(as_read, "_"))
+            written = written_as_read(program.rows, rank) or " ".join(text.read_row(as_read, "_"))
         else:
             row = program.rows[rank]
             written = compact_row(row) if compact else " ".join(text.steps(row, text.pps_step))

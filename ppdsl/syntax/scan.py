@@ -1,7 +1,10 @@
 """Scanning action tokens: the hot path of parsing.
 
-Lark hands over whole runs of tokens (`0F0 0F1 0B0 ...`). `TokenReader` turns a run (or a CSV
-row's cells) into actions without a regex or a Python frame per token: the run is split by
+A run of canonical tokens and idle ones, `0F0 _ 0B0` (or a CSV row's cells), is read whole by
+`PlainRuns`, before Lark sees the row (see `parser._Builder.set_aside_runs`): a few C-level
+string passes over the run and two dictionary lookups a word, into the integers `ir.RowCodes`.
+Lark hands over the other runs of tokens (`0F0 0F1 0B0 ...`). `TokenReader` turns a run (or a
+CSV row's cells) into actions without a regex or a Python frame per token: the run is split by
 `str.split`, each word cut at its trailing digits by `str.rstrip` mapped over the run, and the
 `[stage][kind]` prefix and the microbatch digits looked up in dictionaries that learn (parse
 and bound) each distinct string once; `ir.make_actions` then makes the row's actions in one go,
@@ -16,12 +19,13 @@ was given, so the caller can turn it into a file:line:col diagnostic.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from operator import is_
-from typing import cast
+from typing import TypeVar, cast
 
 from ..ir import KIND_BITS, KIND_BY_NAME, Action, Kind, RowCodes, ir_setters, make_action, steps_from_codes
+from ..limits import MAX_MICROBATCHES, MAX_STAGES
 
 TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)(?=\s|\Z)|(_)(?=\s|\Z)|(\S+)")
 _ONE_TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
@@ -105,6 +109,20 @@ _PREFIX_RE = re.compile(r"(\d+)([A-Z_]+)\Z")
 _DIGITS = "0123456789"
 
 
+Value = TypeVar("Value")
+
+
+def looked_up(table: dict[str, Value], keys: list[str], learn: Callable[[set[str]], bool]) -> list[Value] | None:
+    """Each key's value in `table`, in one C-level pass; the keys not seen before are learned
+    (parsed and bounded into `table` by `learn`) once; None when they cannot be."""
+    try:
+        return list(map(table.__getitem__, keys))
+    except KeyError:
+        if not learn(set(keys).difference(table)):
+            return None
+        return list(map(table.__getitem__, keys))
+
+
 class TokenReader:
     """Plain tokens -> steps, for one file: what each distinct prefix and number string means
     is learned once, bounded by `stages` and `microbatches`, and then only looked up.
@@ -153,6 +171,28 @@ class TokenReader:
             self.max_micro = value
         return True
 
+    def within(self, codes: RowCodes, runs: PlainRuns, rank: int = 0) -> RowCodes | None:
+        """A run `runs` read, if it is inside this reader's bounds (else None: the careful way
+        says which token is not), noted as `codes` notes it. Every number `runs` learned was
+        in a run it read (`PlainRuns.read`): when the largest are in bounds, so is this run."""
+        if runs.top_stage < self.stages and runs.top_micro < self.microbatches:
+            self.max_micro = max(self.max_micro, runs.top_micro)
+        else:  # some run of the file is out of bounds (an error): is it this one?
+            sks = [sk for sk in codes[0] if sk is not None]
+            mbs = [mb for mb in codes[1] if mb is not None]
+            # A code's stage is its high bits: the largest code holds the largest stage.
+            if (sks and max(sks) >> KIND_BITS >= self.stages) or (mbs and max(mbs) >= self.microbatches):
+                return None
+            self.max_micro = max([self.max_micro, *mbs])
+        if self.track_ranks:
+            stage_ranks = self.stage_ranks
+            distinct = set(codes[0])
+            distinct.discard(None)
+            for sk in cast("set[int]", distinct):
+                if sk >> KIND_BITS not in stage_ranks:
+                    stage_ranks[sk >> KIND_BITS] = rank
+        return codes
+
     def steps(self, words: list[str], rank: int = 0) -> list[object] | None:
         """The steps the words spell, or None when some word is not a plain in-bounds token
         (the caller then takes the careful path, which says which and where)."""
@@ -165,19 +205,10 @@ class TokenReader:
         are made only when a word is new."""
         prefixes = list(map(str.rstrip, words, repeat(_DIGITS)))
         micros = list(map(str.removeprefix, words, prefixes))
-        sk_of, micro_of = self.sk_of, self.micro_of
-        try:
-            sks = list(map(sk_of.__getitem__, prefixes))
-        except KeyError:  # a prefix not seen before: learn (parse and bound) each new one once
-            if not all(map(self._learn_prefix, set(prefixes).difference(sk_of))):
-                return None
-            sks = list(map(sk_of.__getitem__, prefixes))
-        try:
-            mbs = list(map(micro_of.__getitem__, micros))
-        except KeyError:
-            if not all(map(self._learn_micro, set(micros).difference(micro_of))):
-                return None
-            mbs = list(map(micro_of.__getitem__, micros))
+        sks = looked_up(self.sk_of, prefixes, lambda new: all(map(self._learn_prefix, new)))
+        mbs = looked_up(self.micro_of, micros, lambda new: all(map(self._learn_micro, new))) if sks is not None else None
+        if sks is None or mbs is None:
+            return None
         # A word has a microbatch exactly when its kind takes one: a stage-only kind and the
         # idle word have none. Checked whole-row only when the row has such a word.
         if None in mbs or None in sks or (self.stage_only_sks and not self.stage_only_sks.isdisjoint(sks)):
@@ -189,6 +220,103 @@ class TokenReader:
                 if sk is not None and sk >> KIND_BITS not in stage_ranks:
                     stage_ranks[sk >> KIND_BITS] = rank
         return sks, mbs
+
+
+class PlainRuns:
+    """A whole run of canonical `[stage][kind][microbatch]` words and idle ones, joined by one
+    separator (`0F0 _ 0B0`, or a CSV row's cells, `0F0,,0B0`) -> the reader's integers
+    (`ir.RowCodes`), with no Python step per word, and no bounds but the limits' (the caller
+    checks its own, `TokenReader.within`).
+
+    A separator is put after every letter that ends a kind taking a microbatch (one
+    `str.replace` a letter) and the run split there: each word falls apart into its prefix and
+    its microbatch, and the pieces alternate. An idle word is first replaced by IDLE_MARK, a
+    prefix whose microbatch piece is empty. Only canonical pieces are known (`12F`, not `012F`;
+    `3`, not `03`), each learned (parsed, bounded) once. The run is accepted when every even
+    piece is a known prefix, every odd one a known microbatch, there are two pieces a word, and
+    as many empty microbatches as idle words. Then each word is exactly one prefix and one
+    microbatch (a piece that is not a word's last ends in a letter, so no odd piece is such; so
+    every even piece starts a word, no word has three pieces, and with two a word on average
+    each has two), the codes are what `TokenReader.codes` makes of the same words, and the
+    text is what the printer writes for them. Anything else (a stage-only word, a range, two
+    blanks, a leading zero, a `~`) returns None and goes the word-by-word way.
+    """
+
+    def __init__(self, names: Mapping[str, Kind], separator: str, idle: str):
+        self.names = names
+        self.separator = separator
+        self.ends = sorted({name[-1] for name, kind in names.items() if not kind.stage_only})
+        # An idle word between separators, and what it is replaced with: the mark and an
+        # empty microbatch once cut (`~F` + separator), read as the idle step's (None, None).
+        self.idle_word, self.marked = separator + idle + separator, separator + IDLE_MARK + self.ends[0] + separator
+        self.grows = len(self.marked) - len(self.idle_word)  # (each replacement lengthens the text by this)
+        self.sk_of: dict[str, int | None] = {IDLE_MARK + self.ends[0]: None}  # "12F" -> 12 << KIND_BITS | Kind.F
+        self.micro_of: dict[str, int | None] = {}  # "3" -> 3
+        self.micro_or_idle: dict[str, int | None] = {"": None}  # the same and the idle word's empty one
+        self.top_stage = self.top_micro = -1  # the largest of each learned
+
+    def _learn_prefixes(self, new: set[str]) -> bool:
+        """Learn every new prefix of a run, or none: what is learned was in a run of words
+        that each fell apart into a prefix and a microbatch (see `_learn_micros`)."""
+        learned: dict[str, int | None] = {}
+        for prefix in new:
+            m = _CANONICAL_PREFIX_RE.match(prefix)
+            kind = self.names.get(m.group(2)) if m else None
+            if m is None or kind is None or kind.stage_only or int(m.group(1)) >= MAX_STAGES:
+                return False
+            learned[prefix] = int(m.group(1)) << KIND_BITS | kind
+        self.sk_of.update(learned)
+        # (the largest code holds the largest stage: a code's stage is its high bits)
+        self.top_stage = max([self.top_stage, *(sk >> KIND_BITS for sk in cast("dict[str, int]", learned).values())])
+        return True
+
+    def _learn_micros(self, new: set[str]) -> bool:
+        """Learn every new microbatch of a run, or none. All or none, because `top_micro` must
+        be a microbatch some accepted run has: the runs learned from have every even piece a
+        prefix (which ends in a letter that is cut after, so no word ends there) and every odd
+        one digits or nothing (so each is a word's end): each word is then one of each."""
+        learned: dict[str, int | None] = {}
+        for digits in new:
+            if _CANONICAL_NUMBER_RE.match(digits) is None or int(digits) >= MAX_MICROBATCHES:
+                return False
+            learned[digits] = int(digits)
+        self.micro_of.update(learned)
+        self.micro_or_idle.update(learned)
+        self.top_micro = max([self.top_micro, *cast("dict[str, int]", learned).values()])
+        return True
+
+    def read(self, text: str) -> RowCodes | None:
+        if IDLE_MARK in text:
+            return None
+        separator = self.separator
+        padded = separator + text + separator
+        idle = 0
+        if self.idle_word in padded:
+            # Twice: the first pass leaves every other of adjacent idle words (their
+            # separators overlap).
+            padded = padded.replace(self.idle_word, self.marked).replace(self.idle_word, self.marked)
+            idle = (len(padded) - len(text) - 2 * len(separator)) // self.grows
+        cut = padded[len(separator):len(padded) - len(separator)]
+        for letter in self.ends:  # (str.translate to two characters is ten times slower)
+            cut = cut.replace(letter, letter + separator)
+        pieces = cut.split(separator)
+        if len(pieces) != 2 * (text.count(separator) + 1):
+            return None
+        prefixes, micros = pieces[0::2], pieces[1::2]
+        sks = looked_up(self.sk_of, prefixes, self._learn_prefixes)
+        table = self.micro_or_idle if idle else self.micro_of
+        mbs = looked_up(table, micros, self._learn_micros) if sks is not None else None
+        if sks is None or mbs is None or (idle and mbs.count(None) != idle):
+            return None
+        return sks, mbs
+
+
+# Stands for an idle word in `PlainRuns.read`: a character no token has (a run holding one is
+# not read whole).
+IDLE_MARK = "~"
+
+_CANONICAL_PREFIX_RE = re.compile(r"(0|[1-9][0-9]{0,17})([A-Z_]+)\Z")
+_CANONICAL_NUMBER_RE = re.compile(r"(?:0|[1-9][0-9]{0,17})\Z")
 
 
 def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:

@@ -1,0 +1,182 @@
+"""Runs read whole (`scan.PlainRuns`, and the parser's set-aside rows) against the careful way
+of reading the same text: the same integers, the same program, the same positions, the same
+diagnostics; and the text kept for a row is exactly what the printer writes for it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppdsl.diagnostics import PpsError
+from ppdsl.formats.torch_csv import CurrentDialect, LegacyDialect, _Reader, read_csv
+from ppdsl.ir import IDLE, KIND_BY_NAME, Kind, LazyRows, Program
+from ppdsl.limits import MAX_MICROBATCHES, MAX_STAGES
+from ppdsl.syntax import scan
+from ppdsl.syntax.parser import parse
+from ppdsl.syntax.printer import ActionText, print_program
+
+STAGES, MICROBATCHES = 4, 5
+canonical = st.builds(lambda s, k, m: f"{s}{k.name}{'' if k.stage_only else m}",
+                      st.integers(0, STAGES + 1), st.sampled_from(list(Kind)), st.integers(0, MICROBATCHES + 1))
+# Mostly canonical tokens, some out of the header's bounds; and everything a run read whole
+# must not take for one: idle and stage-only words, leading zeros, ranges, groups, unknown
+# kinds, a kind's letter inside a word, comments, stray punctuation and other blanks.
+odd = st.sampled_from(["_", "0UNSHARD", "01F2", "0F02", "0F{0..2}", "[0F1 0B0]", "(0F1;1B0)",
+                       "<0SEND_F1 1RECV_F1>", "0X1", "0FB1", "F1", "0F", "1", "0F1#c", "0F1,", "0BW1",
+                       "٣F1", "0F1\u00a0", "0\tF1", "0F1\r0F2", ";", "-1F0", "0F99999999999999999999"])
+word = st.one_of(canonical, canonical, canonical, canonical, odd)
+blank = st.sampled_from([" ", " ", " ", " ", "  ", "\t", " \t"])
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> str:
+    words = draw(st.lists(word, min_size=1, max_size=10))
+    text = words[0]
+    for w in words[1:]:
+        text += draw(blank) + w
+    return text
+
+
+def careful_codes(text: str, separator: str, names: dict[str, Kind]) -> object:
+    reader = scan.TokenReader(names, MAX_STAGES, MAX_MICROBATCHES, "_" if separator == " " else "", IDLE)
+    return reader.codes(text.split(separator))
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs(), st.sampled_from([" ", ","]), st.sampled_from([CurrentDialect, LegacyDialect]))
+def test_a_run_read_whole_is_what_the_word_by_word_reader_makes(text: str, separator: str,
+                                                                  dialect: type[CurrentDialect]) -> None:
+    if separator == ",":
+        text = text.replace(" ", ",")
+    names = _Reader(dialect).names  # (a legacy reader reads `B` as I until it has seen the file)
+    codes = scan.PlainRuns(names, separator, "_" if separator == " " else "").read(text)
+    if codes is None:
+        return
+    assert codes == careful_codes(text, separator, names)
+    # ... and the text is what the printer writes for those integers, with that separator.
+    written = {v: k for k, v in names.items()}
+    idle = "_" if separator == " " else ""
+    assert separator.join(ActionText(written).read_row(codes, idle)) == text  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs(), st.sampled_from([" ", ","]))
+def test_what_a_run_learns_is_in_its_words(text: str, separator: str) -> None:
+    """The largest numbers learned bound every run read whole (`TokenReader.within`) and give a
+    CSV its microbatch count: each must be a word's own, even when the run is refused."""
+    if separator == ",":
+        text = text.replace(" ", ",")
+    runs_ = scan.PlainRuns(KIND_BY_NAME, separator, "_" if separator == " " else "")
+    runs_.read(text)
+    words = text.split(separator)
+    if runs_.top_micro >= 0:
+        assert any(w.endswith(str(runs_.top_micro)) and w[: -len(str(runs_.top_micro))] in runs_.sk_of for w in words)
+    if runs_.top_stage >= 0:
+        assert any(w.startswith(str(runs_.top_stage)) for w in words)
+
+
+def test_plain_runs_read_the_usual_rows_and_refuse_the_rest() -> None:
+    runs_ = scan.PlainRuns(KIND_BY_NAME, " ", "_")
+    assert runs_.read("0F0 0F1 1B0 12SEND_F3 2RECV_B10") == (
+        [0 << 4 | Kind.F, 0 << 4 | Kind.F, 1 << 4 | Kind.B, 12 << 4 | Kind.SEND_F, 2 << 4 | Kind.RECV_B], [0, 1, 0, 3, 10])
+    assert runs_.read("_ 0F0 _ _ 1B0 _") == ([None, 0 << 4 | Kind.F, None, None, 1 << 4 | Kind.B, None],
+                                              [None, 0, None, None, 0, None])
+    for refused in ("0F0  0F1", "0F0 0UNSHARD", "00F1", "0F01", "0F0 0FB1", "0F0\t0F1", "", "0F0 ", "_ 0F",
+                    "0F _", "~F1", "0F0 ~F1", "_ ~F1", "__", "0F0 _0"):
+        assert runs_.read(refused) is None, refused
+    cells = scan.PlainRuns(KIND_BY_NAME, ",", "")
+    assert cells.read(",0F0,,,1B0,") == ([None, 0 << 4 | Kind.F, None, None, 1 << 4 | Kind.B, None],
+                                         [None, 0, None, None, 0, None])
+    assert cells.read(",") == ([None, None], [None, None])
+    for refused in ("0F0,0F", "0F,", ",~F1", "0F0, 0F1"):
+        assert cells.read(refused) is None, refused
+
+
+def careful_and_whole(text: str, steps_limit: int | None = None) -> tuple[Program | list[object], Program | list[object]]:
+    def read(whole_runs: bool) -> Program | list[object]:
+        try:
+            return parse(text, "p.pps", steps_limit, whole_runs=whole_runs)
+        except PpsError as err:
+            return [d.as_json() for d in err.diagnostics]
+    return read(False), read(True)
+
+
+def source_of(program: Program) -> tuple[object, ...]:
+    s = program.source
+    assert s is not None
+    return (s.path, s.text, s.header, s.rows, s.steps, s.options, s.format)
+
+
+def same_program(careful: Program | list[object], whole: Program | list[object]) -> None:
+    assert type(careful) is type(whole)
+    if isinstance(careful, list):
+        assert careful == whole  # the same diagnostics: codes, messages, lines, columns, widths
+        return
+    assert isinstance(whole, Program)
+    assert whole == careful
+    assert source_of(whole) == source_of(careful)  # every row's and run's position
+    assert print_program(whole) == print_program(careful)
+    assert print_program(whole, compact=True) == print_program(careful, compact=True)
+
+
+lines = st.one_of(
+    st.builds(lambda r, run, tail: f"rank {r}:{' ' if run else ''}{run}{tail}",
+              st.integers(0, 3), runs(), st.sampled_from(["", " ", "\t", " # note", "\r", " \r", "\r\r"])),
+    st.builds(lambda run: f"  {run}", runs()),  # a row's next line
+    st.sampled_from(["rank 1:", "rank 9: 0F0", "rank  2 :0F1 0F2", "rank 0: 0F0 [0F1 0B0] 0B1", "# a comment", "",
+                     "pipeline ranks=4 microbatches=5", "use 1f1b()", "costs F=1", "rank0: 0F0", " rank 1: 0F0"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(lines, max_size=8), st.booleans(), st.booleans())
+def test_a_file_read_with_runs_set_aside_is_the_file_read_carefully(body: list[str], header_first: bool,
+                                                                      stages: bool) -> None:
+    header = f"pipeline ranks=4 microbatches={MICROBATCHES}{f' stages={STAGES}' if stages else ''}"
+    text = "\n".join([header, *body] if header_first else [*body, header]) + "\n"
+    same_program(*careful_and_whole(text))
+
+
+@pytest.mark.parametrize("text", [
+    "pipeline ranks=2 microbatches=2\nrank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1\n",
+    "rank 0: 0F0 0F1\npipeline ranks=1 microbatches=2\n",  # a row before the header: PPS010
+    "pipeline ranks=1 microbatches=2\nuse 1f1b()\nrank 0: 0F0 0F1\n",  # PPS017 on the row
+    "pipeline ranks=1 microbatches=2\nrank 0: 0F0 0F1\nrank 0: 0F0\n",  # a second row
+    "pipeline ranks=1 microbatches=2\nrank 0: 0F0 0F7\n",  # out of bounds: PPS014 at its token
+    "pipeline ranks=1 microbatches=2\nrank 0: 0F0 0F1\nrank 1 0F0\n",  # Lark's error on another line
+    "pipeline ranks=1 microbatches=\nrank 0: 0F0 0F1\n",  # Lark's error before a set-aside row
+    "pipeline ranks=2 microbatches=2\nrank 0: 0F0 0F1\n  0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1 # c\n",
+])
+def test_set_aside_rows_give_the_careful_program_and_diagnostics(text: str) -> None:
+    same_program(*careful_and_whole(text))
+
+
+def test_a_written_out_row_is_read_whole_and_printed_from_its_own_text() -> None:
+    text = "pipeline ranks=2 microbatches=2 stages=2 placement=loop\n\nrank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1\n"
+    program = parse(text)
+    rows = program.rows
+    assert isinstance(rows, LazyRows)
+    assert rows.texts == ["0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"]
+    assert print_program(program) == text
+    # A row that is not one canonical run keeps no text: it is printed from its integers.
+    other = parse("pipeline ranks=1 microbatches=2\nrank 0: 0F0 _ 0F01\n")
+    assert isinstance(other.rows, LazyRows) and other.rows.texts == [None]
+    assert print_program(other).endswith("rank 0: 0F0 _ 0F1\n")
+    idle = parse("pipeline ranks=1 microbatches=2\nrank 0: _ 0F0 _ 0F1 _\n")
+    assert isinstance(idle.rows, LazyRows) and idle.rows.texts == ["_ 0F0 _ 0F1 _"]
+
+
+def test_a_csv_row_of_canonical_cells_is_read_whole_and_the_same() -> None:
+    text = "0F0,0F1,0B0,0B1\n1F0,,1B0\n"
+    program = read_csv(text, "s.csv")
+    rows = program.rows
+    assert isinstance(rows, LazyRows) and rows.codes[0] is not None and rows.codes[1] is not None
+    assert [list(map(str, r)) for r in rows] == [["0F0", "0F1", "0B0", "0B1"], ["1F0", "_", "1B0"]]
+
+
+def test_a_set_aside_run_past_the_step_limit_is_underlined_whole() -> None:
+    careful, whole = careful_and_whole("pipeline ranks=1 microbatches=4\nrank 0: 0F0 0F1 0F2 0F3\n", steps_limit=3)
+    assert careful == whole
+    assert isinstance(whole, list) and whole[0]["code"] == "PPS015"
+    assert (whole[0]["line"], whole[0]["column"], whole[0]["end_column"]) == (2, 9, 9 + len("0F0 0F1 0F2 0F3"))
