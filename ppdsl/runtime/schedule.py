@@ -34,9 +34,11 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from contextlib import nullcontext
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..gcpause import no_gc
 from ..ir import Kind, Program
 from . import plan as P
 from . import values as V
@@ -96,7 +98,8 @@ class PipelineSchedule:
                  loss_fn: Callable[[Any, Any], Any] | None, *, rank: int | None = None,
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
                  backend: str | None = None, profile: bool = False, split_backward: bool = True,
-                 check: bool = True, _guard: bool = True, _transport: Transport | None = None):
+                 check: bool = True, pause_gc: bool = True, _guard: bool = True,
+                 _transport: Transport | None = None):
         import paddle
         import paddle.distributed as dist
 
@@ -116,6 +119,7 @@ class PipelineSchedule:
         self.watchdog = watchdog or Watchdog(timeout, Reporter(self.rank))
         self.step_index = 0
         self.profile = profile
+        self.pause_gc = pause_gc
         # Called with (step, op index) before each op: the launcher's crash report reads it.
         self.mark: Callable[[int, int], None] | None = None
         self.timings: dict[str, list[float]] = {}
@@ -228,31 +232,36 @@ class PipelineSchedule:
         wd = self.watchdog
         wd.step = self.step_index
         op: P.Op | None = None
+        # Python's cyclic collector would otherwise run inside the step, on whichever rank's
+        # allocations cross its threshold: measured in one process, about 2% of a step, in
+        # pauses of up to tens of ms (a full pass over Paddle's ~130k objects), which delay
+        # every rank waiting on that one. Paused, its work moves to the end of the step.
         try:
-            if self.profile or self.mark is not None:
-                timings = self.timings if self.profile else None
-                started = self.started
-                mark = self.mark
-                clock = time.perf_counter
-                step = self.step_index
-                memory = self.memory if self.profile else None
-                # An action's time runs from the end of the one before: the interpreter's own
-                # work between two actions belongs to the rank's timeline too.
-                t0 = clock()
-                for i, (handler, op) in enumerate(self._compiled):
-                    if mark is not None:
-                        mark(step, i)
-                    handler(op)
-                    if timings is not None:
-                        t1 = clock()
-                        timings.setdefault(op.label, []).append(t1 - t0)
-                        started.setdefault(op.label, []).append(t0)
-                        t0 = t1
-                    if memory is not None:
-                        memory.observe(self)
-            else:
-                for handler, op in self._compiled:
-                    handler(op)
+            with no_gc(promote=False) if self.pause_gc else nullcontext():
+                if self.profile or self.mark is not None:
+                    timings = self.timings if self.profile else None
+                    started = self.started
+                    mark = self.mark
+                    clock = time.perf_counter
+                    step = self.step_index
+                    memory = self.memory if self.profile else None
+                    # An action's time runs from the end of the one before: the interpreter's own
+                    # work between two actions belongs to the rank's timeline too.
+                    t0 = clock()
+                    for i, (handler, op) in enumerate(self._compiled):
+                        if mark is not None:
+                            mark(step, i)
+                        handler(op)
+                        if timings is not None:
+                            t1 = clock()
+                            timings.setdefault(op.label, []).append(t1 - t0)
+                            started.setdefault(op.label, []).append(t0)
+                            t0 = t1
+                        if memory is not None:
+                            memory.observe(self)
+                else:
+                    for handler, op in self._compiled:
+                        handler(op)
         except StepError:
             raise
         except (SetupError, V.StageValueError) as exc:
