@@ -113,3 +113,40 @@ def test_threads_per_rank_fits_the_cores(monkeypatch: pytest.MonkeyPatch) -> Non
     assert threads_per_rank(2, 3) == (3, "--threads")
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
     assert threads_per_rank(2) == (5, "OMP_NUM_THREADS")
+
+
+class _SeesTheCollector(paddle.nn.Layer):  # type: ignore[misc]  # paddle is untyped
+    """A stage that records, at each forward, whether Python's cyclic collector may run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _stage(0)
+        self.seen: list[bool] = []
+
+    def forward(self, x: Any) -> Any:
+        import gc
+
+        self.seen.append(gc.isenabled())
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("pause", [True, False])
+def test_a_step_runs_with_the_cyclic_collector_paused_unless_asked_not_to(pause: bool) -> None:
+    import gc
+
+    from ppdsl.runtime.schedule import PipelineSchedule
+    from ppdsl.syntax.parser import parse
+
+    program = parse("pipeline ranks=1 microbatches=2\nrank 0: 0F0 0I0 0F1 0I1 0W1 0W0\n")
+    stage = _SeesTheCollector()
+    sched = PipelineSchedule(program, [stage], lambda y, t: ((y - t) ** 2).mean(), rank=0, pause_gc=pause)
+    assert gc.isenabled()
+    x, t = (paddle.concat(pair) for pair in zip(_data(0), _data(1)))  # a batch of 6 rows: 2 microbatches
+    sched.step(x, target=t)
+    assert stage.seen == [not pause, not pause] and gc.isenabled()
+    gc.disable()  # a user who runs without the collector keeps it off after a step
+    try:
+        sched.step(x, target=t)
+        assert stage.seen[-2:] == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
