@@ -61,7 +61,9 @@ def test_checker_verdicts_match_real_gloo() -> None:
     # The runtime's NCCL batch path (gloo runs it member by member) is checked for the guard
     # only: its first-step header batch can wait forever on a clean program (see the table).
     assert not [r for r in S.disagreements(results, verdicts) if r.mode != S.BATCH_PATH], S.table(results, verdicts)
-    assert all(r.outcome == "stopped" for r in results if r.mode == S.BATCH_PATH and verdicts[r.case.name] == "PPS212")
+    assert all(r.outcome == "stopped" for r in results if r.mode == S.BATCH_PATH and verdicts[r.case.name] == "PPS212"), \
+        S.table(results, verdicts) + "\n" + "\n".join(f"{r.case.name}: {r.outcome}: {r.detail} {r.ranks}" for r in results
+                                                   if r.mode == S.BATCH_PATH and r.outcome != "stopped")
     limit = {(r.case.name, r.outcome) for r in S.disagreements(results, verdicts) if r.mode == S.BATCH_PATH}
     # At most the limit docs/runtime.md describes (whether a case meets it depends on how
     # lowering fuses v_half today).
