@@ -46,10 +46,9 @@ cycle is split back (never reached with lowered programs; kept as a guarantee).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
 from operator import add, and_, ge, mod, mul
-
 from typing import cast
 
 from .diagnostics import Diagnostic, PpsError
@@ -258,17 +257,15 @@ def _exchange_times(enc: Encoded, column: Callable[[int], list[int]], starts: tu
     if len(mbs) != M:
         users = list(map(users.__getitem__, mbs))
     if -1 in users:
-        made = [_time_of(enc, starts, rank, u & LOW) if u >= 0 else _time_of(enc, ends, producer_rank, i)
+        return [(_times_at(enc, starts, rank, [u & LOW]) if u >= 0 else _times_at(enc, ends, producer_rank, [i]))[0]
                 for u, i in zip(users, produced)]
-        return made
-    steps = enc.steps[rank]
-    local = map(and_, users, repeat(LOW))
-    return list(map(int, map(starts[rank].__getitem__, local if steps is None else map(steps.__getitem__, local))))  # type: ignore[arg-type]
+    return _times_at(enc, starts, rank, map(and_, users, repeat(LOW)))
 
 
-def _time_of(enc: Encoded, times: tuple[tuple[float | None, ...], ...], rank: int, i: int) -> int:
+def _times_at(enc: Encoded, times: tuple[tuple[float | None, ...], ...], rank: int, local: Iterable[int]) -> list[int]:
+    """The times (starts or ends) of `rank`'s codes at the local indices `local`, as ints."""
     steps = enc.steps[rank]
-    return int(times[rank][i if steps is None else steps[i]])  # type: ignore[arg-type]
+    return list(map(int, map(times[rank].__getitem__, local if steps is None else map(steps.__getitem__, local))))  # type: ignore[arg-type]
 
 
 def _fuse(program: Program, rows: tuple[tuple[Step, ...], ...], model: CommModel) -> tuple[tuple[Step, ...], ...]:

@@ -34,8 +34,8 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from contextlib import nullcontext
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ..gcpause import no_gc
