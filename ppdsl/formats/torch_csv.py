@@ -293,7 +293,7 @@ def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Dia
     for rank in range(len(program.rows)):
         as_read = known[rank]
         if as_read is not None and not lone_inputs:  # as its reader kept it: no Action object is made
-            lines.append(",".join(text_of.read_row(as_read, "")))
+            lines.append(text_of.read_row(as_read, "", ","))
             continue
         row = program.rows[rank]
 
