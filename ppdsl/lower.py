@@ -253,9 +253,10 @@ def _exchange_times(enc: Encoded, column: Callable[[int], list[int]], starts: tu
     it (a program the checker would call incomplete), when its producer (`produced`, local
     indices on `producer_rank`) ends."""
     slot = COMPLETES[recv_kind]
-    cols = [column(k)[stage * M:stage * M + M] for k, s in INPUT_FROM_RECEIVE.items() if s == slot]
+    # (A kind the program has no action of has a column of -1 only: not read.)
+    cols = [column(k)[stage * M:stage * M + M] for k, s in INPUT_FROM_RECEIVE.items() if s == slot and k in enc.kinds]
     # One action of (stage, mb) makes its backward's gradient, B or I: the other column is -1.
-    users = cols[0] if len(cols) == 1 else list(map(max, *cols))
+    users = [-1] * M if not cols else cols[0] if len(cols) == 1 else list(map(max, *cols))
     if len(mbs) != M:
         users = list(map(users.__getitem__, mbs))
     if -1 in users:
