@@ -140,14 +140,16 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     from one rank to one other rank, with codes and Action fields that are ranges and
     constants, so only their times differ.
 
-    Each rank's events are placed by one stable sort of their positions by a small int key
-    (`sorted(range(W), key=keys.__getitem__)`, W events; once one sort of `key * W +
-    position`, whose larger ints and final `% W` made lowering 1.1-1.3x slower, medians of
-    CPU time alternating the two on the 262,144-action Interleaved1F1B of `bench_cli.py`): an exchange made at time
-    T has key 2T, a compute starting at T key 2T + 1, so exchanges come before every compute
-    starting at or after their time; exchanges of one time keep their position order, which
-    is producer rank, then the producer's step order (each rank's exchanges are laid out
-    producer by producer). Only an overlapped pair makes two
+    Each rank's events are placed by one stable sort of their positions by a key
+    (`sorted(range(W), key=keys.__getitem__)`, W events): an exchange made at time T has key
+    T, a compute starting at T key T + 1/2, so exchanges come before every compute starting
+    at or after their time; exchanges of one time keep their position order, which is
+    producer rank, then the producer's step order (each rank's exchanges are laid out
+    producer by producer). The times of the unit-time run are whole numbers kept as the
+    floats the engine gives (exact far beyond any key here, and a list of floats sorts as
+    fast as one of ints): once one sort of ints `key * W + position` with `int()` of every
+    time and a final `% W`, lowering took 1.5x the CPU time (medians, alternating, on the
+    262,144-action Interleaved1F1B of `bench_cli.py`). Only an overlapped pair makes two
     exchanges of one producer at one time, possibly out of stage order; with pairs present,
     keys also carry the producer and its action index (`T * R * L + p * L + i`)."""
     S, M = program.stages, program.microbatches
@@ -160,11 +162,11 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
 
     # Per rank, per producer rank: exchange keys, and the columns of the rows being made:
     # codes, stage-kinds and microbatches (rows made as integers), or Actions.
-    x_keys: list[dict[int, list[int]]] = [{} for _ in range(R)]
+    x_keys: list[dict[int, list[float]]] = [{} for _ in range(R)]
     x_cols: list[dict[int, tuple[list[object], ...]]] = [{} for _ in range(R)]
     emitted: set[int] = set()
 
-    def put(rank: int, producer: int, keys: list[int], *columns: Sequence[object]) -> None:
+    def put(rank: int, producer: int, keys: list[float], *columns: Sequence[object]) -> None:
         if producer not in x_keys[rank]:
             x_keys[rank][producer], x_cols[rank][producer] = [], tuple([] for _ in columns)
         x_keys[rank][producer] += keys
@@ -188,10 +190,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
             n = len(where)
             local = list(map(and_, where, repeat(LOW)))
             made_at = _exchange_times(enc, column, starts, ends, p, local, placement[peer], recv_kind, peer, M, mbs)
-            if wide:
-                keys = list(map(add, map(mul, made_at, repeat(C)), map(add, local, repeat(p * L))))
-            else:
-                keys = list(made_at)
+            keys = list(map(add, map(mul, made_at, repeat(C)), map(add, local, repeat(p * L)))) if wide else made_at
             emitted.update((send_kind, recv_kind))
             if as_codes:
                 put(p, p, keys, codes_of_kind(s, send_kind, M, mbs), [stage_kind(s, send_kind)] * n, mbs)
@@ -222,16 +221,16 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
             columns = ([row[j] for j in keep],)
             c_starts = [row_starts[j] for j in keep]
         producers = sorted(x_keys[r])
-        ex_keys: list[int] = []
+        ex_keys: list[float] = []
         for p in producers:
             ex_keys += x_keys[r][p]
             for into, more in zip(columns, x_cols[r][p]):
                 into += more
-        # A compute's key (2T+1)C - 1, in units of exchange keys: after every exchange of
+        # A compute's key (T + 1)C - 1/2, in units of exchange keys: after every exchange of
         # time T, before those of T + 1. The sort is stable: equal keys keep their position
         # (computes in row order, then exchanges producer by producer).
-        keys = [*map(add, map(mul, map(int, c_starts), repeat(2 * C)), repeat(2 * C - 1)),  # type: ignore[arg-type]
-                *map(mul, ex_keys, repeat(2))]
+        keys = [*(map(add, c_starts, repeat(0.5)) if C == 1 else map(add, map(mul, c_starts, repeat(C)), repeat(C - 0.5))),
+                *ex_keys]
         perm = sorted(range(len(keys)), key=keys.__getitem__)
         placed = [list(itemgetter(*perm)(col)) if len(perm) > 1 else [col[i] for i in perm] for col in columns]
         if as_codes:
@@ -246,7 +245,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
 
 def _exchange_times(enc: Encoded, column: Callable[[int], list[int]], starts: tuple[tuple[float | None, ...], ...],
                     ends: tuple[tuple[float | None, ...], ...], producer_rank: int, produced: list[int],
-                    rank: int, recv_kind: int, stage: int, M: int, mbs: Sequence[int]) -> list[int]:
+                    rank: int, recv_kind: int, stage: int, M: int, mbs: Sequence[int]) -> list[float]:
     """When each exchange is made: when the action of `stage` (on `rank`) that uses what the
     receive brings starts (its `INPUT_FROM_RECEIVE` slot: F for RECV_F, B or I for RECV_B),
     the latest time the proof allows (see the module docstring for why). Where no action uses
@@ -265,10 +264,12 @@ def _exchange_times(enc: Encoded, column: Callable[[int], list[int]], starts: tu
     return _times_at(enc, starts, rank, map(and_, users, repeat(LOW)))
 
 
-def _times_at(enc: Encoded, times: tuple[tuple[float | None, ...], ...], rank: int, local: Iterable[int]) -> list[int]:
-    """The times (starts or ends) of `rank`'s codes at the local indices `local`, as ints."""
+def _times_at(enc: Encoded, times: tuple[tuple[float | None, ...], ...], rank: int, local: Iterable[int]) -> list[float]:
+    """The times (starts or ends) of `rank`'s codes at the local indices `local` (whole
+    numbers, as floats: unit-time computes; as keys, floats sort as fast as ints, and with no
+    `int()` a time)."""
     steps = enc.steps[rank]
-    return list(map(int, map(times[rank].__getitem__, local if steps is None else map(steps.__getitem__, local))))  # type: ignore[arg-type]
+    return list(map(times[rank].__getitem__, local if steps is None else map(steps.__getitem__, local)))  # type: ignore[arg-type]
 
 
 def _fuse(program: Program, rows: tuple[tuple[Step, ...], ...], model: CommModel) -> tuple[tuple[Step, ...], ...]:
