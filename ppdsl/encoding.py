@@ -44,7 +44,6 @@ send/receive and stage-only actions apart.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import add, and_, attrgetter, eq, is_, is_not, lt, mul, or_, rshift
@@ -236,7 +235,7 @@ class Encoded:
     """
 
     __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
-                 "_kinds", "_links", "_needs", "_pos", "_columns")
+                 "_kinds", "_links", "_needs", "_pos", "_columns", "_read_kinds", "_distinct")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
                  links: Links | None = None, read: list[RowCodes | None] | None = None):
@@ -256,6 +255,11 @@ class Encoded:
         self.invalid: list[tuple[int, int, Action]] = []
         self._actions: list[list[Action]] | None = None
         self._kinds: frozenset[int] | None = None
+        # The stage-kinds the reader saw in the rows encoded from its integers, and the ranks
+        # encoded otherwise: `kinds` reads the first (a few distinct values) and scans only
+        # the codes of the second.
+        self._read_kinds: tuple[set[int | None], list[int]] | None = None
+        self._distinct: int | None = None
         if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
             self._kinds = kinds
             self._links = links
@@ -265,9 +269,12 @@ class Encoded:
             return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
         from_reader = codes_from_reader(read, S, M) if read is not None and len(read) == len(program.rows) else None
+        seen: set[int | None] = set()
+        others: list[int] = []
         for rank in range(len(program.rows)):
             known = from_reader[rank] if from_reader is not None else None
             if known is not None:  # from the reader's integers: the row's actions are not made
+                seen.update(cast("list[RowCodes]", read)[rank][0])
                 self.codes.append(known[0])
                 self.steps.append(known[1])
                 self.groups.append({})
@@ -288,8 +295,12 @@ class Encoded:
                     self.codes.append([((a.stage * M + a.microbatch) << shift) | a.kind for a in plain])  # type: ignore[operator]
                     self.steps.append(steps)
                     self.groups.append({})
+                    others.append(rank)
                     continue
             self._careful(rank, row, S, M)
+            others.append(rank)
+        if seen:
+            self._read_kinds = (seen, others)
 
     def _careful(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
         codes: list[int] = []
@@ -333,8 +344,12 @@ class Encoded:
         """The kinds of action (Kind values) the program uses."""
         if self._kinds is None:
             found: set[int] = set()
-            for codes in self.codes:
-                found.update(map(and_, codes, repeat(15)))
+            ranks: Sequence[int] = range(len(self.codes))
+            if self._read_kinds is not None:
+                seen, ranks = self._read_kinds
+                found.update(sk & KIND_MASK for sk in seen if sk is not None)
+            for rank in ranks:
+                found.update(map(and_, self.codes[rank], repeat(15)))
             found.discard(15)  # the -1 of an out-of-range action
             self._kinds = frozenset(found)
         return self._kinds
@@ -346,18 +361,28 @@ class Encoded:
 
         A list over the whole code space rather than a dict: a reader takes every (stage,
         microbatch) of one kind as one slice of it, in C. Filled by scattering each
-        row backwards, so the first occurrence of a code is the one that stays."""
+        row backwards, so the first occurrence of a code is the one that stays (by a plain
+        loop: `map(pos.__setitem__, ...)` calls a method wrapper per code, 1.4x slower)."""
         if self._pos is None:
             pos = [-1] * code_space(self.stages, self.microbatches)
-            setter = pos.__setitem__
             for rank in range(len(self.codes) - 1, -1, -1):
                 codes = self.codes[rank]
                 base = rank << SHIFT
-                deque(map(setter, reversed(codes), range(base + len(codes) - 1, base - 1, -1)), maxlen=0)
+                for c, g in zip(reversed(codes), range(base + len(codes) - 1, base - 1, -1)):
+                    pos[c] = g
             if pos:
                 pos[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
             self._pos = pos
         return self._pos
+
+    @property
+    def distinct(self) -> int:
+        """How many distinct codes the program has (`pos` entries that are not -1): fewer than
+        its valid actions when one appears twice (completeness, `in_label_order`)."""
+        if self._distinct is None:
+            pos = self.pos
+            self._distinct = len(pos) - pos.count(-1)
+        return self._distinct
 
     def column(self, kind: int) -> list[int]:
         """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""
@@ -526,7 +551,7 @@ def in_label_order(enc: Encoded) -> bool:
     then `Links` scans the rows."""
     S, M = enc.stages, enc.microbatches
     pos = enc.pos
-    if len(pos) - pos.count(-1) != sum(map(len, enc.codes)) - len(enc.invalid):
+    if enc.distinct != sum(map(len, enc.codes)) - len(enc.invalid):
         return False  # an action appears twice: the position table holds only its first place
     pairs: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     for s in range(S):
@@ -537,9 +562,9 @@ def in_label_order(enc: Encoded) -> bool:
                 continue
             sent = pos[kind_slice(s, send, M)]
             got = pos[kind_slice(t, recv, M)]
-            if sent.count(-1) == M and got.count(-1) == M:
-                continue  # no such hand-off in the program
             if -1 in sent or -1 in got:
+                if sent.count(-1) == M and got.count(-1) == M:
+                    continue  # no such hand-off in the program
                 return False  # a send without its receive, or the reverse
             into = pairs.setdefault((enc.placement[s], enc.placement[t]), ([], []))
             into[0].extend(sent)
