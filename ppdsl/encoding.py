@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, eq, is_, is_not, lt, mul, or_, rshift
+from operator import add, and_, attrgetter, eq, floordiv, is_, is_not, lt, mul, or_, rshift
 from typing import cast
 
 from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of
@@ -235,7 +235,7 @@ class Encoded:
     """
 
     __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
-                 "_kinds", "_links", "_needs", "_pos", "_columns", "_read_kinds", "_distinct")
+                 "_kinds", "_links", "_needs", "_pos", "_columns", "_row_kinds", "_distinct")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
                  links: Links | None = None, read: list[RowCodes | None] | None = None):
@@ -255,10 +255,10 @@ class Encoded:
         self.invalid: list[tuple[int, int, Action]] = []
         self._actions: list[list[Action]] | None = None
         self._kinds: frozenset[int] | None = None
-        # The stage-kinds the reader saw in the rows encoded from its integers, and the ranks
-        # encoded otherwise: `kinds` reads the first (a few distinct values) and scans only
-        # the codes of the second.
-        self._read_kinds: tuple[set[int | None], list[int]] | None = None
+        # Per rank, the distinct stage-kinds (`stage_kind`) the reader saw in a row encoded
+        # from its integers (None for other rows): a few values, which `kinds` and
+        # `stages_of` read instead of scanning the row's codes.
+        self._row_kinds: list[set[int | None] | None] = []
         self._distinct: int | None = None
         if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
             self._kinds = kinds
@@ -269,12 +269,10 @@ class Encoded:
             return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
         from_reader = codes_from_reader(read, S, M) if read is not None and len(read) == len(program.rows) else None
-        seen: set[int | None] = set()
-        others: list[int] = []
         for rank in range(len(program.rows)):
             known = from_reader[rank] if from_reader is not None else None
             if known is not None:  # from the reader's integers: the row's actions are not made
-                seen.update(cast("list[RowCodes]", read)[rank][0])
+                self._row_kinds.append(set(cast("list[RowCodes]", read)[rank][0]))
                 self.codes.append(known[0])
                 self.steps.append(known[1])
                 self.groups.append({})
@@ -295,12 +293,10 @@ class Encoded:
                     self.codes.append([((a.stage * M + a.microbatch) << shift) | a.kind for a in plain])  # type: ignore[operator]
                     self.steps.append(steps)
                     self.groups.append({})
-                    others.append(rank)
+                    self._row_kinds.append(None)
                     continue
             self._careful(rank, row, S, M)
-            others.append(rank)
-        if seen:
-            self._read_kinds = (seen, others)
+            self._row_kinds.append(None)
 
     def _careful(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
         codes: list[int] = []
@@ -344,12 +340,12 @@ class Encoded:
         """The kinds of action (Kind values) the program uses."""
         if self._kinds is None:
             found: set[int] = set()
-            ranks: Sequence[int] = range(len(self.codes))
-            if self._read_kinds is not None:
-                seen, ranks = self._read_kinds
-                found.update(sk & KIND_MASK for sk in seen if sk is not None)
-            for rank in ranks:
-                found.update(map(and_, self.codes[rank], repeat(15)))
+            for rank, codes in enumerate(self.codes):
+                seen = self._row_kinds[rank] if rank < len(self._row_kinds) else None
+                if seen is None:
+                    found.update(map(and_, codes, repeat(15)))
+                else:
+                    found.update(sk & KIND_MASK for sk in seen if sk is not None)
             found.discard(15)  # the -1 of an out-of-range action
             self._kinds = frozenset(found)
         return self._kinds
@@ -374,6 +370,13 @@ class Encoded:
                 pos[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
             self._pos = pos
         return self._pos
+
+    def stages_of(self, rank: int) -> set[int]:
+        """The stages whose actions a rank's row holds (-1 for an out-of-range action)."""
+        seen = self._row_kinds[rank] if rank < len(self._row_kinds) else None
+        if seen is not None:
+            return {sk >> KIND_BITS for sk in seen if sk is not None}
+        return set(map(floordiv, self.codes[rank], repeat(code(1, 0, 0, self.microbatches))))
 
     @property
     def distinct(self) -> int:
