@@ -28,12 +28,16 @@ Layout:
 - which code a send or receive names: `PEER_OF_KIND` (`peer_code`, `named_deltas`), and which
   it meets: on each directed link the k-th receive takes the k-th send (`Links`; where that
   differs from the names, `Links.meets` holds the exceptions);
-- where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence).
+- where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence), and
+  how many distinct codes there are (`Encoded.distinct`: fewer than the actions when one is
+  repeated; completeness and the link-order test ask it once between them).
 
 A reader hands over what it learned of each plain token (`ir.LazyRows`: per step the stage-kind
 and the microbatch as integers, the program's rows made from them only when asked for), and
 the encoding of those rows is two list lookups a step, with no Action object; other rows
-are encoded from their actions. Lowering keeps the rows it makes the same way (`row_codes`).
+are encoded from their actions. Of a row read so, the distinct stage-kinds (a set of a few
+values, made in one C-level pass) answer which kinds the program uses (`kinds`) and which
+stages a rank holds (`stages_of`, the placement rule), without a pass over the codes. Lowering keeps the rows it makes the same way (`row_codes`).
 
 `encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
 never in a module-level cache keyed by `id()`. The hot loops of the engine spell the shifts
@@ -209,12 +213,14 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
         sk_row, mb_row = row
         steps: list[int] | None = None
         if None in sk_row:  # idle steps carry no code; keep the step index of the others
-            steps = list(compress(range(len(sk_row)), map(is_not, sk_row, repeat(None))))
+            kept = list(map(is_not, sk_row, repeat(None)))
+            steps = list(compress(range(len(sk_row)), kept))
             if not steps:
                 out.append(None)
                 continue
-            sk_row = list(map(sk_row.__getitem__, steps))
-            mb_row = list(map(mb_row.__getitem__, steps))
+            # `compress` by the one mask, not a lookup per kept step: no call per element.
+            sk_row = list(compress(sk_row, kept))
+            mb_row = list(compress(mb_row, kept))
         if None in mb_row:  # a stage-only action
             out.append(None)
             continue

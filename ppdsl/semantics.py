@@ -41,8 +41,19 @@ Speed: the engine works on the program's integer encoding (`ppdsl/encoding.py`: 
 which code it meets; the hot loop spells the shifts and masks as literals), with one flat list
 of completion times per key, so a step costs a few list lookups. Each rank is woken only when
 the one thing it waits for happens, so the run is linear in the number of actions. Times are
-kept per action (a step's are derived at the end); durations come from a table read by code
-(`Timing.from_table`) or, for callbacks, are looked up once per action before the run.
+kept per action (a step's are derived at the end, a run of consecutive one-action steps as one
+slice); durations come from a table read by code (`Timing.from_table`) or, for callbacks, are
+looked up once per action before the run. Each row the loop runs ends in `END_OF_ROW`, a code
+no action has, so the loop tests no index against the row's length per action.
+
+What the loop costs is its structure, not its branches: a rank blocks and is woken once per
+microbatch in a compute-only interleaved 1F1B (65,407 wakes for 262,144 actions at 64 ranks x
+1024 microbatches x 2), and once per message pair under `rendezvous` with sends and receives
+(260,160 wakes for the 260,096 pairs of its lowered form), whatever the order the work queue
+takes ranks in (first-in-first-out or last-in, pushed at either end: within 3%). A copy of the
+loop with every branch for timing, batches, buffering and link exceptions taken out gives the
+verdict 0.96-1.25x as fast (in process on those two programs, several runs on a shared 2-core
+machine); see docs/checks.md.
 """
 
 from __future__ import annotations
