@@ -35,8 +35,9 @@ from ppdsl.encoding import KIND_MASK
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "soundness_worker.py"
-# Seconds a case may take before it counts as hung. The programs are a few milliseconds of
-# work; a hang is a send or receive that never meets its peer.
+# Seconds every rank still running a case must have sat in one send or receive before the case
+# counts as hung (soundness_worker: a slow rank on a busy machine is not a hung one). The
+# programs are a few milliseconds of work; a hang is a send or receive that never meets its peer.
 HANG_SECONDS = 3.0
 COMM_CODES = frozenset({"PPS210", "PPS211", "PPS212"})
 PARALLEL_LAUNCHES = 4  # at most this many sets of worker processes at once (2 cores here)

@@ -32,6 +32,7 @@ from ppdsl.runtime.worker import RunConfig, build_stages
 
 NEVER = 1e9  # the launcher watches the whole run; a hung case must not end the process
 BUDGET_SECONDS = 600.0  # the whole worker, whatever happens
+CAP_SECONDS = 30.0  # one case, however busy the machine: then the ranks left count as stuck
 EXACT = 1e-12  # float64: only rounding may differ
 
 
@@ -59,7 +60,7 @@ def _run_case(index: int, case: dict[str, Any], rank: int, world: int, reporter:
     # "nccl" on these gloo groups: the runtime takes its NCCL path (a batch is one
     # batch_isend_irecv, labels first), which gloo then runs member by member as written.
     sched = PipelineSchedule(program, layers, models.loss, rank=rank, backend=case["backend"], check=False,
-                             _guard=bool(case["guarded"]), watchdog=Watchdog(NEVER, reporter),
+                             _guard=bool(case["guarded"]), watchdog=_Published(reporter, shared / f"{index}.{rank}.since"),
                              _transport=clean)
     t1 = time.monotonic()
     inputs, target = next(models.synthetic_batches(program.microbatches, seed=index))
@@ -78,17 +79,8 @@ def _run_case(index: int, case: dict[str, Any], rank: int, world: int, reporter:
 
     thread = threading.Thread(target=step, daemon=True, name=f"case-{index}")
     thread.start()
-    deadline = time.monotonic() + hang
-    statuses: dict[int, str] = {}
-    while time.monotonic() < deadline:
-        statuses = {r: (shared / f"{index}.{r}").read_text() for r in range(world) if (shared / f"{index}.{r}").exists()}
-        if len(statuses) == world:
-            break
-        if any(s != "done" for s in statuses.values()):
-            # One rank stopped (the guard, a shape): the others wait for it and never finish.
-            deadline = min(deadline, time.monotonic() + 0.1)
-        time.sleep(0.01)
     wd = sched.watchdog
+    statuses = _wait_for_ending(index, world, shared, hang)
     t2 = time.monotonic()
     mine_status = statuses.get(rank, f"stuck at {wd.label} ({wd.what})" if wd.since else "stuck")
     everyone: list[Any] = []
@@ -105,6 +97,57 @@ def _run_case(index: int, case: dict[str, Any], rank: int, world: int, reporter:
         reporter.send("case", index=index, outcome=outcome, detail=detail, ranks=everyone,
                       seconds=[t1 - t0, t2 - t1, time.monotonic() - t2])
     return sched.transport if all(s == "done" for s in everyone) else None
+
+
+class _Published(Watchdog):
+    """A watchdog that never ends the process and writes, whenever its `since` changes (the
+    transport arms it before each send or receive and zeroes it after), when the rank's
+    current wait began (the host's monotonic clock, the same in every process; 0 while the
+    rank computes) to a file the other ranks read. Written by the step's own thread, so the
+    file is never behind the rank however busy the machine is."""
+
+    def __init__(self, reporter: Reporter, path: Path):
+        self.path, self._tmp = path, path.with_name(path.name + ".tmp")
+        super().__init__(NEVER, reporter)
+
+    @property
+    def since(self) -> float:
+        return self._since
+
+    @since.setter
+    def since(self, value: float) -> None:
+        self._since = value
+        self._tmp.write_text(repr(value))
+        self._tmp.rename(self.path)
+
+
+def _wait_for_ending(index: int, world: int, shared: Path, hang: float) -> dict[int, str]:
+    """Each rank's final status once every rank has one, or once the ranks left have all sat
+    in one send or receive for `hang` seconds (0.1 s when a rank has already stopped: then
+    the others wait for it and never finish), or after CAP_SECONDS whatever happens.
+
+    A hang is judged by the ranks being blocked (`_Published`), not by the clock alone: on a
+    loaded machine (this test starts several launches at once on 2 cores) a case that is
+    merely slow must not count as hung."""
+    start = time.monotonic()
+    statuses: dict[int, str] = {}
+    while True:
+        statuses = {r: (shared / f"{index}.{r}").read_text() for r in range(world) if (shared / f"{index}.{r}").exists()}
+        now = time.monotonic()
+        if len(statuses) == world or now - start > CAP_SECONDS:
+            return statuses
+        sinces = [_since(shared / f"{index}.{r}.since") for r in range(world) if r not in statuses]
+        blocked = now - max(sinces) if all(sinces) else 0.0  # the shortest wait among them
+        if blocked >= (0.1 if any(s != "done" for s in statuses.values()) else hang):
+            return statuses
+        time.sleep(0.01)
+
+
+def _since(path: Path) -> float:
+    try:
+        return float(path.read_text())
+    except (OSError, ValueError):  # not written yet: that rank has not started waiting
+        return 0.0
 
 
 def _outcome(statuses: list[str]) -> tuple[str, str]:
