@@ -28,12 +28,16 @@ Layout:
 - which code a send or receive names: `PEER_OF_KIND` (`peer_code`, `named_deltas`), and which
   it meets: on each directed link the k-th receive takes the k-th send (`Links`; where that
   differs from the names, `Links.meets` holds the exceptions);
-- where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence).
+- where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence), and
+  how many distinct codes there are (`Encoded.distinct`: fewer than the actions when one is
+  repeated; completeness and the link-order test ask it once between them).
 
 A reader hands over what it learned of each plain token (`ir.LazyRows`: per step the stage-kind
 and the microbatch as integers, the program's rows made from them only when asked for), and
 the encoding of those rows is two list lookups a step, with no Action object; other rows
-are encoded from their actions. Lowering keeps the rows it makes the same way (`row_codes`).
+are encoded from their actions. Of a row read so, the distinct stage-kinds (a set of a few
+values, made in one C-level pass) answer which kinds the program uses (`kinds`) and which
+stages a rank holds (`stages_of`, the placement rule), without a pass over the codes. Lowering keeps the rows it makes the same way (`row_codes`).
 
 `encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
 never in a module-level cache keyed by `id()`. The hot loops of the engine spell the shifts
@@ -44,10 +48,9 @@ send/receive and stage-only actions apart.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, eq, is_, is_not, lt, mul, or_, rshift
+from operator import add, and_, attrgetter, eq, floordiv, is_, is_not, lt, mul, or_, rshift
 from typing import cast
 
 from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of
@@ -210,12 +213,14 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
         sk_row, mb_row = row
         steps: list[int] | None = None
         if None in sk_row:  # idle steps carry no code; keep the step index of the others
-            steps = list(compress(range(len(sk_row)), map(is_not, sk_row, repeat(None))))
+            kept = list(map(is_not, sk_row, repeat(None)))
+            steps = list(compress(range(len(sk_row)), kept))
             if not steps:
                 out.append(None)
                 continue
-            sk_row = list(map(sk_row.__getitem__, steps))
-            mb_row = list(map(mb_row.__getitem__, steps))
+            # `compress` by the one mask, not a lookup per kept step: no call per element.
+            sk_row = list(compress(sk_row, kept))
+            mb_row = list(compress(mb_row, kept))
         if None in mb_row:  # a stage-only action
             out.append(None)
             continue
@@ -236,7 +241,7 @@ class Encoded:
     """
 
     __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
-                 "_kinds", "_links", "_needs", "_pos", "_columns")
+                 "_kinds", "_links", "_needs", "_pos", "_columns", "_row_kinds", "_distinct")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
                  links: Links | None = None, read: list[RowCodes | None] | None = None):
@@ -256,6 +261,11 @@ class Encoded:
         self.invalid: list[tuple[int, int, Action]] = []
         self._actions: list[list[Action]] | None = None
         self._kinds: frozenset[int] | None = None
+        # Per rank, the distinct stage-kinds (`stage_kind`) the reader saw in a row encoded
+        # from its integers (None for other rows): a few values, which `kinds` and
+        # `stages_of` read instead of scanning the row's codes.
+        self._row_kinds: list[set[int | None] | None] = []
+        self._distinct: int | None = None
         if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
             self._kinds = kinds
             self._links = links
@@ -268,6 +278,7 @@ class Encoded:
         for rank in range(len(program.rows)):
             known = from_reader[rank] if from_reader is not None else None
             if known is not None:  # from the reader's integers: the row's actions are not made
+                self._row_kinds.append(set(cast("list[RowCodes]", read)[rank][0]))
                 self.codes.append(known[0])
                 self.steps.append(known[1])
                 self.groups.append({})
@@ -288,8 +299,10 @@ class Encoded:
                     self.codes.append([((a.stage * M + a.microbatch) << shift) | a.kind for a in plain])  # type: ignore[operator]
                     self.steps.append(steps)
                     self.groups.append({})
+                    self._row_kinds.append(None)
                     continue
             self._careful(rank, row, S, M)
+            self._row_kinds.append(None)
 
     def _careful(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
         codes: list[int] = []
@@ -333,8 +346,12 @@ class Encoded:
         """The kinds of action (Kind values) the program uses."""
         if self._kinds is None:
             found: set[int] = set()
-            for codes in self.codes:
-                found.update(map(and_, codes, repeat(15)))
+            for rank, codes in enumerate(self.codes):
+                seen = self._row_kinds[rank] if rank < len(self._row_kinds) else None
+                if seen is None:
+                    found.update(map(and_, codes, repeat(15)))
+                else:
+                    found.update(sk & KIND_MASK for sk in seen if sk is not None)
             found.discard(15)  # the -1 of an out-of-range action
             self._kinds = frozenset(found)
         return self._kinds
@@ -346,18 +363,35 @@ class Encoded:
 
         A list over the whole code space rather than a dict: a reader takes every (stage,
         microbatch) of one kind as one slice of it, in C. Filled by scattering each
-        row backwards, so the first occurrence of a code is the one that stays."""
+        row backwards, so the first occurrence of a code is the one that stays (by a plain
+        loop: `map(pos.__setitem__, ...)` calls a method wrapper per code, 1.4x slower)."""
         if self._pos is None:
             pos = [-1] * code_space(self.stages, self.microbatches)
-            setter = pos.__setitem__
             for rank in range(len(self.codes) - 1, -1, -1):
                 codes = self.codes[rank]
                 base = rank << SHIFT
-                deque(map(setter, reversed(codes), range(base + len(codes) - 1, base - 1, -1)), maxlen=0)
+                for c, g in zip(reversed(codes), range(base + len(codes) - 1, base - 1, -1)):
+                    pos[c] = g
             if pos:
                 pos[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
             self._pos = pos
         return self._pos
+
+    def stages_of(self, rank: int) -> set[int]:
+        """The stages whose actions a rank's row holds (-1 for an out-of-range action)."""
+        seen = self._row_kinds[rank] if rank < len(self._row_kinds) else None
+        if seen is not None:
+            return {sk >> KIND_BITS for sk in seen if sk is not None}
+        return set(map(floordiv, self.codes[rank], repeat(code(1, 0, 0, self.microbatches))))
+
+    @property
+    def distinct(self) -> int:
+        """How many distinct codes the program has (`pos` entries that are not -1): fewer than
+        its valid actions when one appears twice (completeness, `in_label_order`)."""
+        if self._distinct is None:
+            pos = self.pos
+            self._distinct = len(pos) - pos.count(-1)
+        return self._distinct
 
     def column(self, kind: int) -> list[int]:
         """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""
@@ -526,7 +560,7 @@ def in_label_order(enc: Encoded) -> bool:
     then `Links` scans the rows."""
     S, M = enc.stages, enc.microbatches
     pos = enc.pos
-    if len(pos) - pos.count(-1) != sum(map(len, enc.codes)) - len(enc.invalid):
+    if enc.distinct != sum(map(len, enc.codes)) - len(enc.invalid):
         return False  # an action appears twice: the position table holds only its first place
     pairs: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     for s in range(S):
@@ -537,9 +571,9 @@ def in_label_order(enc: Encoded) -> bool:
                 continue
             sent = pos[kind_slice(s, send, M)]
             got = pos[kind_slice(t, recv, M)]
-            if sent.count(-1) == M and got.count(-1) == M:
-                continue  # no such hand-off in the program
             if -1 in sent or -1 in got:
+                if sent.count(-1) == M and got.count(-1) == M:
+                    continue  # no such hand-off in the program
                 return False  # a send without its receive, or the reverse
             into = pairs.setdefault((enc.placement[s], enc.placement[t]), ([], []))
             into[0].extend(sent)

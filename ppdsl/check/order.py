@@ -8,7 +8,7 @@ PPS107 - a backward runs before its forward, or a `W` before its `I`, on the sam
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import repeat
+from itertools import compress, repeat
 from operator import and_, lt
 
 from ..diagnostics import Diagnostic
@@ -31,10 +31,11 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             continue
         first = ctx.column(before)
         then = ctx.column(after)
-        late = list(map(lt, map(and_, then, repeat(ABSENT_LAST)), first))
-        if not any(late):
+        if -1 in then:  # mask only when some are absent: the usual column is compared as it is
+            then = list(map(and_, then, repeat(ABSENT_LAST)))
+        if not any(map(lt, then, first)):
             continue
-        wrong = [sm for sm, x in enumerate(late) if x]
+        wrong = list(compress(range(len(then)), map(lt, then, first)))
         for sm in wrong:
             a, b = sm_code(sm, before), sm_code(sm, after)
             rank, step = ctx.locate(pos[b])

@@ -20,9 +20,6 @@ PPS208 - a batch `<...>` that is empty or holds a compute action (programs built
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import repeat
-from operator import floordiv
-
 from ..diagnostics import Diagnostic
 from ..english import plural
 from ..ir import Batch, kept_as_codes
@@ -69,7 +66,7 @@ def _placement(ctx: Context) -> Iterator[Diagnostic]:
     explicit = p.source is not None and "placement" in p.source.options
     span = code(1, 0, 0, M)  # the codes of one stage: code // span is the stage
     for rank, codes in enumerate(ctx.enc.codes):
-        stages = set(map(floordiv, codes, repeat(span)))
+        stages = ctx.enc.stages_of(rank)
         stages.discard(-1)  # an out-of-range action (code -1), reported above
         wrong = sorted(s for s in stages if p.placement[s] != rank)
         for s in wrong:

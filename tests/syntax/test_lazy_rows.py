@@ -35,6 +35,9 @@ def as_actions(program: Program) -> Program:
 def encodings_agree(program: Program, reference: Program) -> None:
     fast, slow = Encoded(program, read=read_rows(program)), Encoded(reference)
     assert (fast.codes, fast.steps, fast.groups, fast.invalid) == (slow.codes, slow.steps, slow.groups, slow.invalid)
+    # What the reader's stage-kinds answer (read rows) equals what the codes say (the others).
+    assert fast.kinds == slow.kinds
+    assert [fast.stages_of(r) for r in range(len(fast.codes))] == [slow.stages_of(r) for r in range(len(slow.codes))]
 
 
 @settings(max_examples=150, deadline=None)
