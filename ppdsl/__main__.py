@@ -10,6 +10,6 @@ if not __package__:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
     sys.path.insert(0, os.path.dirname(_here))
 
-from ppdsl.cli import main  # noqa: E402
+from ppdsl.cli import entry  # noqa: E402
 
-raise SystemExit(main())
+entry()

@@ -241,7 +241,7 @@ class Encoded:
     """
 
     __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
-                 "_kinds", "_links", "_needs", "_pos", "_columns", "_row_kinds", "_distinct")
+                 "_kinds", "_links", "_needs", "_pos", "_columns", "_row_kinds", "_distinct", "_step_at")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
                  links: Links | None = None, read: list[RowCodes | None] | None = None):
@@ -266,6 +266,7 @@ class Encoded:
         # `stages_of` read instead of scanning the row's codes.
         self._row_kinds: list[set[int | None] | None] = []
         self._distinct: int | None = None
+        self._step_at: list[int] | None = None
         if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
             self._kinds = kinds
             self._links = links
@@ -392,6 +393,21 @@ class Encoded:
             pos = self.pos
             self._distinct = len(pos) - pos.count(-1)
         return self._distinct
+
+    @property
+    def step_at(self) -> list[int]:
+        """code -> the step index of its last occurrence in its rank's row, -1 where the
+        program lacks it (as `pos`, a list over the code space; one slice of it is every
+        (stage, microbatch) of a kind)."""
+        if self._step_at is None:
+            at = [-1] * code_space(self.stages, self.microbatches)
+            for codes, steps in zip(self.codes, self.steps):
+                for c, s in zip(codes, range(len(codes)) if steps is None else steps):
+                    at[c] = s
+            if at:
+                at[-1] = -1  # an INVALID_CODE landed here (see `pos`)
+            self._step_at = at
+        return self._step_at
 
     def column(self, kind: int) -> list[int]:
         """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""
@@ -650,7 +666,8 @@ def input_tables(S: int, M: int, placement: tuple[int, ...], with_comms: bool
     `sm << 3` to the key of its input from a neighbouring stage (`INPUT_FROM_STAGE`; NOTHING:
     none, as at the ends of the pipeline and for W); per compute kind and stage, whether that
     input crosses ranks with no receive (compute-only programs: the hand-off costs a message
-    time). Lists of shared small objects: the loops read them in order."""
+    time). Lists of shared small objects: the loops read them in order. An offset is the same
+    for every microbatch of a stage (`semantics.steps_are_an_order` reads one per stage)."""
     SM = S * M
     none = [NOTHING] * SM
     offs: list[list[int]] = [none] * len(COMPUTE_KINDS)

@@ -2,6 +2,9 @@
 
 Exit codes (as ruff and yamllint): 0 clean, 1 problems found in the input, 2 usage or I/O
 error. No Python traceback reaches the user unless PPDSL_DEBUG=1.
+
+`main` is the command as a function (tests call it); `entry` is the installed `ppdsl` and
+`python -m ppdsl`: `main`, then the exit (see `entry` for how it ends).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from .common import print_diagnostics
 
 # Subcommand -> module in this package, in the order `--help` lists them.
 COMMANDS = ("lint", "fmt", "expand", "simulate", "show", "search", "convert", "run")
+# The commands whose whole work is done, their files written and closed, when `main` returns:
+# no child process, thread pool or paddle to shut down (not `search`, not `run`).
+DONE_ON_RETURN = frozenset({"lint", "fmt", "expand", "simulate", "show", "convert"})
 
 
 def _modules(names: Sequence[str] = COMMANDS) -> dict[str, ModuleType]:
@@ -85,3 +91,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ppdsl {args.command}: internal error: {type(exc).__name__}: {exc}\n"
               "  (set PPDSL_DEBUG=1 for the traceback and please report it)", file=sys.stderr)
         return 2
+
+
+def entry() -> None:
+    """The installed `ppdsl` command: `main`, then exit with its code.
+
+    After a command of DONE_ON_RETURN, with stdout and stderr flushed, the process ends at once
+    (`os._exit`) instead of having the interpreter free the program's tables object by object
+    on the way out, which users wait for and which is the largest part of what they wait for
+    after the work (0.10-0.18 s of a 0.75 s `ppdsl lint` of PyTorch's 262,144-action
+    Interleaved1F1B CSV; more on the lowered file). Other commands exit as usual."""
+    code = main()
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command not in DONE_ON_RETURN:
+        raise SystemExit(code)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # a reader that stopped early (`| head`): what it took is what it wanted
+        pass
+    except OSError:
+        code = code or 2
+    try:
+        sys.stderr.flush()
+    except OSError:
+        pass
+    os._exit(code)
