@@ -242,7 +242,7 @@ class _Engine:
         self.timing = timing
         self.needs = enc.needs(model is CommModel.BUFFERED)
         # Whether `completes` first asks a compute-only program's steps (rows with idle steps,
-        # a written timeline, and no overlapped pair or batch). Tests turn it off to compare.
+        # a written timeline, and no overlapped pair or batch).
         self.try_steps = (enc.kinds.isdisjoint(_COMM_KINDS) and not any(enc.groups)
                           and any(steps is not None for steps in enc.steps))
 

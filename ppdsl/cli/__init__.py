@@ -100,19 +100,25 @@ def entry() -> None:
     (`os._exit`) instead of having the interpreter free the program's tables object by object
     on the way out, which users wait for and which is the largest part of what they wait for
     after the work (0.10-0.18 s of a 0.75 s `ppdsl lint` of PyTorch's 262,144-action
-    Interleaved1F1B CSV; more on the lowered file). Other commands exit as usual."""
+    Interleaved1F1B CSV; more on the lowered file). Other commands, and any run under a tracer
+    or profiler (coverage, `python -m cProfile`, which write their data at exit) or with
+    PPDSL_DEBUG set, exit as usual."""
     code = main()
     command = sys.argv[1] if len(sys.argv) > 1 else ""
-    if command not in DONE_ON_RETURN:
+    if command not in DONE_ON_RETURN or sys.gettrace() or sys.getprofile() or os.environ.get("PPDSL_DEBUG"):
         raise SystemExit(code)
     try:
-        sys.stdout.flush()
-    except BrokenPipeError:  # a reader that stopped early (`| head`): what it took is what it wanted
-        pass
-    except OSError:
-        code = code or 2
-    try:
-        sys.stderr.flush()
-    except OSError:
-        pass
+        for stream in (sys.stdout, sys.stderr):
+            if stream is None:  # started with that descriptor closed: nothing was written to it
+                continue
+            try:
+                stream.flush()
+            except BrokenPipeError:  # a reader that stopped early (`| head`): what it took is what it wanted
+                pass
+            except OSError as exc:  # a full disk, say: the output is not whole
+                if stream is sys.stdout and sys.stderr is not None:
+                    print(f"ppdsl {command}: error: writing the output: {exc.strerror or exc}", file=sys.stderr)
+                code = code or 2
+    except KeyboardInterrupt:
+        code = 130
     os._exit(code)

@@ -34,7 +34,7 @@ def test_stdout_is_whole_and_the_code_kept(tmp_path: Path, monkeypatch: pytest.M
     with redirect_stdout(shown):
         assert main(["expand", "a.pps"]) == 0
     r = _ppdsl(tmp_path, "expand", "a.pps")
-    assert r.returncode == 0 and r.stderr == ""
+    assert r.returncode == 0 and "Traceback" not in r.stderr
     assert r.stdout == shown.getvalue() and len(r.stdout) > len(text)
 
 
@@ -68,3 +68,25 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
 
 def test_commands_that_start_processes_exit_as_usual() -> None:
     assert not {"run", "search"} & DONE_ON_RETURN
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr", "both"])
+def test_a_closed_stream_changes_no_exit_code(tmp_path: Path, closed: str) -> None:
+    # A process started with descriptor 1 or 2 closed (`>&-`, some daemons) has sys.stdout or
+    # sys.stderr None: nothing to flush, and the code is the command's.
+    (tmp_path / "a.pps").write_text("pipeline ranks=2 microbatches=2\nuse 1f1b()\n")
+    (tmp_path / "bad.pps").write_text("pipeline ranks=2 microbatches=2\nrank 0: 0F0\nrank 1: 1F0\n")
+    close = {"stdout": ">&-", "stderr": "2>&-", "both": ">&- 2>&-"}[closed]
+    for name, code in (("a.pps", 0), ("bad.pps", 1)):
+        r = subprocess.run(f"{sys.executable} -m ppdsl lint {name} {close}", shell=True, cwd=tmp_path, env=ENV,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == code, (name, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_usage_and_help_through_the_command(tmp_path: Path) -> None:
+    assert _ppdsl(tmp_path, "lint", "--help").returncode == 0
+    bad = _ppdsl(tmp_path, "lint", "--no-such-option", "a.pps")
+    assert bad.returncode == 2 and "unrecognized arguments" in bad.stderr
+    missing = _ppdsl(tmp_path, "lint", "missing.pps")
+    assert missing.returncode == 2 and "missing.pps" in missing.stderr
