@@ -30,7 +30,7 @@ Layout:
   differs from the names, `Links.meets` holds the exceptions);
 - where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence), and
   how many distinct codes there are (`Encoded.distinct`: fewer than the actions when one is
-  repeated; completeness and the link-order test ask it once between them).
+  repeated; completeness, the link-order test and the timeline proof ask `Encoded.unrepeated`).
 
 A reader hands over what it learned of each plain token (`ir.LazyRows`: per step the stage-kind
 and the microbatch as integers, the program's rows made from them only when asked for), and
@@ -48,7 +48,7 @@ send/receive and stage-only actions apart.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from operator import add, and_, attrgetter, eq, floordiv, is_, is_not, lt, mul, or_, rshift
 from typing import cast
@@ -273,6 +273,7 @@ class Encoded:
             self.codes = codes
             self.steps = [None] * len(codes)
             self.groups = [{} for _ in codes]
+            self._row_kinds = [None] * len(codes)
             return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
         from_reader = codes_from_reader(read, S, M) if read is not None and len(read) == len(program.rows) else None
@@ -348,7 +349,7 @@ class Encoded:
         if self._kinds is None:
             found: set[int] = set()
             for rank, codes in enumerate(self.codes):
-                seen = self._row_kinds[rank] if rank < len(self._row_kinds) else None
+                seen = self._row_kinds[rank]
                 if seen is None:
                     found.update(map(and_, codes, repeat(15)))
                 else:
@@ -363,24 +364,14 @@ class Encoded:
         lacks it.
 
         A list over the whole code space rather than a dict: a reader takes every (stage,
-        microbatch) of one kind as one slice of it, in C. Filled by scattering each
-        row backwards, so the first occurrence of a code is the one that stays (by a plain
-        loop: `map(pos.__setitem__, ...)` calls a method wrapper per code, 1.4x slower)."""
+        microbatch) of one kind as one slice of it, in C (`_at_first_occurrence`)."""
         if self._pos is None:
-            pos = [-1] * code_space(self.stages, self.microbatches)
-            for rank in range(len(self.codes) - 1, -1, -1):
-                codes = self.codes[rank]
-                base = rank << SHIFT
-                for c, g in zip(reversed(codes), range(base + len(codes) - 1, base - 1, -1)):
-                    pos[c] = g
-            if pos:
-                pos[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
-            self._pos = pos
+            self._pos = self._at_first_occurrence(lambda rank, n: range(rank << SHIFT, (rank << SHIFT) + n))
         return self._pos
 
     def stages_of(self, rank: int) -> set[int]:
         """The stages whose actions a rank's row holds (-1 for an out-of-range action)."""
-        seen = self._row_kinds[rank] if rank < len(self._row_kinds) else None
+        seen = self._row_kinds[rank]
         if seen is not None:
             return {sk >> KIND_BITS for sk in seen if sk is not None}
         return set(map(floordiv, self.codes[rank], repeat(code(1, 0, 0, self.microbatches))))
@@ -388,7 +379,7 @@ class Encoded:
     @property
     def distinct(self) -> int:
         """How many distinct codes the program has (`pos` entries that are not -1): fewer than
-        its valid actions when one appears twice (completeness, `in_label_order`)."""
+        its valid actions when one appears twice (`unrepeated`)."""
         if self._distinct is None:
             pos = self.pos
             self._distinct = len(pos) - pos.count(-1)
@@ -396,18 +387,32 @@ class Encoded:
 
     @property
     def step_at(self) -> list[int]:
-        """code -> the step index of its last occurrence in its rank's row, -1 where the
-        program lacks it (as `pos`, a list over the code space; one slice of it is every
-        (stage, microbatch) of a kind)."""
+        """code -> the step index of its first occurrence in its rank's row, -1 where the
+        program lacks it (a table like `pos`: one slice of it is every (stage, microbatch) of
+        a kind)."""
         if self._step_at is None:
-            at = [-1] * code_space(self.stages, self.microbatches)
-            for codes, steps in zip(self.codes, self.steps):
-                for c, s in zip(codes, range(len(codes)) if steps is None else steps):
-                    at[c] = s
-            if at:
-                at[-1] = -1  # an INVALID_CODE landed here (see `pos`)
-            self._step_at = at
+            self._step_at = self._at_first_occurrence(lambda rank, n: self.steps[rank] or range(n))
         return self._step_at
+
+    @property
+    def unrepeated(self) -> bool:
+        """Whether no action appears twice (`distinct` against the valid actions): what the
+        position tables hold of a repeated one is only its first place."""
+        return self.distinct == sum(map(len, self.codes)) - len(self.invalid)
+
+    def _at_first_occurrence(self, values: Callable[[int, int], Sequence[int]]) -> list[int]:
+        """A list over the whole code space: per code, `values(rank, len(row))[i]` of its first
+        occurrence (row `rank`, index i), -1 where the program lacks it. Filled by scattering
+        each row backwards, so the first occurrence is the one that stays (by a plain loop:
+        `map(table.__setitem__, ...)` calls a method wrapper per code, 1.4x slower)."""
+        table = [-1] * code_space(self.stages, self.microbatches)
+        for rank in range(len(self.codes) - 1, -1, -1):
+            codes = self.codes[rank]
+            for c, v in zip(reversed(codes), reversed(values(rank, len(codes)))):
+                table[c] = v
+        if table:
+            table[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
+        return table
 
     def column(self, kind: int) -> list[int]:
         """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""
@@ -576,7 +581,7 @@ def in_label_order(enc: Encoded) -> bool:
     then `Links` scans the rows."""
     S, M = enc.stages, enc.microbatches
     pos = enc.pos
-    if enc.distinct != sum(map(len, enc.codes)) - len(enc.invalid):
+    if not enc.unrepeated:
         return False  # an action appears twice: the position table holds only its first place
     pairs: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     for s in range(S):

@@ -241,10 +241,6 @@ class _Engine:
         self.model = model
         self.timing = timing
         self.needs = enc.needs(model is CommModel.BUFFERED)
-        # Whether `completes` first asks a compute-only program's steps (rows with idle steps,
-        # a written timeline, and no overlapped pair or batch).
-        self.try_steps = (enc.kinds.isdisjoint(_COMM_KINDS) and not any(enc.groups)
-                          and any(steps is not None for steps in enc.steps))
 
     def _durations(self, with_comms: bool, input_hop: list[list[bool]]
                    ) -> tuple[list[float], int, list[float] | None]:
@@ -306,7 +302,12 @@ class _Engine:
     def completes(self) -> bool:
         """Whether the run ends, by the same loop without keeping any time (or, for a
         compute-only timeline, by its steps: `steps_are_an_order`)."""
-        if self.try_steps and steps_are_an_order(self.enc, self.needs):
+        enc = self.enc
+        # A compute-only program's steps are asked first when its rows have idle steps (a
+        # written timeline) and no overlapped pair or batch.
+        timeline = (enc.kinds.isdisjoint(_COMM_KINDS) and not any(enc.groups)
+                    and any(steps is not None for steps in enc.steps))
+        if timeline and steps_are_an_order(enc, self.needs):
             return True
         return self._loop(False) is True
 
@@ -666,7 +667,7 @@ def steps_are_an_order(enc: Encoded, needs: Needs) -> bool:
     (stage, microbatch), a slice of `Encoded.step_at`; per need in the `Needs` tables (`local_slot`,
     `input_off`, whose offset is one per stage), one comparison of two slices."""
     S, M = enc.stages, enc.microbatches
-    if enc.distinct != sum(map(len, enc.codes)):
+    if not enc.unrepeated:
         return False  # a repeated action: its second place would go unchecked
     at: dict[int, list[int]] = {}  # kind -> the step of every (stage, microbatch) of that kind
     for k in COMPUTE_KINDS:

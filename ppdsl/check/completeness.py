@@ -83,8 +83,7 @@ def _missing(ctx: Context, sms: list[int], kind: str, what: str, help: str | Non
 
 
 def _duplicates(ctx: Context) -> Iterator[Diagnostic]:
-    total = sum(len(c) for c in ctx.enc.codes) - len(ctx.enc.invalid)
-    if ctx.enc.distinct == total:
+    if ctx.enc.unrepeated:
         return
     counts = Counter(c for codes in ctx.enc.codes for c in codes if c >= 0 and (c & 15) < 8)
     repeated = {c for c, n in counts.items() if n > 1}
