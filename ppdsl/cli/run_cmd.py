@@ -22,6 +22,7 @@ from .common import number, whole_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Program
+    from ..runtime.launcher import FileOutcome
     from ..semantics import CommModel
 
 MAX_THREADS = 1024
@@ -147,7 +148,7 @@ def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
         print(summary, file=out)
     if args.profile and outcome.profile is not None:
         print(f"ppdsl run: wrote {args.profile} ({outcome.profile.get('actions')} measured actions)"
-              + _simulated_vs_measured(args.profile, args.file[-1], outcome.file(len(programs) - 1).step_time), file=out)
+              + _simulated_vs_measured(args.profile, args.file[-1], outcome.file(len(programs) - 1)), file=out)
         for index, file in enumerate(args.file):
             for m in outcome.file(index).memory:
                 print(memory_line(m, file if len(args.file) > 1 else ""), file=out)
@@ -182,14 +183,18 @@ def _mib(n: object) -> str:
     return f"{float(n) / 2**20:.2f} MiB" if isinstance(n, (int, float)) else "?"
 
 
-def _simulated_vs_measured(path: str, file: str, measured: float | None) -> str:
-    """How far `ppdsl simulate FILE --costs PATH` (the same function) is from the measured step."""
+def _simulated_vs_measured(path: str, file: str, outcome: FileOutcome) -> str:
+    """How far `ppdsl simulate FILE --costs PATH` (the same function) is from the measured step.
+
+    The step compared leaves out the time the profile spent counting memory, as the actions'
+    times in the profile do: what is predicted is a step without `--profile`."""
     from ..costs import CostError
     from ..diagnostics import PpsError
     from .simulate_cmd import num, simulate_file
 
-    if not measured:
+    if not outcome.step_time:
         return ""
+    measured = outcome.step_time - outcome.counting_time
     try:
         sim = simulate_file(file, [path], "rendezvous")
     except (CostError, OSError, PpsError, UsageError):

@@ -246,19 +246,24 @@ class PipelineSchedule:
                     step = self.step_index
                     memory = self.memory if self.profile else None
                     # An action's time runs from the end of the one before: the interpreter's own
-                    # work between two actions belongs to the rank's timeline too.
+                    # work between two actions belongs to the rank's timeline too. Counting memory
+                    # is the profile's own work: it is left out (also inside an overlapped pair).
                     t0 = clock()
                     for i, (handler, op) in enumerate(self._compiled):
                         if mark is not None:
                             mark(step, i)
+                        counted = memory.seconds if memory is not None else 0.0
                         handler(op)
                         if timings is not None:
                             t1 = clock()
-                            timings.setdefault(op.label, []).append(t1 - t0)
+                            inner = memory.seconds - counted if memory is not None else 0.0
+                            timings.setdefault(op.label, []).append(t1 - t0 - inner)
                             started.setdefault(op.label, []).append(t0)
                             t0 = t1
                         if memory is not None:
                             memory.observe(self)
+                            if timings is not None:
+                                t0 = clock()
                 else:
                     for handler, op in self._compiled:
                         handler(op)

@@ -4,13 +4,14 @@ Every `paddle.nn.Linear` of a stage is switched to a `PyLayer` matmul. Its backw
 input gradient (and the bias gradient) at once and, instead of computing the weight gradient,
 leaves the two tensors that make it (the layer's input and the gradient of its output) in a
 `DeferredGrads` store under the (stage, microbatch) the interpreter is running. `W(s,m)` later
-runs exactly that key's weight gradients (`weight.grad += x^T @ dy`) and drops the tensors.
+runs exactly that key's weight gradients (`weight.grad += x^T @ dy`, one GEMM into the gradient
+where `blas.py` can) and drops the tensors.
 
 So `I(s,m)` is one ordinary backward over the stage (it frees the graph) that also yields the
 gradients of parameters that are not deferred (biases, norms, embeddings); `W(s,m)` is the
 matmuls the backward left out. With no key set (a fused `B`, or autograd outside a schedule)
 the weight gradient is computed on the spot, so a switched layer always gives the gradient
-an unswitched one would: the parameters, the numerics and the state dict do not change.
+an unswitched one would (to float rounding): the parameters and the state dict do not change.
 
 Paddle's own zero-bubble code (`fleet/meta_parallel/zero_bubble_utils.py`) keeps one global
 queue of closures popped in order; a schedule's `W`s need not come in the order of its `I`s
@@ -22,6 +23,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from typing import Any
+
+from .blas import accumulate_product
 
 Key = tuple[int, int]
 
@@ -81,19 +84,15 @@ def accumulate_weight_grad(weight: Any, x: Any, dy: Any) -> None:
     paddle = _paddle()
     if weight.stop_gradient:
         return
+    x, dy = _rows(x), _rows(dy)
     with paddle.no_grad():
-        product = paddle.matmul(_rows(x), _rows(dy), transpose_x=True)
-        if weight.grad is None:
-            weight.grad = product
-        else:
+        grad = weight.grad
+        if grad is None:
+            weight.grad = paddle.matmul(x, dy, transpose_x=True)
+        elif not accumulate_product(grad, x, dy):
             # In place, as autograd accumulates: assigning `weight.grad` copies the whole
-            # tensor (measured ~14x an add). A product buffer kept per weight shape
-            # (`addmm_(beta=0)` into it) measured slower where it matters: in a pipeline's
-            # steady state the fresh product costs no page faults (counted: none per action),
-            # and BLAS's transposed-operand flag beats `addmm_` on a transposed view, 6.3 ms
-            # against 6.8 ms at 768 x 768 and 128 rows. The same product and the same add as
-            # an unsplit backward: the gradient is bit-identical.
-            weight.grad.add_(product)
+            # tensor (measured ~14x an add).
+            grad.add_(paddle.matmul(x, dy, transpose_x=True))
 
 
 @functools.cache

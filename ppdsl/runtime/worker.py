@@ -218,6 +218,7 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
     if status.mm is not None:
         sched.mark = status.set
     step_times: list[float] = []
+    counting: list[float] = []  # per step, the time --profile spent counting memory
     for step in range(cfg.steps):
         try:
             inputs, target = next(setup.batches)
@@ -225,9 +226,10 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
             break
         status.set(step, 0)
         losses: list[Any] = []
-        t0 = time.perf_counter()
+        t0, counted_before = time.perf_counter(), sched.memory.seconds
         sched.run_batch(inputs, target=target, losses=losses)
         step_times.append(time.perf_counter() - t0)
+        counting.append(sched.memory.seconds - counted_before)
         if setup.plan.last_stage and losses:
             values = [float(v) for v in losses]
             reporter.send("loss", file=index, step=step, loss=sum(values) / len(values), losses=values)
@@ -246,8 +248,9 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
     if verifier is not None:
         verifier.finish(reporter, index)
     steady = step_times[cfg.warmup:] or step_times
+    steady_counting = counting[cfg.warmup:] or counting
     reporter.send("done", file=index, step_times=step_times, step_time=sum(steady) / max(1, len(steady)),
-                  actions=count_actions(setup.plan))
+                  counting_time=sum(steady_counting) / max(1, len(steady_counting)), actions=count_actions(setup.plan))
     if cfg.profile:
         from .profile import gather_profile
 

@@ -60,7 +60,12 @@ def test_switching_keeps_parameters_and_state_dict() -> None:
     assert "forward" not in vars(split[0])
 
 
-def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order() -> None:
+def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ppdsl.runtime.split_backward as sb
+
+    fused: list[bool] = []
+    real = sb.accumulate_product
+    monkeypatch.setattr(sb, "accumulate_product", lambda *a: fused.append(real(*a)) or fused[-1])
     plain, split = _stage(2), _stage(2)
     store = DeferredGrads()
     switch_linears(split, store)
@@ -80,6 +85,11 @@ def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order() -> 
     got, want = _grads(split), _grads(plain)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=0)
+    # The first W of each weight makes its gradient; the later ones add into it with one GEMM
+    # where the math library allows (3-D inputs are taken as rows), else the autograd way.
+    from ppdsl.runtime.blas import _gemms
+
+    assert fused == [_gemms() is not None] * 4
 
 
 def test_without_a_key_the_weight_gradient_comes_at_once() -> None:
@@ -150,3 +160,29 @@ def test_a_step_runs_with_the_cyclic_collector_paused_unless_asked_not_to(pause:
         assert stage.seen[-2:] == [False, False] and not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_profile_leaves_its_own_memory_counting_out_of_every_action(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a clock that only the memory count moves, every action (a pair too) measures 0."""
+    import time
+
+    from ppdsl.runtime.memory import LiveMemory
+    from ppdsl.runtime.schedule import PipelineSchedule
+    from ppdsl.syntax.parser import parse
+
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    real = LiveMemory._observe
+
+    def slow(self: LiveMemory, sched: Any) -> None:
+        now[0] += 1000.0
+        real(self, sched)
+
+    monkeypatch.setattr(LiveMemory, "_observe", slow)
+    program = parse("pipeline ranks=1 microbatches=2\nrank 0: 0F0 (0F1;0I0) 0W0 0I1 0W1\n")
+    sched = PipelineSchedule(program, [_stage(4)], lambda y, t: ((y - t) ** 2).mean(), rank=0, profile=True)
+    x, t = (paddle.concat(pair) for pair in zip(_data(0), _data(1)))
+    sched.step(x, target=t)
+    assert sched.memory.seconds == 7 * 1000.0  # after each of the 5 actions and each part of the pair
+    assert len(sched.timings) == 5 and all(d == [0.0] for d in sched.timings.values())
+    assert sched.memory.peak_graphs == 2
