@@ -186,8 +186,9 @@ def _mib(n: object) -> str:
 def _simulated_vs_measured(path: str, file: str, outcome: FileOutcome) -> str:
     """How far `ppdsl simulate FILE --costs PATH` (the same function) is from the measured step.
 
-    The step compared leaves out the time the profile spent counting memory, as the actions'
-    times in the profile do: what is predicted is a step without `--profile`."""
+    The step compared leaves out the time the profile spent counting memory (on the rank that
+    spent most: any rank's count delays the others), as the actions' times in the profile do:
+    what is predicted is a step without `--profile`."""
     from ..costs import CostError
     from ..diagnostics import PpsError
     from .simulate_cmd import num, simulate_file

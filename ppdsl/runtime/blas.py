@@ -8,8 +8,10 @@ zero-bubble code fuses the two on GPU (`fused_linear_param_grad_add`), which has
 kernel; so on CPU this calls `cblas_?gemm` of the math library Paddle itself has loaded
 (MKL's, found among the process's mapped files), on the tensors' buffers.
 
-Anything it cannot do exactly (another device, dtype or layout, no such library, or
-`PPDSL_FUSED_WEIGHT_GRAD=0`) answers False and the caller takes the autograd way.
+Anything it cannot do safely (another device, dtype or layout, a gradient sharing memory
+with an operand, no such library, or `PPDSL_FUSED_WEIGHT_GRAD=0`) answers False and the
+caller takes the autograd way. The sum is the same up to float rounding (the GEMM adds the
+old gradient in its own order), not bit for bit.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from typing import Any
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2**31 - 1  # cblas takes C ints
-_LIBRARIES = ("libmklml_intel.so", "libmkl_rt.so")  # what Paddle's CPU wheels link
+# Paddle's CPU wheels load MKL as this file. Not `libmkl_rt`: another package may map that
+# one, with its own settings (its ILP64 layer takes 64-bit ints where these are 32-bit).
+_LIBRARY = "libmklml_intel.so"
 
 Gemm = Callable[..., None]
 
@@ -33,7 +37,7 @@ def _loaded_library() -> str | None:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 path = line.rsplit(" ", 1)[-1].strip()
-                if os.path.basename(path).startswith(_LIBRARIES):
+                if os.path.basename(path).startswith(_LIBRARY):
                     return path
     except OSError:  # not Linux
         return None
@@ -45,6 +49,12 @@ def _gemms() -> dict[str, Gemm] | None:
     if os.environ.get("PPDSL_FUSED_WEIGHT_GRAD", "1") == "0":
         return None
     path = _loaded_library()
+    if path is None:  # Paddle maps its math library with its first CPU op: make one, look again
+        import paddle
+
+        untyped: Any = paddle
+        untyped.matmul(untyped.ones([1, 1]), untyped.ones([1, 1]))
+        path = _loaded_library()
     if path is None:
         return None
     try:
@@ -77,9 +87,16 @@ def accumulate_product(grad: Any, x: Any, dy: Any) -> bool:
         return False
     if not all(t.place.is_cpu_place() and t.is_contiguous() for t in (grad, x, dy)):
         return False
+    size = grad.element_size()
+    start = grad.data_ptr()
+    end = start + m * n * size
+    for t in (x, dy):  # BLAS may not write where it reads
+        other = t.data_ptr()
+        if other < end and start < other + k * t.shape[1] * size:
+            return False
     gemms = _gemms()
     gemm = gemms.get(dtype) if gemms is not None else None
     if gemm is None:
         return False
-    gemm(_ROW_MAJOR, _TRANS, _NO_TRANS, m, n, k, 1.0, x.data_ptr(), m, dy.data_ptr(), n, 1.0, grad.data_ptr(), n)
+    gemm(_ROW_MAJOR, _TRANS, _NO_TRANS, m, n, k, 1.0, x.data_ptr(), m, dy.data_ptr(), n, 1.0, start, n)
     return True

@@ -54,7 +54,7 @@ class FileOutcome:
     verify: dict[str, Any] | None = None
     step_time: float | None = None
     step_times: list[float] = field(factory=list)
-    counting_time: float = 0.0  # of step_time, what --profile spent counting memory
+    counting_time: float = 0.0  # per step, what --profile spent counting memory (the largest rank's)
     actions: dict[int, int] = field(factory=dict)
     memory: list[dict[str, Any]] = field(factory=list)  # per rank, with --profile
 
@@ -304,10 +304,11 @@ def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[i
     elif kind == "done":
         ready.add(rank)
         f.actions[rank] = int(e.get("actions", 0))
+        # Any rank's memory count delays the others through their receives: the largest.
+        f.counting_time = max(f.counting_time, float(e.get("counting_time", 0.0)))
         if rank == 0:
             f.step_time = float(e.get("step_time", 0.0))
             f.step_times = list(e.get("step_times", []))
-            f.counting_time = float(e.get("counting_time", 0.0))
     elif kind == "profile":
         outcome.profile = e
         f.memory = list(e.get("memory", []))

@@ -84,8 +84,8 @@ def accumulate_weight_grad(weight: Any, x: Any, dy: Any) -> None:
     paddle = _paddle()
     if weight.stop_gradient:
         return
-    x, dy = _rows(x), _rows(dy)
     with paddle.no_grad():
+        x, dy = _rows(x), _rows(dy)
         grad = weight.grad
         if grad is None:
             weight.grad = paddle.matmul(x, dy, transpose_x=True)

@@ -93,7 +93,7 @@ def test_split_backward_opt_out_is_exact(capsys: pytest.CaptureFixture[str]) -> 
     assert "warning" not in err
 
 
-def test_a_linear_the_split_cannot_defer_warns_once_and_stays_exact(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_linear_the_split_cannot_defer_warns_once_and_verifies(capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
     code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", FUSED_RTOL, "-q", "--model",
                              f"{HERE / 'scaled_linear_model.py'}:build_stage")

@@ -60,11 +60,13 @@ def test_switching_keeps_parameters_and_state_dict() -> None:
     assert "forward" not in vars(split[0])
 
 
-def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("gemm", [True, False], ids=["add inside the GEMM", "matmul then add_"])
+def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order(monkeypatch: pytest.MonkeyPatch,
+                                                                           gemm: bool) -> None:
     import ppdsl.runtime.split_backward as sb
 
     fused: list[bool] = []
-    real = sb.accumulate_product
+    real = sb.accumulate_product if gemm else (lambda *a: False)
     monkeypatch.setattr(sb, "accumulate_product", lambda *a: fused.append(real(*a)) or fused[-1])
     plain, split = _stage(2), _stage(2)
     store = DeferredGrads()
@@ -89,7 +91,7 @@ def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order(monke
     # where the math library allows (3-D inputs are taken as rows), else the autograd way.
     from ppdsl.runtime.blas import _gemms
 
-    assert fused == [_gemms() is not None] * 4
+    assert fused == [gemm and _gemms() is not None] * 4
 
 
 def test_without_a_key_the_weight_gradient_comes_at_once() -> None:
