@@ -1,9 +1,10 @@
-"""Train with a schedule file across ranks, with PaddlePaddle.
+"""Train with a schedule file across ranks, with PaddlePaddle or PyTorch.
 
 With no other argument, starts one local CPU process per rank (gloo over loopback), builds a
 small built-in MLP cut into the schedule's stages, trains a few steps on synthetic data and
 prints each step's loss. Your own model: --model/--data/--loss (see docs/runtime.md).
-Under `python -m paddle.distributed.launch` it uses the launcher's processes instead.
+Under `python -m paddle.distributed.launch` (or `torchrun` with `--framework torch`) it uses
+the launcher's processes instead.
 
 The file is linted first under the backend's communication model (rendezvous for gloo,
 grouped for NCCL) and refused, with the wait-for cycle, when it would hang there.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics import UsageError
 from ..english import plural
 from ..limits import MAX_COST, MAX_SECONDS, MAX_STEPS
+from ..runtime.framework import FRAMEWORKS, PADDLE
 from .common import number, whole_number
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,8 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", nargs="+",
                    help="a .pps or .csv schedule; several run one after another in the same processes")
     p.add_argument("--steps", type=whole_number(1, MAX_STEPS), default=20, help="training steps (default 20)")
+    p.add_argument("--framework", choices=FRAMEWORKS, default=PADDLE,
+                   help="run the stages with PaddlePaddle (default) or PyTorch")
     p.add_argument("--model", metavar="MODULE[:NAME]",
-                   help="build_stage(stage_index, num_stages) -> paddle.nn.Layer; a MODULE alone also gives "
+                   help="build_stage(stage_index, num_stages) -> paddle.nn.Layer (torch.nn.Module with "
+                        "--framework torch); a MODULE alone also gives "
                         "its `batches` and `loss` as --data and --loss")
     p.add_argument("--data", metavar="MODULE:NAME", help="batches() -> iterable of (inputs, targets)")
     p.add_argument("--loss", metavar="MODULE:NAME", help="loss(output, target) -> scalar tensor")
@@ -84,14 +89,15 @@ def _programs(files: list[str], model: CommModel) -> list[Program]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import importlib.util
     import os
 
     from ..runtime.worker import in_distributed_env
     from ..semantics import CommModel
 
+    from ..runtime.framework import require
+
     _check_args(args)
-    distributed = in_distributed_env()  # a rank started by us or by paddle.distributed.launch
+    distributed = in_distributed_env(args.framework)  # a rank started by us, Paddle's launcher or torchrun
     programs: list[Program] = []
     if not distributed or "PPDSL_REPORT_FD" not in os.environ:
         # Everything checkable alone is checked before any process (or, under Paddle's
@@ -100,16 +106,14 @@ def run(args: argparse.Namespace) -> int:
             from ..runtime.comm import comm_model_of
             from ..runtime.worker import backend_from_env
 
-            model = comm_model_of(backend_from_env())
+            model = comm_model_of(backend_from_env(args.framework))
         else:
             model = CommModel.RENDEZVOUS  # local processes talk over gloo
         programs = _programs(args.file, model)
         from ..runtime.models import check_contract, check_forms
 
         check_forms(args.model, args.data, args.loss, args.optimizer)
-        if importlib.util.find_spec("paddle") is None:
-            raise UsageError("PaddlePaddle is not installed: pip install 'ppdsl[paddle]' (CPU), "
-                             "or paddlepaddle-gpu from Paddle's own index")
+        require(args.framework)  # exit 2 with the install command
         args.model, args.data, args.loss = check_contract(args.model, args.data, args.loss, args.optimizer,
                                                           [p.stages for p in programs])
     if distributed:
@@ -129,7 +133,8 @@ def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
         print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}, {plural(first.stages, 'stage')}, "
               f"{plural(first.microbatches, 'microbatch')}, {plural(args.steps, 'step')} "
-              f"(gloo, local processes, {plural(threads, 'thread')} each: {why})", file=out, flush=True)
+              f"({args.framework}, gloo, local processes, {plural(threads, 'thread')} each: {why})",
+              file=out, flush=True)
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
                      keep_logs=args.logs, names=args.file, threads=threads)
     if outcome.failure is not None:
@@ -157,7 +162,7 @@ def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
 
 def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     """The arguments again, for each rank's own `ppdsl run`."""
-    argv = [*args.file, "--steps", str(args.steps), "--optimizer", args.optimizer, "--lr", repr(args.lr),
+    argv = [*args.file, "--steps", str(args.steps), "--framework", args.framework, "--optimizer", args.optimizer, "--lr", repr(args.lr),
             "--seed", str(args.seed), "--timeout", repr(args.timeout), "--rtol", repr(args.rtol)]
     for name in ("model", "data", "loss", "profile"):
         value = getattr(args, name)

@@ -1,4 +1,4 @@
-"""The PaddlePaddle runtime: the only part of ppdsl that imports paddle, and only lazily.
+"""The runtime on PaddlePaddle or PyTorch: the only part of ppdsl that imports either, and only lazily.
 
     from ppdsl.runtime import PipelineSchedule
     sched = PipelineSchedule(load_program("1f1b.pps"), {rank: my_stage}, loss_fn)
@@ -7,8 +7,12 @@
 or, as a drop-in for Paddle's `ScheduleFThenB(stage, n, loss_fn=...)`:
 `ScheduleFromFile("1f1b.pps", stage, loss_fn, n_microbatches=n)`.
 
+The same classes take `torch.nn.Module` stages (or torch's `PipelineStage`s): the
+interpreter is written once against `framework.Framework`, whose Paddle and torch adapters
+(`paddle_backend`, `torch_backend`) are the only modules that import a framework.
+
 See docs/runtime.md. `ppdsl run` is a thin layer over this API (`worker.py`), with a local
-process launcher (`launcher.py`) that needs no paddle itself.
+process launcher (`launcher.py`) that needs no framework itself.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError", "init_from_env"]
 
 
-def init_from_env() -> int:
-    """`paddle.distributed.init_parallel_env()` and this process's rank (env from a launcher)."""
-    import paddle.distributed as dist
+def init_from_env(framework: str = "paddle") -> int:
+    """Join the job's process group from a launcher's environment (Paddle's
+    `init_parallel_env()`, torch's `init_process_group()`) and return this process's rank."""
+    from .framework import get_framework
 
-    dist.init_parallel_env()
-    return int(dist.get_rank())
+    fw = get_framework(framework)
+    fw.init_process_group()
+    return fw.rank()
 
 
 def __getattr__(name: str) -> Any:

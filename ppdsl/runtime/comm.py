@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
 from ..ir import Action, Kind
 from ..semantics import CommModel
+from .framework import Framework
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:  # pragma: no cover
-    import paddle
+    Tensor = Any
 
 # The dtypes a received buffer may have.
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
@@ -38,15 +39,11 @@ MAX_HEADER_BYTES = (HEADER_WORDS - 1) * 8
 MAX_ELEMENTS = 1 << 31
 
 
-def gather_objects(obj: Any) -> list[Any]:
+def gather_objects(fw: Framework, obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order. One rank needs no process group (none is made)."""
-    import paddle.distributed as dist
-
-    if dist.get_world_size() == 1:
+    if not fw.is_initialized() or fw.world_size() == 1:
         return [obj]
-    gathered: list[Any] = []
-    dist.all_gather_object(gathered, obj)
-    return gathered
+    return fw.all_gather_object(obj)
 # The guard's label on the first step: [kind of the send, its stage, its microbatch, how many
 # sends on this link it is]. Its words lead the header a forward send already sends (one
 # message), and a backward send sends a labelled empty header before its data (the same size,
@@ -67,76 +64,71 @@ class PeerError(RuntimeError):
 class Transport:
     """Blocking send/recv to a global rank over that pair's own group."""
 
-    def __init__(self, rank: int, pairs: Sequence[tuple[int, int]], watchdog: Watchdog | None,
+    def __init__(self, fw: Framework, rank: int, pairs: Sequence[tuple[int, int]], watchdog: Watchdog | None,
                  backend: str | None = None):
-        import paddle.distributed as dist
-
+        self.fw = fw
         self.rank = rank
         self.pairs = tuple(pairs)
-        self.dist = dist
-        self.backend = (backend or dist.get_backend()).lower()
+        self.backend = (backend or fw.backend()).lower()
         self.model = comm_model_of(self.backend)
         self.watchdog = watchdog
-        # peer global rank -> (group, process group, peer's rank inside the group)
-        self.links: dict[int, tuple[Any, Any, int]] = {}
+        # peer global rank -> (group, its blocking send, its blocking receive)
+        self.links: dict[int, tuple[Any, Callable[[Any], None], Callable[[Any], None]]] = {}
         for a, b in pairs:
             if watchdog is not None:
                 watchdog.arm(f"creating the group of ranks {a} and {b}")
-            group = dist.new_group([a, b])
+            group = fw.new_group([a, b])
             # gloo: two groups being created at once (say {0,3} and {1,2}) break each other's
             # connection set-up; a barrier after each keeps the creations one at a time.
             if self.backend == "gloo":
-                dist.barrier()
+                fw.barrier()
             if rank in (a, b):
                 peer = b if rank == a else a
-                self.links[peer] = (group, group.process_group, group.get_group_rank(peer))
+                self.links[peer] = (group, *fw.link(group, rank, peer))
         if watchdog is not None:
             watchdog.disarm()
 
-    def _link(self, peer: int) -> tuple[Any, Any, int]:
+    def _link(self, peer: int) -> tuple[Any, Callable[[Any], None], Callable[[Any], None]]:
         link = self.links.get(peer)
         if link is None:  # pragma: no cover - plans only name peers from the program's pairs
             raise PeerError(f"no group with rank {peer}")
         return link
 
-    def send(self, tensor: paddle.Tensor, peer: int, label: str) -> None:
-        _, pg, idx = self._link(peer)
+    def send(self, tensor: Tensor, peer: int, label: str) -> None:
+        _, send, _ = self._link(peer)
         wd = self.watchdog
         if wd is not None:
             wd.arm(label, f"sending to rank {peer}")
         t0 = time.monotonic()
         try:
-            pg.send(tensor, idx, True).wait()
+            send(tensor)
         except RuntimeError as exc:
             raise peer_error(exc, "sending to", peer, time.monotonic() - t0) from None
         if wd is not None:
             wd.since = 0.0
 
-    def recv(self, tensor: paddle.Tensor, peer: int, label: str) -> None:
-        _, pg, idx = self._link(peer)
+    def recv(self, tensor: Tensor, peer: int, label: str) -> None:
+        _, _, recv = self._link(peer)
         wd = self.watchdog
         if wd is not None:
             wd.arm(label, f"waiting for rank {peer}")
         t0 = time.monotonic()
         try:
-            pg.recv(tensor, idx, True).wait()
+            recv(tensor)
         except RuntimeError as exc:
             raise peer_error(exc, "receiving from", peer, time.monotonic() - t0) from None
         if wd is not None:
             wd.since = 0.0
 
-    def batch(self, ops: Sequence[tuple[bool, paddle.Tensor, int]], label: str) -> None:
+    def batch(self, ops: Sequence[tuple[bool, Tensor, int]], label: str) -> None:
         """(is_send, tensor, peer) posted together: NCCL's group call."""
-        dist = self.dist
-        p2p = [dist.P2POp(dist.isend if is_send else dist.irecv, t, peer, self._link(peer)[0])
-               for is_send, t, peer in ops]
+        p2p = [(is_send, t, peer, self._link(peer)[0]) for is_send, t, peer in ops]
         wd = self.watchdog
         if wd is not None:
             wd.arm(label, "in a batched send/receive with ranks " + ", ".join(sorted({str(p) for _, _, p in ops})))
         t0 = time.monotonic()
         try:
-            for task in dist.batch_isend_irecv(p2p):
-                task.wait()
+            self.fw.batch(p2p)
         except RuntimeError as exc:
             raise peer_error(exc, "exchanging with", ops[0][2], time.monotonic() - t0) from None
         if wd is not None:
@@ -144,9 +136,8 @@ class Transport:
 
     # --- headers: sent once per cross-rank activation, on the first step --------------------
     @staticmethod
-    def encode_header(meta: dict[str, Any]) -> paddle.Tensor:
+    def encode_header(fw: Framework, meta: dict[str, Any]) -> Tensor:
         import numpy as np
-        import paddle
 
         data = json.dumps(meta, separators=(",", ":")).encode()
         if len(data) > MAX_HEADER_BYTES:
@@ -155,19 +146,19 @@ class Transport:
         words = np.zeros(HEADER_WORDS, dtype="<i8")
         words[0] = len(data)
         words[1:] = np.frombuffer(data.ljust(MAX_HEADER_BYTES, b"\0"), dtype="<i8")
-        return paddle.to_tensor(words, dtype="int64")
+        return fw.from_numpy(words)
 
     @staticmethod
-    def empty_header() -> paddle.Tensor:
-        import paddle
-
-        return paddle.zeros([HEADER_WORDS], dtype="int64")
-
-    @staticmethod
-    def decode_header(header: paddle.Tensor) -> dict[str, Any]:
+    def empty_header(fw: Framework) -> Tensor:
         import numpy as np
 
-        words = np.ascontiguousarray(header.numpy(), dtype="<i8")
+        return fw.from_numpy(np.zeros(HEADER_WORDS, dtype="<i8"))
+
+    @staticmethod
+    def decode_header(fw: Framework, header: Tensor) -> dict[str, Any]:
+        import numpy as np
+
+        words = np.ascontiguousarray(fw.to_numpy(header), dtype="<i8")
         n = int(words[0])
         if not 0 < n <= MAX_HEADER_BYTES:
             raise PeerError(f"garbled header (length {n}): the ranks disagree about what is sent")
@@ -193,25 +184,25 @@ class Label:
     def action(self) -> str:
         return str(Action(self.stage, self.kind, self.microbatch))
 
-    def tensor(self, header: paddle.Tensor) -> paddle.Tensor:
+    def tensor(self, fw: Framework, header: Tensor) -> Tensor:
         """The label followed by a header: what goes on the wire."""
-        import paddle
+        import numpy as np
 
-        label = paddle.to_tensor([int(self.kind), self.stage, self.microbatch, self.ordinal], dtype="int64")
-        return paddle.concat([label, header])
+        label = np.array([int(self.kind), self.stage, self.microbatch, self.ordinal], dtype="<i8")
+        return fw.from_numpy(np.concatenate([label, fw.to_numpy(header).astype("<i8")]))
 
     @staticmethod
-    def empty() -> paddle.Tensor:
+    def empty(fw: Framework) -> Tensor:
         """A buffer for a labelled header."""
-        import paddle
+        import numpy as np
 
-        return paddle.concat([paddle.zeros([LABEL], dtype="int64"), Transport.empty_header()])
+        return fw.from_numpy(np.zeros(LABEL + HEADER_WORDS, dtype="<i8"))
 
     @classmethod
-    def read(cls, tensor: paddle.Tensor, stages: int, microbatches: int) -> Label:
+    def read(cls, fw: Framework, tensor: Tensor, stages: int, microbatches: int) -> Label:
         """The label in a received tensor; PeerError when it cannot be one (a message of
         another kind arrived where a label should: the ranks are out of step)."""
-        kind, stage, mb, ordinal = (int(v) for v in tensor.numpy().tolist()[:LABEL])
+        kind, stage, mb, ordinal = (int(v) for v in fw.to_numpy(tensor).tolist()[:LABEL])
         if kind not in (int(Kind.SEND_F), int(Kind.SEND_B)) or not 0 <= stage < stages \
                 or not 0 <= mb < microbatches or ordinal < 1:
             raise PeerError(f"garbled message label {[kind, stage, mb, ordinal]}: the ranks are out of step "

@@ -1,8 +1,9 @@
-"""`ScheduleFromFile`: Paddle's pipelining schedule API, running the order a `.pps` file gives.
+"""`ScheduleFromFile`: Paddle's and PyTorch's pipelining schedule API, running a `.pps` file's order.
 
-A script written for `paddle.distributed.auto_parallel.pipelining` builds `PipelineStage`
-objects and a schedule (`ScheduleFThenB(stage, n_microbatches, loss_fn=...)`,
-`Schedule1F1B`, `ScheduleVPP([stages], ...)`), then calls
+A script written for `paddle.distributed.auto_parallel.pipelining` (or `torch.distributed.pipelining`)
+builds `PipelineStage` objects and a schedule (`ScheduleFThenB(stage, n_microbatches, loss_fn=...)`,
+`Schedule1F1B`, `ScheduleVPP([stages], ...)`; torch's `ScheduleGPipe`, `Schedule1F1B`,
+`ScheduleInterleavedZeroBubble`, ...), then calls
 `schedule.step(*args, target=..., losses=...)`. Changing that one schedule line to
 `ScheduleFromFile("my.pps", stage, loss_fn, n_microbatches=...)` runs the file's order instead,
 with the same `step` contract: the first stage's rank passes the batch's arguments (each
@@ -10,11 +11,12 @@ tensor split along dimension 0 into the microbatches), the last stage's rank the
 `losses` is cleared and filled with each microbatch's loss; keyword arguments go to every
 stage this rank holds; `return_output=True` gives the last stage's outputs merged back.
 Gradients are summed over microbatches, as Paddle's schedules do (`scale_grads=True`
-averages them instead).
+averages them instead, as torch's schedules do by default: pass it for a torch script).
 
 `stages` is what the rank holds: one `PipelineStage` or a list of them (their `stage_index`
-says which stage each is), or plain `paddle.nn.Layer`s (in the order of the file's stages on
-this rank), or a dict {stage index: layer}. Only each stage's layer is used: ppdsl does its own
+says which stage each is), or plain `paddle.nn.Layer`s / `torch.nn.Module`s (in the order of the
+file's stages on this rank), or a dict {stage index: layer}. Only each stage's layer is used
+(Paddle's `sublayer`, torch's `submod`): ppdsl does its own
 shape exchange and communication (one 2-rank group per pair of ranks that talk).
 """
 
@@ -26,6 +28,7 @@ from typing import Any
 
 from ..english import plural
 from ..ir import Program
+from .framework import framework_of
 from .schedule import PipelineSchedule, SetupError
 
 # Paddle's own options that change how a batch is chunked or merged; ppdsl has one way.
@@ -33,8 +36,14 @@ _UNSUPPORTED = ("args_chunk_spec", "kwargs_chunk_spec", "output_merge_spec")
 
 
 def _is_pipeline_stage(obj: Any) -> bool:
-    """Paddle's `PipelineStage` (duck-typed: importing its module sets up auto-parallel state)."""
-    return hasattr(obj, "sublayer") and hasattr(obj, "stage_index") and hasattr(obj, "num_stages")
+    """Paddle's or torch's `PipelineStage` (duck-typed: importing Paddle's module sets up
+    auto-parallel state)."""
+    return (hasattr(obj, "sublayer") or hasattr(obj, "submod")) and hasattr(obj, "stage_index") \
+        and hasattr(obj, "num_stages")
+
+
+def _layer_of(stage: Any) -> Any:
+    return stage.sublayer if hasattr(stage, "sublayer") else stage.submod
 
 
 def stage_layers(stages: Any, program: Program, rank: int) -> dict[int, Any]:
@@ -48,7 +57,7 @@ def stage_layers(stages: Any, program: Program, rank: int) -> dict[int, Any]:
             if s.num_stages != program.stages:
                 raise SetupError(f"PipelineStage {s.stage_index} was built with num_stages={s.num_stages}, "
                                  f"but the schedule file has {program.stages} stages")
-            out[int(s.stage_index)] = s.sublayer
+            out[int(s.stage_index)] = _layer_of(s)
         return out
     if any(_is_pipeline_stage(s) for s in items):
         raise SetupError("give either PipelineStage objects or plain layers, not a mix")
@@ -66,8 +75,6 @@ class ScheduleFromFile:
                  stages: Any, loss_fn: Callable[[Any, Any], Any] | None = None,
                  n_microbatches: int | None = None, *, scale_grads: bool = False, timeout: float = 60.0,
                  rank: int | None = None, backend: str | None = None, **paddle_options: Any):
-        import paddle.distributed as dist
-
         for name in _UNSUPPORTED:
             if paddle_options.pop(name, None) is not None:
                 raise SetupError(f"{name} is not supported: ppdsl splits every tensor argument along "
@@ -83,13 +90,16 @@ class ScheduleFromFile:
         if n_microbatches is not None and n_microbatches != program.microbatches:
             raise SetupError(f"n_microbatches={n_microbatches}, but the schedule file has "
                              f"microbatches={program.microbatches}")
-        world = dist.get_world_size()
+        first = next(iter(stages.values())) if isinstance(stages, Mapping) else \
+            (list(stages)[0] if isinstance(stages, (list, tuple)) and stages else stages)
+        fw = framework_of(_layer_of(first) if _is_pipeline_stage(first) else first)
+        world = fw.world_size() if fw.is_initialized() else 1
         if world != program.ranks:
             raise SetupError(f"the schedule file has ranks={program.ranks}, but {world} processes run")
-        rank = dist.get_rank() if rank is None else rank
+        rank = (fw.rank() if fw.is_initialized() else 0) if rank is None else rank
         self.program = program
         self._schedule = PipelineSchedule(program, stage_layers(stages, program, rank), loss_fn, rank=rank,
-                                          timeout=timeout, scale_grads=scale_grads, backend=backend)
+                                          timeout=timeout, scale_grads=scale_grads, backend=backend, framework=fw)
 
     @property
     def schedule(self) -> PipelineSchedule:

@@ -175,6 +175,9 @@ def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, time
                 "PADDLE_TRAINERS_NUM": str(n), "PADDLE_TRAINER_ENDPOINTS": endpoints,
                 "PADDLE_TRAINER_ID": str(rank), "PADDLE_CURRENT_ENDPOINT": f"127.0.0.1:{ports[rank]}",
                 "PADDLE_DISTRI_BACKEND": "gloo", "PPDSL_REPORT_FD": str(w), "PPDSL_STATUS_FILE": str(status),
+                # torch.distributed's env:// rendezvous (only the chosen framework listens).
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]), "RANK": str(rank),
+                "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(n),
                 "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")])),
             })
             env.setdefault("GLOG_minloglevel", "2")  # Paddle's INFO lines

@@ -3,7 +3,8 @@
 A user's module provides three callables (named on the command line as `module:name` or
 `path/to/file.py:name`):
 
-- `build_stage(stage_index, num_stages) -> paddle.nn.Layer`: one pipeline stage. Its
+- `build_stage(stage_index, num_stages) -> paddle.nn.Layer` (or `torch.nn.Module` with
+  `--framework torch`): one pipeline stage. Its
   `forward` takes and returns a stage value: a tensor, a tuple (the next stage's positional
   arguments) or a dict (its keyword arguments); see values.py. Called with the same seed on every rank
   (and again for `--verify`), so the same stage gets the same initial weights everywhere.
@@ -23,15 +24,13 @@ import importlib.util
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..diagnostics import UsageError
-
-if TYPE_CHECKING:  # pragma: no cover
-    import paddle
+from .framework import PADDLE, Framework, get_framework
 
 BUILTIN = "ppdsl.runtime.models"
-# `--optimizer` names (worker.make_optimizer maps them to paddle.optimizer classes).
+# `--optimizer` names (each framework's adapter maps them to its optimizer classes).
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
 
@@ -141,46 +140,47 @@ BATCH_PER_MICROBATCH = 4
 DTYPE: Final = "float64"
 
 
-def build_stage(stage_index: int, num_stages: int) -> paddle.nn.Layer:
-    """`LAYERS_PER_STAGE` Linear+Tanh blocks; the last stage ends in a Linear to one output."""
-    import paddle
+def build_stage(stage_index: int, num_stages: int, *, seed: int = 0, framework: str = PADDLE) -> Any:
+    """`LAYERS_PER_STAGE` Linear+Tanh blocks; the last stage ends in a Linear to one output.
 
-    # float64: then `--verify` compares pipeline logic, not float32 rounding (a schedule that
-    # accumulates microbatch gradients in another order differs from the reference by ~1e-6).
-    saved = paddle.get_default_dtype()
-    paddle.set_default_dtype(DTYPE)
-    try:
-        layers: list[paddle.nn.Layer] = []
-        for _ in range(LAYERS_PER_STAGE):
-            layers += [paddle.nn.Linear(WIDTH, WIDTH), paddle.nn.Tanh()]
-        if stage_index == num_stages - 1:
-            layers.append(paddle.nn.Linear(WIDTH, 1))
-        return paddle.nn.Sequential(*layers)
-    finally:
-        paddle.set_default_dtype(saved)
+    The weights are drawn with numpy from (seed, stage), not by the framework, so Paddle and
+    PyTorch start from the same numbers and print the same losses for the same file and seed.
+    float64: then `--verify` compares pipeline logic, not float32 rounding (a schedule that
+    accumulates microbatch gradients in another order differs from the reference by ~1e-6)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, stage_index])
+    shapes = [(WIDTH, WIDTH)] * LAYERS_PER_STAGE + ([(WIDTH, 1)] if stage_index == num_stages - 1 else [])
+    weights, biases = [], []
+    for fan_in, fan_out in shapes:
+        bound = 1.0 / np.sqrt(fan_in)  # PyTorch's default Linear init
+        weights.append(rng.uniform(-bound, bound, (fan_in, fan_out)).astype(DTYPE))
+        biases.append(rng.uniform(-bound, bound, fan_out).astype(DTYPE))
+    tanh = [True] * LAYERS_PER_STAGE + [False] * (len(shapes) - LAYERS_PER_STAGE)
+    return get_framework(framework).mlp(weights, biases, tanh)
 
 
-def synthetic_batches(microbatches: int, seed: int = 0, batch: int | None = None) -> Iterator[tuple[Any, Any]]:
+def synthetic_batches(microbatches: int, seed: int = 0, batch: int | None = None,
+                      framework: str = PADDLE) -> Iterator[tuple[Any, Any]]:
     """A regression task the MLP can learn: y = sin(x . w / sqrt(WIDTH)) for a fixed random w.
 
-    Drawn with numpy's own generator so every rank gets the same numbers without touching
-    paddle's global random state."""
+    Drawn with numpy's own generator so every rank (and either framework) gets the same
+    numbers without touching the framework's global random state."""
     import numpy as np
-    import paddle
 
+    fw = get_framework(framework)
     n = batch or BATCH_PER_MICROBATCH * microbatches
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((WIDTH, 1)).astype(DTYPE)
     while True:
         x = rng.standard_normal((n, WIDTH)).astype(DTYPE)
         # Scaled so x . w has unit variance: a teacher the small MLP visibly learns in a few steps.
-        yield paddle.to_tensor(x), paddle.to_tensor(np.sin(x @ w / np.sqrt(WIDTH)))
+        yield fw.from_numpy(x), fw.from_numpy(np.sin(x @ w / np.sqrt(WIDTH)))
 
 
-def loss(output: paddle.Tensor, target: paddle.Tensor) -> paddle.Tensor:
-    import paddle
-
-    return paddle.nn.functional.mse_loss(output, target)
+def loss(output: Any, target: Any) -> Any:
+    """Mean squared error, in operators both frameworks' tensors have."""
+    return ((output - target) ** 2).mean()
 
 
 # Building what a rank trains, shared by the worker and `--verify`'s single-process copy.
@@ -190,30 +190,27 @@ class SetupFailure(Exception):
     """A rank cannot set up what it trains (world size, model, data): reported, not a traceback."""
 
 
-def build_stages(build: Any, stages: tuple[int, ...], num_stages: int, seed: int, name: str) -> dict[int, Any]:
+def build_stages(build: Any, stages: tuple[int, ...], num_stages: int, seed: int, name: str,
+                 fw: Framework | None = None) -> dict[int, Any]:
     """Each stage from the same seed on every rank, so weights agree with `--verify`'s copy."""
-    import paddle
-
+    fw = fw or get_framework()
     layers = {}
     for s in stages:
-        paddle.seed(seed * 1_000_003 + s)
+        fw.seed(seed * 1_000_003 + s)
         try:
-            layer = build(s, num_stages)
+            layer = build_stage(s, num_stages, seed=seed, framework=fw.name) if build is build_stage \
+                else build(s, num_stages)
         except Exception as exc:  # noqa: BLE001 - the user's factory failed
             raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) raised {type(exc).__name__}: {exc}") from None
-        if not isinstance(layer, paddle.nn.Layer):
+        if not fw.is_layer(layer):
             raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) returned {type(layer).__name__}, "
-                               "not a paddle.nn.Layer")
+                               f"not a {fw.layer_type}")
         layers[s] = layer
     return layers
 
 
-def make_optimizer(spec: str, lr: float, parameters: list[Any]) -> Any:
-    import paddle
-
-    table = dict(zip(OPTIMIZERS, (paddle.optimizer.SGD, paddle.optimizer.Momentum, paddle.optimizer.Adam,
-                                  paddle.optimizer.AdamW)))
-    if spec in table:
-        return table[spec](learning_rate=lr, parameters=parameters)
+def make_optimizer(spec: str, lr: float, parameters: list[Any], fw: Framework | None = None) -> Any:
+    if spec in OPTIMIZERS:
+        return (fw or get_framework()).make_optimizer(spec, lr, parameters)
     factory = load_callable(spec, "optimizer")
     return factory(parameters)

@@ -22,7 +22,6 @@ from typing import Any
 
 from ..costs import profile_json
 from ..memory import peak_memory
-from .memory import allocator_peak_bytes
 from .watchdog import Reporter
 
 _LABEL = re.compile(r"^(\d+)([A-Z_]+?)(\d+)?$")
@@ -80,11 +79,11 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
     memory = {"rank": rank, "peak_microbatches": sched.memory.peak_graphs,
               "predicted_microbatches": int(peak_memory(sched.program)[rank]),
               "peak_bytes": sched.memory.peak_bytes}
-    allocator = allocator_peak_bytes()
+    allocator = sched.fw.allocator_peak_bytes()
     if allocator is not None:
         memory["allocator_peak_bytes"] = allocator
     sched.watchdog.arm("gathering the profile", "all ranks")
-    gathered = gather_objects((socket.gethostname(), mine, memory))
+    gathered = gather_objects(sched.fw, (socket.gethostname(), mine, memory))
     sched.watchdog.disarm()
     if rank != 0:
         return

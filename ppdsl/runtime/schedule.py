@@ -1,6 +1,8 @@
-"""`PipelineSchedule`: run one rank's part of a `.pps` program, step by step, with Paddle.
+"""`PipelineSchedule`: run one rank's part of a `.pps` program, step by step, with Paddle or PyTorch.
 
-Shaped like Paddle's `PipelineScheduleSingle`: build it from a program, this rank's stage
+The interpreter is written once; what differs between frameworks (tensors, autograd,
+process groups, messages) goes through the framework's adapter (`framework.py`), chosen from
+the stage layers' type. Shaped like Paddle's `PipelineScheduleSingle`: build it from a program, this rank's stage
 layers and a loss function, then call `step(inputs, target=..., losses=[...])` once per batch
 and step the optimizer yourself. Gradients accumulate over the microbatches of a step.
 
@@ -10,7 +12,7 @@ Each action of the rank's row runs in order:
   rank); the last stage computes the loss. A value is a tensor, a tuple or a dict (values.py).
 - `B`: full backward. `I`: the backward with the weight gradients of the stage's Linear layers
   left out and kept, keyed by (stage, microbatch), for `W`, which computes exactly those (see
-  `split_backward.py`). With `split_backward=False`: `I` is `paddle.grad` w.r.t. the stage
+  `split_backward.py`). With `split_backward=False`: `I` is the framework's `grad` w.r.t. the stage
   input (and, for a right answer, its parameters) with the graph kept and `W` a second full
   backward (every matmul twice).
 - `SEND_*`/`RECV_*`: blocking P2P on the pair's own 2-rank group; a batch `<...>` is one
@@ -36,20 +38,18 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..gcpause import no_gc
 from ..ir import Kind, Program
 from . import plan as P
 from . import values as V
 from .comm import DTYPES, LABEL, MAX_DIMS, MAX_ELEMENTS, Label, PeerError, Transport, comm_model_of, gather_objects
+from .framework import Framework, framework_of, get_framework
 from .memory import LiveMemory
 from .preflight import prepare
 from .split_backward import DeferredGrads, switch_linears
 from .watchdog import Reporter, Watchdog
-
-if TYPE_CHECKING:  # pragma: no cover
-    import paddle
 
 log = logging.getLogger("ppdsl.runtime")
 
@@ -81,7 +81,7 @@ class PipelineSchedule:
     microbatch's loss is divided by the number of microbatches before its backward, so the
     gradients are those of the mean loss; Paddle's own schedules leave them summed.
     With `split_backward` (default) and a program that has `I`/`W` actions, every plain
-    `paddle.nn.Linear` of the stage layers is switched to the split matmul (same parameters,
+    Linear (`paddle.nn.Linear`, `torch.nn.Linear`) of the stage layers is switched to the split matmul (same parameters,
     numerics and state dict); `split_warnings` names any Linear that could not be.
     `profile=True` fills `timings` (per action label) and `memory` (live microbatches and bytes).
 
@@ -94,24 +94,21 @@ class PipelineSchedule:
     many programs so.
     """
 
-    def __init__(self, program: Program, stages: Mapping[int, paddle.nn.Layer] | Sequence[paddle.nn.Layer],
+    def __init__(self, program: Program, stages: Mapping[int, Any] | Sequence[Any],
                  loss_fn: Callable[[Any, Any], Any] | None, *, rank: int | None = None,
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
                  backend: str | None = None, profile: bool = False, split_backward: bool = True,
-                 check: bool = True, pause_gc: bool = True, _guard: bool = True,
-                 _transport: Transport | None = None):
-        import paddle
-        import paddle.distributed as dist
-
-        self.paddle = paddle
-        self.rank = dist.get_rank() if rank is None else rank
+                 check: bool = True, pause_gc: bool = True, framework: str | Framework | None = None,
+                 _guard: bool = True, _transport: Transport | None = None):
+        fw = self.fw = _framework(framework, stages)
+        self.rank = fw.rank() if rank is None else rank
         # One process needs no process group; without one there is no backend to ask.
-        self.backend = (backend or (dist.get_backend() if dist.is_initialized() else "gloo")).lower()
+        self.backend = (backend or (fw.backend() if fw.is_initialized() else "gloo")).lower()
         self.comm_model = comm_model_of(self.backend)
         # Lint (and lower) under the backend's own model before anything is sent.
         self.program = prepare(program, self.comm_model, check=check)
         self.plan = P.compile_rank(self.program, self.rank)
-        self.layers = _stage_map(stages, self.plan)
+        self.layers = _stage_map(fw, stages, self.plan)
         if self.plan.training and loss_fn is None:
             raise SetupError("a training program needs a loss function")
         self.loss_fn = loss_fn
@@ -133,12 +130,12 @@ class PipelineSchedule:
         self._labels = _guard  # True until the first step has run: only it sends labels
         self._sent_on: dict[int, int] = {}  # peer -> messages sent to it so far (first step)
         self._received_on: dict[int, int] = {}
-        self._agree_on_program(dist)
+        self._agree_on_program()
         if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend:
             self.transport = _transport
             self.transport.watchdog = self.watchdog
         else:
-            self.transport = Transport(self.rank, self.plan.pairs, self.watchdog, self.backend)
+            self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend)
         # Agreed on the first step: the shapes each send carries, what each receive allocates.
         self._sent: dict[tuple[int, Key], list[list[int]]] = {}
         self._recv_meta: dict[Key, V.Incoming] = {}
@@ -156,7 +153,7 @@ class PipelineSchedule:
 
     # --- set-up -----------------------------------------------------------------------------
     def _switch_layers(self) -> None:
-        self.deferred = DeferredGrads()
+        self.deferred = DeferredGrads(self.fw)
         for s, layer in sorted(self.layers.items()):
             _, kept = switch_linears(layer, self.deferred)
             for name in kept:
@@ -165,10 +162,10 @@ class PipelineSchedule:
                 self.split_warnings.append(message)
                 warnings.warn(message, stacklevel=3)
 
-    def _agree_on_program(self, dist: Any) -> None:
+    def _agree_on_program(self) -> None:
         """All ranks compare the digest of the program they hold, and fail together."""
         self.watchdog.arm("checking that all ranks run the same program", "all ranks")
-        gathered = gather_objects((self.plan.digest, self.guard))
+        gathered = gather_objects(self.fw, (self.plan.digest, self.guard))
         self.watchdog.disarm()
         digests = [digest for digest, _ in gathered]
         if len(set(digests)) != 1:
@@ -215,18 +212,18 @@ class PipelineSchedule:
         plan = self.plan
         self._reset()
         self._keep_outputs = return_output  # else the last stage's outputs die with their backward
-        paddle = self.paddle
+        fw = self.fw
         M = plan.microbatches
         try:
             if plan.first_stage:
                 if inputs is None or (type(inputs) is tuple and not inputs):
                     raise SetupError("the first stage needs the batch's inputs: step(inputs, target=...)")
-                self._inputs = V.split_batch(paddle, inputs, M, "inputs")
+                self._inputs = V.split_batch(fw, inputs, M, "inputs")
             if plan.last_stage and plan.training:
                 if target is None:
                     raise SetupError("the last stage needs the batch's targets: step(inputs, target=...)")
-                self._targets = V.split_batch(paddle, target, M, "target")
-            self._kwargs = V.split_batch(paddle, dict(kwargs or {}), M, "keyword arguments", need_tensor=False)
+                self._targets = V.split_batch(fw, target, M, "target")
+            self._kwargs = V.split_batch(fw, dict(kwargs or {}), M, "keyword arguments", need_tensor=False)
         except V.StageValueError as exc:
             raise SetupError(str(exc)) from None
         wd = self.watchdog
@@ -283,7 +280,7 @@ class PipelineSchedule:
             losses.extend(self._losses[m] for m in sorted(self._losses))
         self.step_index += 1
         if return_output and plan.last_stage and self._outputs:
-            return V.merge_batch(paddle, [self._outputs[m] for m in sorted(self._outputs)])
+            return V.merge_batch(fw, [self._outputs[m] for m in sorted(self._outputs)])
         return None
 
     def last_losses(self) -> list[float]:
@@ -297,7 +294,7 @@ class PipelineSchedule:
         if s == 0:
             x = self._inputs[m]
         elif self.program.placement[s - 1] == self.rank:
-            x = V.hand_over(self._y[(s - 1, m)], plan.training)
+            x = V.hand_over(self.fw, self._y[(s - 1, m)], plan.training)
         else:
             x = self._recv_x.pop((s, m))
         y = V.call(self.layers[s], x, self._kwargs[m])
@@ -308,12 +305,12 @@ class PipelineSchedule:
                 assert self.loss_fn is not None
                 loss = self.loss_fn(y, self._targets[m])
                 if not self._loss_checked:
-                    _check_loss(loss)
+                    _check_loss(self.fw, loss)
                     self._loss_checked = True
                 self._losses[m] = loss.detach()
                 y = loss * self.scale if self.scale != 1.0 else loss
         if s > 0 and plan.training:
-            self._x[(s, m)] = V.grad_members(x)
+            self._x[(s, m)] = V.grad_members(self.fw, x)
         self._y[(s, m)] = y
 
     def _grad_of_output(self, s: int, m: int) -> list[Any] | None:
@@ -326,11 +323,11 @@ class PipelineSchedule:
 
     def _differentiated(self, s: int, y: Any) -> list[Any]:
         """What a stage's backward starts from: the loss, or the output members that need a gradient."""
-        return [y] if s == self.plan.stages - 1 else V.grad_members(y)
+        return [y] if s == self.plan.stages - 1 else V.grad_members(self.fw, y)
 
     def _input_grads(self, leaves: list[Any], grads: Sequence[Any]) -> list[Any]:
         # A member the stage did not use has no gradient: its sender still waits for one.
-        return [g if g is not None else self.paddle.zeros_like(x) for x, g in zip(leaves, grads)]
+        return [g if g is not None else self.fw.zeros_like(x) for x, g in zip(leaves, grads)]
 
     def _backward(self, op: P.Op) -> None:
         s, m = op.stage, op.microbatch
@@ -338,10 +335,10 @@ class PipelineSchedule:
         g = self._grad_of_output(s, m)
         outs = self._differentiated(s, y)
         if outs:
-            self.paddle.autograd.backward(outs, g)
+            self.fw.backward(outs, g)
         if s > 0:
             leaves = self._x.pop((s, m))
-            self._dx[(s, m)] = self._input_grads(leaves, [x.grad for x in leaves])
+            self._dx[(s, m)] = self._input_grads(leaves, [self.fw.grad_of(x) for x in leaves])
 
     def _input_grad(self, op: P.Op) -> None:
         """`I` with the split matmul: one backward (the graph is freed), weight grads deferred."""
@@ -366,8 +363,8 @@ class PipelineSchedule:
             # The stage's parameters too, though their gradients are dropped: `paddle.grad`
             # w.r.t. the input alone returns a wrong input gradient through `nn.LayerNorm` once
             # its weight is no longer all ones (paddle 3.3.1, checked against finite differences).
-            params = [p for p in self.layers[s].parameters() if not p.stop_gradient]
-            grads = self.paddle.grad(outs, leaves + params, grad_outputs=g, retain_graph=True, allow_unused=True) \
+            params = self.fw.trainable(self.layers[s])
+            grads = self.fw.grad(outs, leaves + params, g) \
                 if outs and leaves else [None] * len(leaves)
             self._dx[(s, m)] = self._input_grads(leaves, grads[:len(leaves)])
 
@@ -378,7 +375,7 @@ class PipelineSchedule:
         self._x.pop(key, None)
         outs = self._differentiated(op.stage, y)
         if outs:
-            self.paddle.autograd.backward(outs, g)
+            self.fw.backward(outs, g)
 
     def _overlap(self, op: P.Op) -> None:
         for part in op.parts:  # forwards first (plan order): a forward never needs a backward
@@ -396,9 +393,9 @@ class PipelineSchedule:
         if op.code == P.SEND_F:
             value = self._y[key]
             members = V.split(value)[1]
-            if not all(V.is_tensor(t) for t in members):
-                V.describe(value, False, f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}")
-            return [t.detach() for t in members]
+            if not all(self.fw.is_tensor(t) for t in members):
+                V.describe(self.fw, value, False, f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}")
+            return [self.fw.detach(t) for t in members]
         return self._dx.pop(key)
 
     def _header(self, op: P.Op) -> tuple[Any, str | None]:
@@ -406,12 +403,12 @@ class PipelineSchedule:
         (a member that cannot cross ranks: the receiver learns why instead of timing out)."""
         key = (op.stage, op.microbatch)
         try:
-            meta = V.describe(self._y[key], self.plan.training,
+            meta = V.describe(self.fw, self._y[key], self.plan.training,
                               f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}")
         except V.StageValueError as exc:
-            return Transport.encode_header({"error": str(exc)}), str(exc)
-        self._sent[(op.code, key)] = [list(t.shape) for t in V.split(self._y[key])[1]]
-        return Transport.encode_header(meta), None
+            return Transport.encode_header(self.fw, {"error": str(exc)}), str(exc)
+        self._sent[(op.code, key)] = [self.fw.shape(t) for t in V.split(self._y[key])[1]]
+        return Transport.encode_header(self.fw, meta), None
 
     def _first_send(self, op: P.Op, tensors: list[Any]) -> bool:
         """True on the first send of this activation or gradient (a forward one needs a header);
@@ -420,9 +417,9 @@ class PipelineSchedule:
         known = self._sent.get(k)
         if known is None:
             if op.code == P.SEND_B:
-                self._sent[k] = [list(t.shape) for t in tensors]
+                self._sent[k] = [self.fw.shape(t) for t in tensors]
             return True
-        shapes = [list(t.shape) for t in tensors]
+        shapes = [self.fw.shape(t) for t in tensors]
         if known != shapes:
             raise SetupError(f"{op.label}: the tensors now have shapes {shapes}, but they had {known} when "
                              "the ranks agreed shapes on the first step")
@@ -436,7 +433,7 @@ class PipelineSchedule:
     def _check_label(self, op: P.Op, received: Any) -> None:
         """Stop with both actions named when the message is not the one `op` expects."""
         n = self._received_on[op.peer] = self._received_on.get(op.peer, 0) + 1
-        got = Label.read(received, self.plan.stages, self.plan.microbatches)
+        got = Label.read(self.fw, received, self.plan.stages, self.plan.microbatches)
         if op.code == P.RECV_F:
             want = Label(Kind.SEND_F, op.stage - 1, op.microbatch, n)
         else:
@@ -465,10 +462,10 @@ class PipelineSchedule:
         sends an empty one, the size of a forward's, so either fits where the other was due)."""
         if not self._labels:
             return header
-        return self._label_to_send(op).tensor(Transport.empty_header() if header is None else header)
+        return self._label_to_send(op).tensor(self.fw, Transport.empty_header(self.fw) if header is None else header)
 
     def _header_buffer(self) -> Any:
-        return Label.empty() if self._labels else Transport.empty_header()
+        return Label.empty(self.fw) if self._labels else Transport.empty_header(self.fw)
 
     def _unlabelled(self, op: P.Op, received: Any) -> Any:
         """The header part of a received header, after checking its label (first step)."""
@@ -499,7 +496,7 @@ class PipelineSchedule:
             self.transport.send(t, op.peer, op.label)
 
     def _incoming(self, op: P.Op, header: Any) -> V.Incoming:
-        meta = Transport.decode_header(header)
+        meta = Transport.decode_header(self.fw, header)
         if "error" in meta:
             raise SetupError(f"rank {op.peer} could not send stage {op.stage - 1}'s output: {meta['error']}")
         try:
@@ -516,15 +513,15 @@ class PipelineSchedule:
             header = self._header_buffer()
             self.transport.recv(header, op.peer, op.label)
             incoming = self._incoming(op, self._unlabelled(op, header))
-        bufs = incoming.buffers(self.paddle)
+        bufs = incoming.buffers(self.fw)
         for b in bufs:
             self.transport.recv(b, op.peer, op.label)
-        self._recv_x[key] = incoming.join(bufs)
+        self._recv_x[key] = incoming.join(self.fw, bufs)
 
     def _recv_b_buffers(self, op: P.Op) -> list[Any]:
         # The gradient of an output member has that member's shape: no header needed.
-        paddle = self.paddle
-        return [paddle.empty(t.shape, dtype=t.dtype) for t in V.grad_members(self._y[(op.stage, op.microbatch)])]
+        fw = self.fw
+        return [fw.empty_like(t) for t in V.grad_members(fw, self._y[(op.stage, op.microbatch)])]
 
     def _recv_b(self, op: P.Op) -> None:
         if self._labels:
@@ -580,7 +577,7 @@ class PipelineSchedule:
                 if labels and part.code == P.RECV_B:
                     checks.append((part, self._header_buffer()))
                     ops.append((False, checks[-1][1], part.peer))
-                bufs = self._recv_meta[(part.stage, part.microbatch)].buffers(self.paddle) \
+                bufs = self._recv_meta[(part.stage, part.microbatch)].buffers(self.fw) \
                     if part.code == P.RECV_F else self._recv_b_buffers(part)
                 ops += [(False, b, part.peer) for b in bufs]
                 received.append((part, bufs))
@@ -591,7 +588,7 @@ class PipelineSchedule:
         for part, bufs in received:
             key = (part.stage, part.microbatch)
             if part.code == P.RECV_F:
-                self._recv_x[key] = self._recv_meta[key].join(bufs)
+                self._recv_x[key] = self._recv_meta[key].join(self.fw, bufs)
             else:
                 self._dy[key] = bufs
 
@@ -600,9 +597,17 @@ def _has_split_backward(plan: P.Plan) -> bool:
     return any(o.code in (P.I, P.W) for op in plan.ops for o in (op.parts or (op,)))
 
 
-def _stage_map(stages: Mapping[int, Any] | Sequence[Any], plan: P.Plan) -> dict[int, Any]:
-    import paddle
+def _framework(framework: str | Framework | None, stages: Mapping[int, Any] | Sequence[Any]) -> Framework:
+    """The adapter asked for, else the one the stage layers belong to (Paddle when none)."""
+    if isinstance(framework, Framework):
+        return framework
+    if framework is not None:
+        return get_framework(framework)
+    layers = list(stages.values()) if isinstance(stages, Mapping) else list(stages)
+    return framework_of(layers[0]) if layers else get_framework()
 
+
+def _stage_map(fw: Framework, stages: Mapping[int, Any] | Sequence[Any], plan: P.Plan) -> dict[int, Any]:
     if isinstance(stages, Mapping):
         layers = dict(stages)
     else:
@@ -615,16 +620,14 @@ def _stage_map(stages: Mapping[int, Any] | Sequence[Any], plan: P.Plan) -> dict[
         raise SetupError(f"rank {plan.rank} holds stages {list(plan.local_stages)} of the program, "
                          f"but layers were given for stages {sorted(layers)}")
     for s, layer in layers.items():
-        if not isinstance(layer, paddle.nn.Layer):
-            raise SetupError(f"stage {s}: expected a paddle.nn.Layer, got {type(layer).__name__}")
+        if not fw.is_layer(layer):
+            raise SetupError(f"stage {s}: expected a {fw.layer_type}, got {type(layer).__name__}")
     return layers
 
 
-def _check_loss(loss: Any) -> None:
-    import paddle
-
-    if not isinstance(loss, paddle.Tensor):
-        raise SetupError(f"the loss function returned {type(loss).__name__}, not a paddle.Tensor")
-    if loss.size != 1:
+def _check_loss(fw: Framework, loss: Any) -> None:
+    if not fw.is_tensor(loss):
+        raise SetupError(f"the loss function returned {type(loss).__name__}, not a {fw.tensor_type}")
+    if fw.numel(loss) != 1:
         raise SetupError(f"the loss function returned a tensor of shape {list(loss.shape)}; "
                          "it must return a scalar (reduce it, e.g. with .mean())")

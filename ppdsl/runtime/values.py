@@ -15,9 +15,12 @@ a message naming the member. A member needs a gradient back when it is a tensor 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .framework import Framework
 
 # A value's shape of container; see the module docstring for how each one is called.
 SINGLE, TUPLE, DICT = "single", "tuple", "dict"
@@ -73,22 +76,12 @@ def call(layer: Callable[..., Any], value: Any, kwargs: Mapping[str, Any] | None
     return layer(value, **extra)
 
 
-def is_tensor(obj: Any) -> bool:
-    import paddle
-
-    return isinstance(obj, paddle.Tensor)
-
-
-def needs_grad(obj: Any) -> bool:
-    return is_tensor(obj) and not obj.stop_gradient
-
-
-def grad_members(value: Any) -> list[Any]:
+def grad_members(fw: Framework, value: Any) -> list[Any]:
     """The tensor members of a value that need a gradient, in member order."""
-    return [m for m in split(value)[1] if needs_grad(m)]
+    return [m for m in split(value)[1] if fw.needs_grad(m)]
 
 
-def hand_over(value: Any, training: bool) -> Any:
+def hand_over(fw: Framework, value: Any, training: bool) -> Any:
     """A stage's output as the next stage's input on the same rank.
 
     Each tensor member becomes a new leaf, so each stage's backward stops at its own input;
@@ -96,59 +89,57 @@ def hand_over(value: Any, training: bool) -> Any:
     layout, members = split(value)
     out = []
     for m in members:
-        if is_tensor(m):
-            leaf = m.detach()
-            leaf.stop_gradient = not (training and not m.stop_gradient)
-            out.append(leaf)
+        if fw.is_tensor(m):
+            out.append(fw.leaf(m, training and fw.needs_grad(m)))
         else:
             out.append(m)
     return layout.join(out)
 
 
-def split_batch(paddle: Any, value: Any, microbatches: int, what: str, need_tensor: bool = True) -> list[Any]:
+def split_batch(fw: Framework, value: Any, microbatches: int, what: str, need_tensor: bool = True) -> list[Any]:
     """A whole batch -> one value per microbatch: tensors split along dimension 0, other
     members the same in every microbatch (as Paddle's default chunking does)."""
     layout, members = split(value)
-    if need_tensor and not any(isinstance(m, paddle.Tensor) for m in members):
-        raise StageValueError(f"{what}: expected a paddle.Tensor (or a tuple or dict holding some), "
+    if need_tensor and not any(fw.is_tensor(m) for m in members):
+        raise StageValueError(f"{what}: expected a {fw.tensor_type} (or a tuple or dict holding some), "
                           f"got {type(value).__name__}")
     columns: list[list[Any]] = []
     for i, m in enumerate(members):
-        if not isinstance(m, paddle.Tensor):
+        if not fw.is_tensor(m):
             columns.append([m] * microbatches)
             continue
-        n = m.shape[0] if m.shape else 0
+        n = int(m.shape[0]) if len(m.shape) else 0
         if n % microbatches:
             where = "" if layout.form == SINGLE else f" ({layout.name(i)})"
             raise StageValueError(f"{what}{where}: a batch of {n} cannot be split into {microbatches} equal microbatches")
-        columns.append(list(paddle.split(m, microbatches, axis=0)) if microbatches > 1 else [m])
+        columns.append(fw.chunk(m, microbatches))
     return [layout.join([c[k] for c in columns]) for k in range(microbatches)]
 
 
-def merge_batch(paddle: Any, chunks: Sequence[Any]) -> Any:
+def merge_batch(fw: Framework, chunks: Sequence[Any]) -> Any:
     """Microbatch outputs -> one batch (tensors concatenated along dimension 0)."""
     layout, first = split(chunks[0])
     columns = [split(c)[1] for c in chunks]
     merged = []
     for i, m in enumerate(first):
         parts = [col[i] for col in columns]
-        merged.append(paddle.concat(parts, axis=0) if isinstance(m, paddle.Tensor) else parts)
+        merged.append(fw.concat(parts) if fw.is_tensor(m) else parts)
     return layout.join(merged)
 
 
 # --- what travels in the first step's header ----------------------------------------------
 
-def describe(value: Any, training: bool, where: str) -> dict[str, Any]:
+def describe(fw: Framework, value: Any, training: bool, where: str) -> dict[str, Any]:
     """The header of a value sent to another rank: layout and each member's shape, dtype and
     whether it needs a gradient back. Raises StageValueError for a member that is not a tensor."""
     layout, members = split(value)
     described = []
     for i, m in enumerate(members):
-        if not is_tensor(m):
-            raise StageValueError(f"{where}: {layout.name(i)} is a {type(m).__name__}, not a paddle.Tensor; only "
+        if not fw.is_tensor(m):
+            raise StageValueError(f"{where}: {layout.name(i)} is a {type(m).__name__}, not a {fw.tensor_type}; only "
                               "tensors can be sent to another rank (values of other types pass only "
                               "between two stages of the same rank)")
-        described.append([list(m.shape), str(m.dtype).removeprefix("paddle."), bool(training and not m.stop_gradient)])
+        described.append([fw.shape(m), fw.dtype_name(m), bool(training and fw.needs_grad(m))])
     return {"form": layout.form, "keys": list(layout.keys), "members": described}
 
 
@@ -161,12 +152,12 @@ class Incoming:
     dtypes: tuple[str, ...]
     grads: tuple[bool, ...]
 
-    def buffers(self, paddle: Any) -> list[Any]:
-        return [paddle.empty(list(s), dtype=d) for s, d in zip(self.shapes, self.dtypes)]
+    def buffers(self, fw: Framework) -> list[Any]:
+        return [fw.empty(s, d) for s, d in zip(self.shapes, self.dtypes)]
 
-    def join(self, buffers: Sequence[Any]) -> Any:
+    def join(self, fw: Framework, buffers: Sequence[Any]) -> Any:
         for b, g in zip(buffers, self.grads):
-            b.stop_gradient = not g
+            fw.set_requires_grad(b, g)
         return self.layout.join(buffers)
 
 

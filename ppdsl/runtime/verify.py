@@ -34,6 +34,7 @@ class Verifier:
 
         self.cfg = cfg
         self.setup = setup
+        self.fw = setup.fw
         self.rank = rank
         self.failure: str | None = None
         self.worst = 0.0
@@ -44,23 +45,23 @@ class Verifier:
         if rank == 0:
             build = models.build_stage if cfg.model is None else models.load_callable(cfg.model, "model")
             stages = tuple(range(setup.program.stages))
-            self.ref = build_stages(build, stages, setup.program.stages, cfg.seed, cfg.model or "built-in")
-            params = [p for s in stages for p in self.ref[s].parameters()]
-            self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, params) if params else None
+            self.ref = build_stages(build, stages, setup.program.stages, cfg.seed, cfg.model or "built-in", self.fw)
+            params = [p for s in stages for _, p in self.fw.named_parameters(self.ref[s])]
+            self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, params, self.fw) if params else None
 
     def _mine(self, losses: list[Any]) -> tuple[dict[str, Any], list[float]]:
         grads = {}
         for s, layer in sorted(self.setup.layers.items()):
-            for name, p in layer.named_parameters():
-                grads[f"stage{s}.{name}"] = None if p.grad is None else p.grad.numpy()
+            for name, p in self.fw.named_parameters(layer):
+                g = self.fw.grad_of(p)
+                grads[f"stage{s}.{name}"] = None if g is None else self.fw.to_numpy(g)
         return grads, [float(v) for v in losses]
 
     def check_step(self, step: int, inputs: Any, target: Any, losses: list[Any]) -> None:
-        import paddle
-
         from .comm import gather_objects
 
-        gathered = gather_objects(self._mine(losses))
+        fw = self.fw
+        gathered = gather_objects(fw, self._mine(losses))
         if self.rank != 0 or self.failure is not None:
             return
         pipelined: dict[str, Any] = {}
@@ -71,15 +72,15 @@ class Verifier:
         # The unpipelined model: every stage in order, microbatch by microbatch.
         M = self.setup.program.microbatches
         scale = 1.0 / M if self.cfg.scale_grads else 1.0
-        xs = values.split_batch(paddle, inputs, M, "inputs")
-        ts = values.split_batch(paddle, target, M, "target")
+        xs = values.split_batch(fw, inputs, M, "inputs")
+        ts = values.split_batch(fw, target, M, "target")
         ref_losses = []
         for x, t in zip(xs, ts):
             for s in range(self.setup.program.stages):
                 x = values.call(self.ref[s], x)
             loss = self.setup.loss_fn(x, t)
             ref_losses.append(float(loss))
-            (loss * scale if scale != 1.0 else loss).backward()
+            fw.backward([loss * scale if scale != 1.0 else loss], None)
         self.steps += 1
         if len(pipe_losses) != len(ref_losses):
             self.failure = f"step {step}: the pipeline produced {len(pipe_losses)} losses, expected {len(ref_losses)}"
@@ -91,10 +92,11 @@ class Verifier:
                 self.failure = f"step {step}: loss of microbatch {m} is {a!r}, unpipelined {b!r} (relative {d:.2e})"
                 return
         for s in range(self.setup.program.stages):
-            for name, p in self.ref[s].named_parameters():
+            for name, p in fw.named_parameters(self.ref[s]):
                 key = f"stage{s}.{name}"
                 got = pipelined.get(key, "missing")
-                want = None if p.grad is None else p.grad.numpy()
+                g = fw.grad_of(p)
+                want = None if g is None else fw.to_numpy(g)
                 if isinstance(got, str) or (got is None) != (want is None):
                     self.failure = f"step {step}: gradient of {key}: pipeline has {'none' if got is None else got}, " \
                                    f"unpipelined has {'none' if want is None else 'one'}"
@@ -111,8 +113,7 @@ class Verifier:
 
     def optimizer_step(self) -> None:
         if self.optimizer is not None:
-            self.optimizer.step()
-            self.optimizer.clear_grad(set_to_zero=False)
+            self.fw.optimizer_step(self.optimizer)
 
     def finish(self, reporter: Reporter, file: int = 0) -> None:
         if self.rank != 0:

@@ -1,7 +1,8 @@
 """One rank of `ppdsl run`: set up, agree with the other ranks, train, report.
 
-Started by the local launcher (which passes a report pipe in PPDSL_REPORT_FD) or by
-`python -m paddle.distributed.launch` on a cluster (then it reports on stdout/stderr).
+Started by the local launcher (which passes a report pipe in PPDSL_REPORT_FD), by
+`python -m paddle.distributed.launch` or by `torchrun` on a cluster (then it reports on
+stdout/stderr).
 Everything that can be checked alone (program, model factory, data, stage count) is checked
 before any communication; the ranks then share their set-up verdict in one collective so
 they all fail together with the same message.
@@ -24,6 +25,7 @@ from ..load import load_program
 from ..semantics import CommModel
 from . import models
 from .comm import comm_model_of, gather_objects
+from .framework import PADDLE, TORCH, Framework, get_framework
 from .models import SetupFailure, build_stages, make_optimizer
 from .plan import Plan, compile_rank, count_actions
 from .preflight import prepare
@@ -49,14 +51,21 @@ class RunConfig:
     scale_grads: bool = True
     warmup: int = 1
     split_backward: bool = True
+    framework: str = PADDLE
 
 
-def rank_from_env() -> tuple[int, int]:
-    return int(os.environ["PADDLE_TRAINER_ID"]), int(os.environ["PADDLE_TRAINERS_NUM"])
+# Where each launcher puts (this process's rank, the world size): Paddle's and torchrun's.
+_RANK_VARIABLES = {PADDLE: ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM"), TORCH: ("RANK", "WORLD_SIZE")}
 
 
-def in_distributed_env() -> bool:
-    return "PADDLE_TRAINER_ID" in os.environ and "PADDLE_TRAINERS_NUM" in os.environ
+def rank_from_env(framework: str = PADDLE) -> tuple[int, int]:
+    rank, world = _RANK_VARIABLES[framework]
+    return int(os.environ[rank]), int(os.environ[world])
+
+
+def in_distributed_env(framework: str = PADDLE) -> bool:
+    """True in a rank started by a launcher (ppdsl's own, Paddle's, or torchrun)."""
+    return all(v in os.environ for v in _RANK_VARIABLES[framework])
 
 
 STARTUP_TIMEOUT = 60.0
@@ -65,7 +74,8 @@ STARTUP_TIMEOUT = 60.0
 class Setup:
     """What a rank builds before talking to anyone; `error` holds the first problem."""
 
-    def __init__(self, cfg: RunConfig, file: str, rank: int, world: int, model: CommModel):
+    def __init__(self, cfg: RunConfig, file: str, rank: int, world: int, model: CommModel, fw: Framework):
+        self.fw = fw
         self.error: str | None = None
         self.plan: Plan | None = None
         self.layers: dict[int, Any] = {}
@@ -88,10 +98,11 @@ class Setup:
         self.plan = compile_rank(self.program, rank)
         # `ppdsl run` checked the contract (models.check_contract) before this process started.
         build = models.build_stage if cfg.model is None else models.load_callable(cfg.model, "model")
-        self.layers = build_stages(build, self.plan.local_stages, self.program.stages, cfg.seed, cfg.model or "built-in")
+        self.layers = build_stages(build, self.plan.local_stages, self.program.stages, cfg.seed,
+                                   cfg.model or "built-in", self.fw)
         self.loss_fn = models.loss if cfg.loss is None else models.load_callable(cfg.loss, "loss")
         if cfg.data is None:
-            self.batches = models.synthetic_batches(self.program.microbatches, cfg.seed)
+            self.batches = models.synthetic_batches(self.program.microbatches, cfg.seed, framework=self.fw.name)
         else:
             source = models.load_callable(cfg.data, "data")
             try:
@@ -121,7 +132,7 @@ class Status:
 
 def main(cfg: RunConfig) -> int:
     logging.basicConfig(level=logging.WARNING)
-    rank, world = rank_from_env()
+    rank, world = rank_from_env(cfg.framework)
     reporter = Reporter(rank)
     watchdog = Watchdog(cfg.timeout, reporter)
     try:
@@ -144,35 +155,27 @@ def main(cfg: RunConfig) -> int:
         return 1
 
 
-def backend_from_env() -> str:
-    import paddle
-
-    name = os.environ.get("PADDLE_DISTRI_BACKEND")
-    if name:
-        return name.lower()
-    return "nccl" if paddle.device.is_compiled_with_cuda() else "gloo"
+def backend_from_env(framework: str = PADDLE) -> str:
+    return get_framework(framework).default_backend()
 
 
-def apply_threads() -> None:
-    """The intra-op thread count the launcher chose (PPDSL_THREADS), for Paddle's math library."""
+def apply_threads(fw: Framework) -> None:
+    """The intra-op thread count the launcher chose (PPDSL_THREADS), for the framework's math library."""
     value = os.environ.get("PPDSL_THREADS", "")
     if value.isdigit() and int(value) > 0:
-        import paddle
-
-        paddle.base.core.set_num_threads(int(value))
+        fw.set_threads(int(value))
 
 
 def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: Watchdog) -> int:
     t_start = time.perf_counter()
-    import paddle.distributed as dist
-
-    backend = backend_from_env()
-    apply_threads()
+    fw = get_framework(cfg.framework)
+    backend = fw.default_backend()
+    apply_threads(fw)
     # Joining waits for the slowest rank to import paddle: allow more than one P2P wait.
     saved, watchdog.timeout = watchdog.timeout, max(watchdog.timeout, STARTUP_TIMEOUT)
     watchdog.arm("starting the process group", "all ranks")
     if world > 1:  # one rank needs no group (and Paddle's collectives refuse a 1-rank default one)
-        dist.init_parallel_env()
+        fw.init_process_group()
     watchdog.disarm()
     watchdog.timeout = saved
     reporter.send("ready", seconds=time.perf_counter() - t_start)
@@ -180,20 +183,20 @@ def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: W
     code = 0
     for index, file in enumerate(cfg.files):
         status.file = index
-        code = max(code, train(cfg, file, index, rank, world, backend, reporter, watchdog, status))
+        code = max(code, train(cfg, fw, file, index, rank, world, backend, reporter, watchdog, status))
         if code and not cfg.verify:
             break
     return code
 
 
-def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend: str, reporter: Reporter,
-          watchdog: Watchdog, status: Status) -> int:
+def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world: int, backend: str,
+          reporter: Reporter, watchdog: Watchdog, status: Status) -> int:
     """Train `cfg.steps` steps with one schedule file: 0 when all went well, 1 when not."""
     watchdog.step = -1
-    setup = Setup(cfg, file, rank, world, comm_model_of(backend))
+    setup = Setup(cfg, file, rank, world, comm_model_of(backend), fw)
     # One collective carries every rank's set-up verdict: all fail together, before any P2P.
     watchdog.arm("sharing set-up results", "all ranks")
-    verdicts = gather_objects(setup.error)
+    verdicts = gather_objects(fw, setup.error)
     watchdog.disarm()
     failed = [(r, e) for r, e in enumerate(verdicts) if e]
     if failed:
@@ -205,11 +208,11 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
 
     sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, rank=rank, watchdog=watchdog,
                              backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile),
-                             split_backward=cfg.split_backward)
+                             split_backward=cfg.split_backward, framework=fw)
     for message in sched.split_warnings:
         reporter.send("warning", file=index, message=message)
-    params = [p for s in sorted(setup.layers) for p in setup.layers[s].parameters()]
-    optimizer = make_optimizer(cfg.optimizer, cfg.lr, params) if params else None
+    params = [p for s in sorted(setup.layers) for _, p in fw.named_parameters(setup.layers[s])]
+    optimizer = make_optimizer(cfg.optimizer, cfg.lr, params, fw) if params else None
     verifier = None
     if cfg.verify:
         from .verify import Verifier
@@ -241,8 +244,7 @@ def train(cfg: RunConfig, file: str, index: int, rank: int, world: int, backend:
             verifier.check_step(step, inputs, target, losses)
             watchdog.disarm()
         if optimizer is not None:
-            optimizer.step()
-            optimizer.clear_grad(set_to_zero=False)
+            fw.optimizer_step(optimizer)
         if verifier is not None:
             verifier.optimizer_step()
     if verifier is not None:
@@ -264,7 +266,7 @@ def run_from_args(args: Any) -> int:
     cfg = RunConfig(files=tuple(args.file), steps=args.steps, model=args.model, data=args.data, loss=args.loss,
                     optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
                     verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads,
-                    split_backward=not args.no_split_backward)
+                    split_backward=not args.no_split_backward, framework=getattr(args, "framework", PADDLE))
     code = main(cfg)
     sys.stdout.flush()
     return code

@@ -9,7 +9,7 @@ import pytest
 
 paddle = pytest.importorskip("paddle")
 
-from ppdsl.runtime import blas  # noqa: E402
+from ppdsl.runtime.paddle_backend import blas  # noqa: E402
 
 
 def _tensors(dtype: str, k: int = 7, m: int = 5, n: int = 3, seed: int = 0) -> tuple[Any, Any, Any]:

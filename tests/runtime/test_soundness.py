@@ -119,24 +119,22 @@ def test_ranks_must_agree_on_the_guard(tmp_path: Path) -> None:
         assert lines and "ranks 1 run without the label guard" in lines[-1]["error"], lines
 
 
-def test_a_label_reads_back_and_a_garbled_one_is_refused() -> None:
-    pytest.importorskip("paddle")
-    from ppdsl.ir import Kind
-    from ppdsl.runtime.comm import Label, PeerError, Transport
+@pytest.mark.parametrize("framework", ["paddle", "torch"])
+def test_a_label_reads_back_and_a_garbled_one_is_refused(framework: str) -> None:
+    pytest.importorskip(framework)
+    import numpy as np
 
+    from ppdsl.ir import Kind
+    from ppdsl.runtime.comm import HEADER_WORDS, Label, PeerError, Transport
+    from ppdsl.runtime.framework import get_framework
+
+    fw = get_framework(framework)
     label = Label(Kind.SEND_B, 2, 1, 3)
-    wire = label.tensor(Transport.empty_header())
-    assert list(wire.shape) == list(Label.empty().shape)  # every labelled header has one size
-    assert Label.read(wire, 4, 2) == label and label.action == "2SEND_B1"
+    wire = label.tensor(fw, Transport.empty_header(fw))
+    assert fw.shape(wire) == fw.shape(Label.empty(fw))  # every labelled header has one size
+    assert Label.read(fw, wire, 4, 2) == label and label.action == "2SEND_B1"
     for bad in ([int(Kind.RECV_F), 0, 0, 1], [int(Kind.SEND_F), 4, 0, 1], [int(Kind.SEND_F), 0, 2, 1],
                 [int(Kind.SEND_F), 0, 0, 0]):
+        words = fw.from_numpy(np.array(bad + [0] * HEADER_WORDS, dtype="int64"))
         with pytest.raises(PeerError, match="garbled message label"):
-            Label.read(_words(bad), 4, 2)
-
-
-def _words(values: list[int]) -> object:
-    import paddle
-
-    from ppdsl.runtime.comm import Transport
-
-    return paddle.concat([paddle.to_tensor(values, dtype="int64"), Transport.empty_header()])
+            Label.read(fw, words, 4, 2)

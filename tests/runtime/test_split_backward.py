@@ -63,7 +63,7 @@ def test_switching_keeps_parameters_and_state_dict() -> None:
 @pytest.mark.parametrize("gemm", [True, False], ids=["add inside the GEMM", "matmul then add_"])
 def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order(monkeypatch: pytest.MonkeyPatch,
                                                                            gemm: bool) -> None:
-    import ppdsl.runtime.split_backward as sb
+    import ppdsl.runtime.paddle_backend.split as sb
 
     fused: list[bool] = []
     real = sb.accumulate_product if gemm else (lambda *a: False)
@@ -89,7 +89,7 @@ def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order(monke
         np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=0)
     # The first W of each weight makes its gradient; the later ones add into it with one GEMM
     # where the math library allows (3-D inputs are taken as rows), else the autograd way.
-    from ppdsl.runtime.blas import _gemms
+    from ppdsl.runtime.paddle_backend.blas import _gemms
 
     assert fused == [gemm and _gemms() is not None] * 4
 

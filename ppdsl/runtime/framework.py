@@ -1,0 +1,231 @@
+"""What the interpreter asks of a deep-learning framework: one small adapter per framework.
+
+The interpreter (`schedule.py`), the transport (`comm.py`), stage values (`values.py`), the
+live-memory count, `--verify` and the worker are written once against this interface; the
+Paddle adapter (`paddle_backend/`) and the PyTorch adapter (`torch_backend/`) are the only
+modules that import their framework. An adapter is made by `get_framework(name)`, which
+imports the framework on first use, so choosing one costs nothing until a run needs it.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ..diagnostics import UsageError
+
+PADDLE, TORCH = "paddle", "torch"
+FRAMEWORKS = (PADDLE, TORCH)
+_MODULES = {PADDLE: "ppdsl.runtime.paddle_backend", TORCH: "ppdsl.runtime.torch_backend"}
+_INSTALL = {PADDLE: "pip install 'ppdsl[paddle]' (CPU), or paddlepaddle-gpu from Paddle's own index",
+            TORCH: "pip install 'ppdsl[torch]' (or torch from pytorch.org for your CUDA)"}
+
+
+class Framework(abc.ABC):
+    """Tensors, autograd, collectives and point-to-point messages of one framework."""
+
+    name: str
+    #: What a stage must be, as a user would write it (`paddle.nn.Layer`).
+    layer_type: str
+    #: What a tensor is, as a user would write it (`paddle.Tensor`).
+    tensor_type: str
+
+    # --- tensors -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def is_tensor(self, obj: Any) -> bool: ...
+
+    @abc.abstractmethod
+    def needs_grad(self, t: Any) -> bool:
+        """True for a tensor that takes part in autograd (Paddle: `not stop_gradient`)."""
+
+    @abc.abstractmethod
+    def leaf(self, t: Any, requires_grad: bool) -> Any:
+        """A detached tensor sharing `t`'s buffer, a new autograd leaf when `requires_grad`."""
+
+    @abc.abstractmethod
+    def set_requires_grad(self, t: Any, flag: bool) -> None: ...
+
+    @abc.abstractmethod
+    def detach(self, t: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def zeros_like(self, t: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def empty(self, shape: Sequence[int], dtype: str) -> Any:
+        """An uninitialised buffer; `dtype` is one of `comm.DTYPES`."""
+
+    @abc.abstractmethod
+    def empty_like(self, t: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def dtype_name(self, t: Any) -> str:
+        """`float32`, `int64`, ... (the names of `comm.DTYPES`)."""
+
+    def shape(self, t: Any) -> list[int]:
+        return [int(d) for d in t.shape]
+
+    @abc.abstractmethod
+    def chunk(self, t: Any, n: int) -> list[Any]:
+        """`t` split along dimension 0 into `n` equal parts (the caller checked they are)."""
+
+    @abc.abstractmethod
+    def concat(self, parts: Sequence[Any]) -> Any:
+        """Tensors joined along dimension 0."""
+
+    @abc.abstractmethod
+    def from_numpy(self, array: Any) -> Any:
+        """A tensor holding a copy of a numpy array, same dtype."""
+
+    @abc.abstractmethod
+    def to_numpy(self, t: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def numel(self, t: Any) -> int: ...
+
+    @abc.abstractmethod
+    def nbytes(self, t: Any) -> int: ...
+
+    @abc.abstractmethod
+    def data_ptr(self, t: Any) -> int: ...
+
+    # --- autograd ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def backward(self, outputs: list[Any], grads: list[Any] | None) -> None:
+        """Accumulate into `.grad` of every leaf the outputs depend on; frees the graph."""
+
+    @abc.abstractmethod
+    def grad(self, outputs: list[Any], inputs: list[Any], grads: list[Any] | None) -> list[Any | None]:
+        """Gradients of `outputs` w.r.t. `inputs`, the graph kept, unused inputs None."""
+
+    @abc.abstractmethod
+    def grad_of(self, t: Any) -> Any | None:
+        """The accumulated `.grad` of a leaf or parameter (None before any backward)."""
+
+    @abc.abstractmethod
+    def no_grad(self) -> AbstractContextManager[Any]: ...
+
+    # --- layers --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def is_layer(self, obj: Any) -> bool: ...
+
+    @abc.abstractmethod
+    def named_parameters(self, layer: Any) -> Iterator[tuple[str, Any]]: ...
+
+    def trainable(self, layer: Any) -> list[Any]:
+        """The parameters of `layer` that get gradients."""
+        return [p for _, p in self.named_parameters(layer) if self.needs_grad(p)]
+
+    @abc.abstractmethod
+    def mlp(self, weights: list[Any], biases: list[Any], tanh: list[bool]) -> Any:
+        """A Sequential of Linear layers holding these numpy arrays (weights [in, out]),
+        each followed by a Tanh where `tanh` says: the built-in model."""
+
+    @abc.abstractmethod
+    def seed(self, seed: int) -> None:
+        """The framework's global generator, for the initial weights of a stage."""
+
+    @abc.abstractmethod
+    def switch_linears(self, layer: Any, store: Any) -> tuple[list[str], list[str]]:
+        """Every plain Linear of `layer` to the split backward (`split_backward.py`):
+        (names switched, names left as they were)."""
+
+    @abc.abstractmethod
+    def restore_linears(self, layer: Any) -> None: ...
+
+    @abc.abstractmethod
+    def accumulate_weight_grad(self, weight: Any, x: Any, dy: Any) -> None:
+        """`weight.grad += ` the weight gradient of `y = linear(x, weight)` given `dy`."""
+
+    @abc.abstractmethod
+    def make_optimizer(self, name: str, lr: float, parameters: list[Any]) -> Any:
+        """One of `models.OPTIMIZERS` over `parameters`."""
+
+    @abc.abstractmethod
+    def optimizer_step(self, optimizer: Any) -> None:
+        """Step, then zero the gradients (keeping their buffers)."""
+
+    @abc.abstractmethod
+    def set_threads(self, n: int) -> None: ...
+
+    @abc.abstractmethod
+    def allocator_peak_bytes(self) -> int | None:
+        """The accelerator allocator's peak, when one is in use (None on CPU)."""
+
+    # --- the process group ---------------------------------------------------------------
+    @abc.abstractmethod
+    def init_process_group(self) -> None:
+        """Join the job's default group from the launcher's environment."""
+
+    @abc.abstractmethod
+    def is_initialized(self) -> bool: ...
+
+    @abc.abstractmethod
+    def rank(self) -> int: ...
+
+    @abc.abstractmethod
+    def world_size(self) -> int: ...
+
+    @abc.abstractmethod
+    def backend(self) -> str:
+        """The default group's backend (`gloo`, `nccl`), lower case."""
+
+    @abc.abstractmethod
+    def default_backend(self) -> str:
+        """The backend a run starts with when its launcher names none."""
+
+    @abc.abstractmethod
+    def all_gather_object(self, obj: Any) -> list[Any]: ...
+
+    @abc.abstractmethod
+    def barrier(self) -> None: ...
+
+    @abc.abstractmethod
+    def new_group(self, ranks: list[int]) -> Any: ...
+
+    @abc.abstractmethod
+    def link(self, group: Any, rank: int, peer: int) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+        """Blocking (send, receive) of one tensor to `peer` over a 2-rank `group`."""
+
+    @abc.abstractmethod
+    def batch(self, ops: Sequence[tuple[bool, Any, int, Any]]) -> None:
+        """(is_send, tensor, peer, group) posted together and waited for: NCCL's group call."""
+
+
+def installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ValueError:  # `sys.modules[name] = None`: marked absent
+        return False
+
+
+def require(name: str) -> None:
+    """UsageError naming the install command when framework `name` cannot be used."""
+    if name not in FRAMEWORKS:
+        raise UsageError(f"unknown framework {name!r}; choose one of {', '.join(FRAMEWORKS)}")
+    if not installed(name):
+        what = "PaddlePaddle" if name == PADDLE else "PyTorch"
+        raise UsageError(f"{what} is not installed: {_INSTALL[name]}")
+
+
+_MADE: dict[str, Framework] = {}
+
+
+def get_framework(name: str = PADDLE) -> Framework:
+    """The adapter of `name` (made once per process)."""
+    made = _MADE.get(name)
+    if made is None:
+        require(name)
+        module = importlib.import_module(_MODULES[name])
+        made = _MADE[name] = module.ADAPTER()
+    return made
+
+
+def framework_of(obj: Any) -> Framework:
+    """The framework a layer or tensor belongs to, from its class's top-level module."""
+    top = type(obj).__module__.split(".")[0]
+    return get_framework(TORCH if top == TORCH else PADDLE)

@@ -1,0 +1,181 @@
+"""The PyTorch adapter: with its `split.py`, the only place that imports torch. See
+`ppdsl.runtime.framework` for what each method promises."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..framework import TORCH, Framework
+from . import split
+
+
+class TorchFramework(Framework):
+    name = TORCH
+    layer_type = "torch.nn.Module"
+    tensor_type = "torch.Tensor"
+
+    # --- tensors -------------------------------------------------------------------------
+    def is_tensor(self, obj: Any) -> bool:
+        return isinstance(obj, torch.Tensor)
+
+    def needs_grad(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.requires_grad
+
+    def leaf(self, t: Any, requires_grad: bool) -> Any:
+        return t.detach().requires_grad_(requires_grad)
+
+    def set_requires_grad(self, t: Any, flag: bool) -> None:
+        t.requires_grad_(flag)
+
+    def detach(self, t: Any) -> Any:
+        return t.detach()
+
+    def zeros_like(self, t: Any) -> Any:
+        return torch.zeros_like(t)
+
+    def empty(self, shape: Sequence[int], dtype: str) -> Any:
+        return torch.empty(list(shape), dtype=getattr(torch, dtype))
+
+    def empty_like(self, t: Any) -> Any:
+        return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+    def dtype_name(self, t: Any) -> str:
+        return str(t.dtype).removeprefix("torch.")
+
+    def chunk(self, t: Any, n: int) -> list[Any]:
+        return list(t.split(t.shape[0] // n)) if n > 1 else [t]
+
+    def concat(self, parts: Sequence[Any]) -> Any:
+        return torch.cat(list(parts), dim=0)
+
+    def from_numpy(self, array: Any) -> Any:
+        return torch.from_numpy(np.array(array, copy=True))
+
+    def to_numpy(self, t: Any) -> Any:
+        return t.detach().cpu().numpy()
+
+    def numel(self, t: Any) -> int:
+        return int(t.numel())
+
+    def nbytes(self, t: Any) -> int:
+        return int(t.numel()) * int(t.element_size())
+
+    def data_ptr(self, t: Any) -> int:
+        return int(t.data_ptr())
+
+    # --- autograd ------------------------------------------------------------------------
+    def backward(self, outputs: list[Any], grads: list[Any] | None) -> None:
+        torch.autograd.backward(outputs, grads)
+
+    def grad(self, outputs: list[Any], inputs: list[Any], grads: list[Any] | None) -> list[Any | None]:
+        return list(torch.autograd.grad(outputs, inputs, grad_outputs=grads, retain_graph=True, allow_unused=True))
+
+    def grad_of(self, t: Any) -> Any | None:
+        return t.grad
+
+    def no_grad(self) -> AbstractContextManager[Any]:
+        return torch.no_grad()  # type: ignore[no-any-return]
+
+    # --- layers --------------------------------------------------------------------------
+    def is_layer(self, obj: Any) -> bool:
+        return isinstance(obj, torch.nn.Module)
+
+    def named_parameters(self, layer: Any) -> Iterator[tuple[str, Any]]:
+        return iter(layer.named_parameters())
+
+    def mlp(self, weights: list[Any], biases: list[Any], tanh: list[bool]) -> Any:
+        layers: list[torch.nn.Module] = []
+        for w, b, act in zip(weights, biases, tanh):
+            linear = torch.nn.Linear(w.shape[0], w.shape[1], dtype=getattr(torch, str(w.dtype)))
+            with torch.no_grad():  # torch keeps weights as [out, in]
+                linear.weight.copy_(torch.from_numpy(np.ascontiguousarray(w.T)))
+                linear.bias.copy_(torch.from_numpy(np.array(b, copy=True)))
+            layers.append(linear)
+            if act:
+                layers.append(torch.nn.Tanh())
+        return torch.nn.Sequential(*layers)
+
+    def seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def switch_linears(self, layer: Any, store: Any) -> tuple[list[str], list[str]]:
+        return split.switch_linears(layer, store)
+
+    def restore_linears(self, layer: Any) -> None:
+        split.restore_linears(layer)
+
+    def accumulate_weight_grad(self, weight: Any, x: Any, dy: Any) -> None:
+        split.accumulate_weight_grad(weight, x, dy)
+
+    def make_optimizer(self, name: str, lr: float, parameters: list[Any]) -> Any:
+        if name == "momentum":  # Paddle's Momentum: heavy ball, 0.9
+            return torch.optim.SGD(parameters, lr=lr, momentum=0.9)
+        table: dict[str, Any] = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+        return table[name](parameters, lr=lr)
+
+    def optimizer_step(self, optimizer: Any) -> None:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+
+    def set_threads(self, n: int) -> None:
+        torch.set_num_threads(n)
+
+    def allocator_peak_bytes(self) -> int | None:
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        return int(torch.cuda.max_memory_allocated())
+
+    # --- the process group ---------------------------------------------------------------
+    def init_process_group(self) -> None:
+        dist.init_process_group(backend=self.default_backend())
+
+    def is_initialized(self) -> bool:
+        return bool(dist.is_available() and dist.is_initialized())
+
+    def rank(self) -> int:
+        return int(dist.get_rank()) if self.is_initialized() else 0
+
+    def world_size(self) -> int:
+        return int(dist.get_world_size()) if self.is_initialized() else 1
+
+    def backend(self) -> str:
+        return str(dist.get_backend()).lower()
+
+    def default_backend(self) -> str:
+        # The stages and messages live on the CPU: gloo, unless the launcher says otherwise.
+        return os.environ.get("PPDSL_TORCH_BACKEND", "gloo").lower()
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        gathered: list[Any] = [None] * self.world_size()
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def new_group(self, ranks: list[int]) -> Any:
+        return dist.new_group(ranks)
+
+    def link(self, group: Any, rank: int, peer: int) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+        def send(t: Any) -> None:
+            dist.send(t, dst=peer, group=group)
+
+        def recv(t: Any) -> None:
+            dist.recv(t, src=peer, group=group)
+
+        return send, recv
+
+    def batch(self, ops: Sequence[tuple[bool, Any, int, Any]]) -> None:
+        p2p = [dist.P2POp(dist.isend if is_send else dist.irecv, t, peer, group) for is_send, t, peer, group in ops]
+        for work in dist.batch_isend_irecv(p2p):
+            work.wait()
+
+
+ADAPTER = TorchFramework
