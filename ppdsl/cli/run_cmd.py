@@ -132,9 +132,8 @@ def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
         print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}, {plural(first.stages, 'stage')}, "
-              f"{plural(first.microbatches, 'microbatch')}, {plural(args.steps, 'step')} "
-              f"({args.framework}, gloo, local processes, {plural(threads, 'thread')} each: {why})",
-              file=out, flush=True)
+              f"{plural(first.microbatches, 'microbatch')}, {plural(args.steps, 'step')} on {args.framework} "
+              f"(gloo, local processes, {plural(threads, 'thread')} each: {why})", file=out, flush=True)
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
                      keep_logs=args.logs, names=args.file, threads=threads)
     if outcome.failure is not None:

@@ -79,7 +79,7 @@ class Verifier:
             for s in range(self.setup.program.stages):
                 x = values.call(self.ref[s], x)
             loss = self.setup.loss_fn(x, t)
-            ref_losses.append(float(loss))
+            ref_losses.append(float(fw.detach(loss)))
             fw.backward([loss * scale if scale != 1.0 else loss], None)
         self.steps += 1
         if len(pipe_losses) != len(ref_losses):
