@@ -54,3 +54,17 @@ def test_no_cache_is_keyed_by_id_of_a_program() -> None:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "id":
                 arg = ast.unparse(node.args[0]) if node.args else ""
                 assert "program" not in arg, f"{path.relative_to(ROOT)}:{node.lineno}: id({arg})"
+
+
+# Each framework is imported by its adapter alone: the interpreter, the transport, stage values,
+# --verify and the worker are written once against `runtime/framework.py`.
+ADAPTERS = {"paddle": "runtime/paddle_backend", "torch": "runtime/torch_backend"}
+
+
+@pytest.mark.parametrize("framework", sorted(ADAPTERS))
+def test_only_its_adapter_imports_a_framework(framework: str) -> None:
+    importers = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                       if any(n == framework or n.startswith(framework + ".") for n in imported(path)))
+    assert importers, f"nothing imports {framework}: the adapter has moved"
+    outside = [p for p in importers if not p.startswith(ADAPTERS[framework] + "/")]
+    assert not outside, f"{outside} import {framework}; only {ADAPTERS[framework]}/ may"

@@ -20,15 +20,22 @@ def _blocks(lang: str, doc: str = DOC) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", doc, re.S)
 
 
+def _section(title: str) -> str:
+    start = DOC.index(title)
+    return DOC[start:DOC.index("\n#", start + len(title))]
+
+
 def test_the_drop_in_snippets_are_what_the_side_by_side_test_runs() -> None:
-    script = (Path(__file__).parent / "paddle_api_pair.py").read_text()
-    snippets = [b for b in _blocks("python") if "PipelineStage(" in b or "if rank == 0:" in b]
-    assert len(snippets) == 3
-    for block in snippets:
-        for line in block.splitlines():
-            line = line.strip().replace('"1f1b.pps"', "path")
-            if line:
-                assert line in script, line
+    for title, script_name, count in (("## A drop-in for Paddle's", "paddle_api_pair.py", 3),
+                                      ("### A drop-in for `torch.distributed.pipelining`", "torch_api_pair.py", 2)):
+        script = (Path(__file__).parent / script_name).read_text()
+        snippets = [b for b in _blocks("python", _section(title)) if "PipelineStage(" in b or "if rank == 0:" in b]
+        assert len(snippets) == count, title
+        for block in snippets:
+            for line in block.splitlines():
+                line = line.strip().replace('"1f1b.pps"', "path")
+                if line:
+                    assert line in script, line
 
 
 def test_every_documented_run_command_parses(tmp_path: Path) -> None:

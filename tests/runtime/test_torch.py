@@ -234,3 +234,32 @@ def test_under_torchrun_two_nodes_on_loopback(tmp_path: Path) -> None:
                 p.wait()
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
     assert "verify: ok" in outputs[0] and "step 1: loss" in outputs[1]
+
+
+# --- faults: the same messages as on Paddle ------------------------------------------------
+
+def _fault(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, fault: str,
+           timeout: str = "4") -> tuple[int, str, float]:
+    import time
+
+    from ppdsl.cli import main
+
+    monkeypatch.setenv("PPDSL_FAULT", fault)
+    t0 = time.monotonic()
+    code = main(["run", str(HERE / "schedules" / "2r_1f1b_batched.pps"), "--framework", "torch", "--steps", "3",
+                 "-q", "--timeout", timeout, "--model", f"{HERE / 'faulty_torch_model.py'}:build_stage"])
+    return code, capsys.readouterr().err, time.monotonic() - t0
+
+
+@pytest.mark.slow
+def test_faults_stop_every_rank_and_name_rank_step_action(capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    code, err, seconds = _fault(capsys, monkeypatch, "raise:1:5")  # stage 1's 6th forward: step 1, 1F1
+    assert code == 1 and "rank 1, step 1, action 1F1" in err and "boom in the model" in err and seconds < 40
+    code, err, seconds = _fault(capsys, monkeypatch, "kill:1:2")
+    assert code == 1 and "rank 1 was killed by signal 9 at step 0, action 1F2" in err and seconds < 40
+    code, err, seconds = _fault(capsys, monkeypatch, "hang:1:1", timeout="3")
+    assert code == 1 and re.search(r"rank 0: timed out after 3 s at step 0, action 0\S+ \(.*rank 1\)", err), err
+    assert seconds < 40
