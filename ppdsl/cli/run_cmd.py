@@ -90,6 +90,7 @@ def _programs(files: list[str], model: CommModel) -> list[Program]:
 
 def run(args: argparse.Namespace) -> int:
     import os
+    import warnings
 
     from ..runtime.worker import in_distributed_env
     from ..semantics import CommModel
@@ -97,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
     from ..runtime.framework import require
 
     _check_args(args)
+    # Importing a framework (the user's model does) sets OMP_NUM_THREADS in this process: the
+    # user's own value, or its absence, is what chooses the ranks' threads.
+    users_threads = os.environ.get("OMP_NUM_THREADS")
+    # Paddle warns on import that it has no compiler cache for C++ extensions, which ppdsl builds none of.
+    warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
     distributed = in_distributed_env(args.framework)  # a rank started by us, Paddle's launcher or torchrun
     programs: list[Program] = []
     if not distributed or "PPDSL_REPORT_FD" not in os.environ:
@@ -116,11 +122,35 @@ def run(args: argparse.Namespace) -> int:
         require(args.framework)  # exit 2 with the install command
         args.model, args.data, args.loss = check_contract(args.model, args.data, args.loss, args.optimizer,
                                                           [p.stages for p in programs])
+        _check_batches(args.data, args.framework, programs, args.file)
+        if users_threads is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = users_threads
     if distributed:
         from ..runtime.worker import run_from_args
 
         return run_from_args(args)
     return _launch(args, programs)
+
+
+def _check_batches(data: str | None, framework: str, programs: list[Program], files: list[str]) -> None:
+    """A batch that does not split into a file's microbatches is exit 2 now, not a failure of
+    every rank after they start."""
+    if data is None:
+        return
+    from ..runtime.models import batch_rows
+
+    rows = batch_rows(data, framework)
+    if rows is None:
+        return
+    for file, program in zip(files, programs):
+        if rows % program.microbatches:
+            fits = [m for m in range(1, rows + 1) if rows % m == 0]
+            raise UsageError(f"--data {data}: a batch of {rows} cannot be split into the {program.microbatches} "
+                             f"microbatches of {file}; a batch of {rows} splits into "
+                             f"{', '.join(map(str, fits))} microbatches, or let batches() yield a multiple of "
+                             f"{program.microbatches} rows")
 
 
 def _launch(args: argparse.Namespace, programs: list[Program]) -> int:

@@ -102,9 +102,9 @@ class Framework(abc.ABC):
     def grad(self, outputs: list[Any], inputs: list[Any], grads: list[Any] | None) -> list[Any | None]:
         """Gradients of `outputs` w.r.t. `inputs`, the graph kept, unused inputs None."""
 
-    @abc.abstractmethod
     def grad_of(self, t: Any) -> Any | None:
         """The accumulated `.grad` of a leaf or parameter (None before any backward)."""
+        return t.grad
 
     @abc.abstractmethod
     def no_grad(self) -> AbstractContextManager[Any]: ...
@@ -113,8 +113,8 @@ class Framework(abc.ABC):
     @abc.abstractmethod
     def is_layer(self, obj: Any) -> bool: ...
 
-    @abc.abstractmethod
-    def named_parameters(self, layer: Any) -> Iterator[tuple[str, Any]]: ...
+    def named_parameters(self, layer: Any) -> Iterator[tuple[str, Any]]:
+        return iter(layer.named_parameters())
 
     def trainable(self, layer: Any) -> list[Any]:
         """The parameters of `layer` that get gradients."""
@@ -130,16 +130,24 @@ class Framework(abc.ABC):
         """The framework's global generator, for the initial weights of a stage."""
 
     @abc.abstractmethod
-    def switch_linears(self, layer: Any, store: Any) -> tuple[list[str], list[str]]:
-        """Every plain Linear of `layer` to the split backward (`split_backward.py`):
-        (names switched, names left as they were)."""
+    def sublayers(self, layer: Any) -> Iterator[tuple[str, Any]]:
+        """(name, layer) for `layer` itself (name "") and everything inside it."""
 
     @abc.abstractmethod
-    def restore_linears(self, layer: Any) -> None: ...
+    def linear_class(self) -> Any:
+        """The framework's Linear, whose weight gradient the split backward defers."""
 
-    @abc.abstractmethod
+    #: The adapter's split-backward module: `split_forward(linear, store)` and
+    #: `accumulate_weight_grad(weight, x, dy)`.
+    split: Any
+
+    def split_forward(self, linear: Any, store: Any) -> Callable[[Any], Any]:
+        """A forward for `linear` whose backward defers its weight gradient to `store`."""
+        return self.split.split_forward(linear, store)  # type: ignore[no-any-return]
+
     def accumulate_weight_grad(self, weight: Any, x: Any, dy: Any) -> None:
         """`weight.grad += ` the weight gradient of `y = linear(x, weight)` given `dy`."""
+        self.split.accumulate_weight_grad(weight, x, dy)
 
     @abc.abstractmethod
     def make_optimizer(self, name: str, lr: float, parameters: list[Any]) -> Any:

@@ -87,6 +87,23 @@ def check_contract(model: str | None, data: str | None, loss: str | None, optimi
     return model, data, loss
 
 
+def batch_rows(spec: str, framework: str) -> int | None:
+    """The rows (dimension 0) of the first batch that `--data spec` yields, read once before
+    any rank starts; None when its inputs hold no tensor with a dimension."""
+    from .values import split
+
+    source = load_callable(spec, "data")
+    try:
+        inputs, _ = next(iter(source()))
+    except Exception as exc:  # noqa: BLE001 - the user's data failed
+        raise UsageError(f"--data {spec}: reading its first batch raised {type(exc).__name__}: {exc}") from None
+    fw = get_framework(framework)
+    for member in split(inputs)[1]:
+        if fw.is_tensor(member) and len(member.shape):
+            return int(member.shape[0])
+    return None
+
+
 def load_callable(spec: str, what: str) -> Callable[..., Any]:
     """`pkg.module:name` or `path/file.py:name` -> the object; UsageError when it is not there."""
     module_name, sep, attr = spec.rpartition(":")
@@ -109,6 +126,11 @@ def _import(module_name: str, what: str) -> Any:
     try:
         if module_name.endswith(".py") or "/" in module_name:
             path = Path(module_name)
+            if path.is_dir():  # a model's folder names its model.py
+                if not (path / "model.py").is_file():
+                    raise UsageError(f"--{what}: {module_name} is a folder with no model.py in it; "
+                                     "name the module's file")
+                path = path / "model.py"
             if not path.is_file():
                 raise UsageError(f"--{what}: no such file {module_name}")
             # One module per file, not per file name: two `model.py` files are two modules.

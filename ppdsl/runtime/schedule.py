@@ -16,19 +16,9 @@ Each action of the rank's row runs in order:
   input (and, for a right answer, its parameters) with the graph kept and `W` a second full
   backward (every matmul twice).
 - `SEND_*`/`RECV_*`: blocking P2P on the pair's own 2-rank group; a batch `<...>` is one
-  `batch_isend_irecv` on NCCL and its members in written order on gloo.
+  group call on NCCL and its members in written order on gloo. What each message carries
+  (shape headers on the first step, the label guard) is `wire.py`.
 - `UNSHARD`/`RESHARD`/`REDUCE_GRAD`: no-ops (no data parallelism here), logged at debug level.
-
-The layout, shapes, dtypes and gradient flags of each value crossing ranks travel in one
-header message on the first step and are cached; later steps check that shapes did not change.
-
-The label guard: the transports match a receive with the next message sent on its link,
-whatever microbatch it carries (no tags on gloo or NCCL). So on the first step every message
-carries its label (kind, stage, microbatch, place on the link) in the header before it (the
-value header of a forward; an empty header of the same size for a backward), and a receive that
-gets another label than the one it expects stops with both actions named
-(`MessageOrderError`) instead of computing on the wrong microbatch. The order is the same
-every step, so later steps send no labels.
 """
 
 from __future__ import annotations
@@ -44,33 +34,20 @@ from ..gcpause import no_gc
 from ..ir import Kind, Program
 from . import plan as P
 from . import values as V
-from .comm import DTYPES, LABEL, MAX_DIMS, MAX_ELEMENTS, Label, PeerError, Transport, comm_model_of, gather_objects
+from .comm import PeerError, Transport, comm_model_of, gather_objects
+from .errors import MessageOrderError, SetupError, StepError
 from .framework import Framework, framework_of, get_framework
 from .memory import LiveMemory
 from .preflight import prepare
 from .split_backward import DeferredGrads, switch_linears
 from .watchdog import Reporter, Watchdog
+from .wire import Exchange, Wire
+
+__all__ = ["MessageOrderError", "PipelineSchedule", "SetupError", "StepError"]
 
 log = logging.getLogger("ppdsl.runtime")
 
 Key = tuple[int, int]
-
-
-class StepError(RuntimeError):
-    """An action failed: names the rank, step and action."""
-
-    def __init__(self, rank: int, step: int, action: str, message: str, peer: bool = False):
-        self.rank, self.step, self.action, self.detail = rank, step, action, message
-        self.peer = peer  # the transport failed: the cause may be another rank
-        super().__init__(f"rank {rank}, step {step}, action {action}: {message}")
-
-
-class MessageOrderError(StepError):
-    """A receive got the message of another action than the one it expects (label guard)."""
-
-
-class SetupError(RuntimeError):
-    """The model, data or program cannot run; raised before any schedule communication."""
 
 
 class PipelineSchedule:
@@ -127,25 +104,20 @@ class PipelineSchedule:
         if split_backward and self.plan.training and _has_split_backward(self.plan):
             self._switch_layers()
         self.guard = _guard
-        self._labels = _guard  # True until the first step has run: only it sends labels
-        self._sent_on: dict[int, int] = {}  # peer -> messages sent to it so far (first step)
-        self._received_on: dict[int, int] = {}
         self._agree_on_program()
         if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend:
             self.transport = _transport
             self.transport.watchdog = self.watchdog
         else:
             self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend)
-        # Agreed on the first step: the shapes each send carries, what each receive allocates.
-        self._sent: dict[tuple[int, Key], list[list[int]]] = {}
-        self._recv_meta: dict[Key, V.Incoming] = {}
+        self.wire = Wire(fw, self.transport, self.plan, self.rank, _guard)
         self._loss_checked = False
         split = self.deferred is not None
         self._handlers: dict[int, Callable[[P.Op], None]] = {
             P.F: self._forward, P.B: self._backward,
             P.I: self._input_grad if split else self._backward_input,
             P.W: self._deferred_weight_grad if split else self._backward_weight,
-            P.SEND_F: self._send_f, P.RECV_F: self._recv_f, P.SEND_B: self._send_b, P.RECV_B: self._recv_b,
+            P.SEND_F: self._message, P.RECV_F: self._message, P.SEND_B: self._message, P.RECV_B: self._message,
             P.NOOP: self._noop, P.OVERLAP: self._overlap, P.BATCH: self._batch,
         }
         self._compiled = [(self._handlers[op.code], op) for op in self.plan.ops]
@@ -227,7 +199,7 @@ class PipelineSchedule:
         except V.StageValueError as exc:
             raise SetupError(str(exc)) from None
         wd = self.watchdog
-        wd.step = self.step_index
+        wd.step = self.wire.step = self.step_index
         op: P.Op | None = None
         # Python's cyclic collector would otherwise run inside the step, on whichever rank's
         # allocations cross its threshold: measured in one process, about 2% of a step, in
@@ -275,7 +247,7 @@ class PipelineSchedule:
             raise StepError(self.rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc
         finally:
             wd.disarm()
-        self._labels = False
+        self.wire.first_step_done()
         if losses is not None and plan.last_stage and plan.training:
             losses.extend(self._losses[m] for m in sorted(self._losses))
         self.step_index += 1
@@ -386,211 +358,23 @@ class PipelineSchedule:
     def _noop(self, op: P.Op) -> None:
         log.debug("rank %d: %s is a no-op without data parallelism", self.rank, op.label)
 
-    # --- communication ----------------------------------------------------------------------
-    def _outgoing(self, op: P.Op) -> list[Any]:
-        """The tensors a send carries, in member order; a new activation's header comes first."""
+    # --- communication: the wire protocol is `wire.py`; these say what each action carries -
+    def _exchange(self, op: P.Op) -> Exchange:
         key = (op.stage, op.microbatch)
         if op.code == P.SEND_F:
-            value = self._y[key]
-            members = V.split(value)[1]
-            if not all(self.fw.is_tensor(t) for t in members):
-                V.describe(self.fw, value, False, f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}")
-            return [self.fw.detach(t) for t in members]
-        return self._dx.pop(key)
-
-    def _header(self, op: P.Op) -> tuple[Any, str | None]:
-        """The first step's header of a forward send, and the error to raise after sending it
-        (a member that cannot cross ranks: the receiver learns why instead of timing out)."""
-        key = (op.stage, op.microbatch)
-        try:
-            meta = V.describe(self.fw, self._y[key], self.plan.training,
-                              f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}")
-        except V.StageValueError as exc:
-            return Transport.encode_header(self.fw, {"error": str(exc)}), str(exc)
-        self._sent[(op.code, key)] = [self.fw.shape(t) for t in V.split(self._y[key])[1]]
-        return Transport.encode_header(self.fw, meta), None
-
-    def _first_send(self, op: P.Op, tensors: list[Any]) -> bool:
-        """True on the first send of this activation or gradient (a forward one needs a header);
-        later, its shapes must be what they were."""
-        k = (op.code, (op.stage, op.microbatch))
-        known = self._sent.get(k)
-        if known is None:
-            if op.code == P.SEND_B:
-                self._sent[k] = [self.fw.shape(t) for t in tensors]
-            return True
-        shapes = [self.fw.shape(t) for t in tensors]
-        if known != shapes:
-            raise SetupError(f"{op.label}: the tensors now have shapes {shapes}, but they had {known} when "
-                             "the ranks agreed shapes on the first step")
-        return False
-
-    # --- the label guard (first step only) ---------------------------------------------------
-    def _label_to_send(self, op: P.Op) -> Label:
-        n = self._sent_on[op.peer] = self._sent_on.get(op.peer, 0) + 1
-        return Label(Kind(op.code), op.stage, op.microbatch, n)
-
-    def _check_label(self, op: P.Op, received: Any) -> None:
-        """Stop with both actions named when the message is not the one `op` expects."""
-        n = self._received_on[op.peer] = self._received_on.get(op.peer, 0) + 1
-        got = Label.read(self.fw, received, self.plan.stages, self.plan.microbatches)
+            return self.wire.send_f(op, self._y[key])
+        if op.code == P.SEND_B:
+            return self.wire.send_b(op, self._dx.pop(key))
         if op.code == P.RECV_F:
-            want = Label(Kind.SEND_F, op.stage - 1, op.microbatch, n)
-        else:
-            want = Label(Kind.SEND_B, op.stage + 1, op.microbatch, n)
-        if got == want:
-            return
-        if got.kind is not want.kind:
-            what = ("an activation would arrive where a gradient is expected" if got.kind is Kind.SEND_F else
-                    "a gradient would arrive where an activation is expected") + " (or fail on its shape)"
-        elif got.kind is Kind.SEND_F:
-            what = (f"stage {op.stage} would compute microbatch {op.microbatch} from the activation of "
-                    f"microbatch {got.microbatch}")
-        else:
-            what = (f"stage {op.stage}'s backward of microbatch {op.microbatch} would use the gradient of "
-                    f"microbatch {got.microbatch}")
-        raise MessageOrderError(
-            self.rank, self.step_index, op.label,
-            f"messages out of order on the link from rank {op.peer}: this receive is number {n} on that link "
-            f"and expects `{want.action}`, but message number {got.ordinal} that rank {op.peer} sent on it is "
-            f"`{got.action}` (rank {op.peer}, step {self.step_index}, action {got.action}). The transport hands "
-            f"each receive the next message on its link, whatever it carries: {what}. Send and receive in "
-            "the same order on both ranks (`ppdsl lint` reports this as PPS212).")
+            return self.wire.recv_f(op, lambda value: self._recv_x.__setitem__(key, value))
+        return self.wire.recv_b(op, V.grad_members(self.fw, self._y[key]),
+                                lambda grads: self._dy.__setitem__(key, grads))
 
-    def _labelled(self, op: P.Op, header: Any | None = None) -> Any:
-        """The header to send before `op`'s data: with its label on the first step (a backward
-        sends an empty one, the size of a forward's, so either fits where the other was due)."""
-        if not self._labels:
-            return header
-        return self._label_to_send(op).tensor(self.fw, Transport.empty_header(self.fw) if header is None else header)
-
-    def _header_buffer(self) -> Any:
-        return Label.empty(self.fw) if self._labels else Transport.empty_header(self.fw)
-
-    def _unlabelled(self, op: P.Op, received: Any) -> Any:
-        """The header part of a received header, after checking its label (first step)."""
-        if not self._labels:
-            return received
-        self._check_label(op, received)
-        return received[LABEL:]
-
-    def _send_f(self, op: P.Op) -> None:
-        tensors = self._outgoing(op) if (op.code, (op.stage, op.microbatch)) in self._sent else None
-        if tensors is None:
-            header, error = self._header(op)
-            self.transport.send(self._labelled(op, header), op.peer, op.label)
-            if error is not None:
-                raise SetupError(error)
-            tensors = self._outgoing(op)
-        else:
-            self._first_send(op, tensors)
-        for t in tensors:
-            self.transport.send(t, op.peer, op.label)
-
-    def _send_b(self, op: P.Op) -> None:
-        tensors = self._outgoing(op)
-        self._first_send(op, tensors)
-        if self._labels:
-            self.transport.send(self._labelled(op), op.peer, op.label)
-        for t in tensors:
-            self.transport.send(t, op.peer, op.label)
-
-    def _incoming(self, op: P.Op, header: Any) -> V.Incoming:
-        meta = Transport.decode_header(self.fw, header)
-        if "error" in meta:
-            raise SetupError(f"rank {op.peer} could not send stage {op.stage - 1}'s output: {meta['error']}")
-        try:
-            incoming = V.parse_description(meta, DTYPES, MAX_DIMS, MAX_ELEMENTS)
-        except V.StageValueError as exc:
-            raise PeerError(f"from rank {op.peer}: {exc}") from None
-        self._recv_meta[(op.stage, op.microbatch)] = incoming
-        return incoming
-
-    def _recv_f(self, op: P.Op) -> None:
-        key = (op.stage, op.microbatch)
-        incoming = self._recv_meta.get(key)
-        if incoming is None:
-            header = self._header_buffer()
-            self.transport.recv(header, op.peer, op.label)
-            incoming = self._incoming(op, self._unlabelled(op, header))
-        bufs = incoming.buffers(self.fw)
-        for b in bufs:
-            self.transport.recv(b, op.peer, op.label)
-        self._recv_x[key] = incoming.join(self.fw, bufs)
-
-    def _recv_b_buffers(self, op: P.Op) -> list[Any]:
-        # The gradient of an output member has that member's shape: no header needed.
-        fw = self.fw
-        return [fw.empty_like(t) for t in V.grad_members(fw, self._y[(op.stage, op.microbatch)])]
-
-    def _recv_b(self, op: P.Op) -> None:
-        if self._labels:
-            header = self._header_buffer()
-            self.transport.recv(header, op.peer, op.label)
-            self._unlabelled(op, header)
-        bufs = self._recv_b_buffers(op)
-        for b in bufs:
-            self.transport.recv(b, op.peer, op.label)
-        self._dy[(op.stage, op.microbatch)] = bufs
+    def _message(self, op: P.Op) -> None:
+        self.wire.run(self._exchange(op), op.label)
 
     def _batch(self, op: P.Op) -> None:
-        if self.transport.model is not comm_model_of("nccl") or len(op.parts) == 1:
-            for part in op.parts:  # gloo: one after another, each blocking, as written
-                self._handlers[part.code](part)
-            return
-        # Grouped (NCCL): first step, the headers of new forward activations as one batch...
-        # A label leads a forward's header and goes just before a backward's data, in the same
-        # batch: the guard adds no wait the batch did not have.
-        labels = self._labels
-        headers: list[tuple[bool, Any, int]] = []
-        pending: list[tuple[P.Op, Any]] = []
-        errors: list[str] = []
-        for part in op.parts:
-            key = (part.stage, part.microbatch)
-            if part.code == P.SEND_F and (part.code, key) not in self._sent:
-                header, error = self._header(part)
-                headers.append((True, self._labelled(part, header), part.peer))
-                if error is not None:
-                    errors.append(error)
-            elif part.code == P.RECV_F and key not in self._recv_meta:
-                h = self._header_buffer()
-                headers.append((False, h, part.peer))
-                pending.append((part, h))
-        if headers:
-            self.transport.batch(headers, op.label)
-            if errors:
-                raise SetupError(errors[0])
-            for part, h in pending:
-                self._incoming(part, self._unlabelled(part, h))
-        # ...then the data as one batch.
-        ops: list[tuple[bool, Any, int]] = []
-        received: list[tuple[P.Op, list[Any]]] = []
-        checks: list[tuple[P.Op, Any]] = []
-        for part in op.parts:
-            if part.code in (P.SEND_F, P.SEND_B):
-                tensors = self._outgoing(part)
-                self._first_send(part, tensors)
-                if labels and part.code == P.SEND_B:
-                    ops.append((True, self._labelled(part), part.peer))
-                ops += [(True, t, part.peer) for t in tensors]
-            elif part.code in (P.RECV_F, P.RECV_B):
-                if labels and part.code == P.RECV_B:
-                    checks.append((part, self._header_buffer()))
-                    ops.append((False, checks[-1][1], part.peer))
-                bufs = self._recv_meta[(part.stage, part.microbatch)].buffers(self.fw) \
-                    if part.code == P.RECV_F else self._recv_b_buffers(part)
-                ops += [(False, b, part.peer) for b in bufs]
-                received.append((part, bufs))
-        if ops:
-            self.transport.batch(ops, op.label)
-        for part, header in checks:  # before any received gradient is used
-            self._unlabelled(part, header)
-        for part, bufs in received:
-            key = (part.stage, part.microbatch)
-            if part.code == P.RECV_F:
-                self._recv_x[key] = self._recv_meta[key].join(self.fw, bufs)
-            else:
-                self._dy[key] = bufs
+        self.wire.run_batch([self._exchange(part) for part in op.parts], op.label)
 
 
 def _has_split_backward(plan: P.Plan) -> bool:

@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Key = tuple[int, int]
 
+_SWITCHED = "_ppdsl_split_backward"  # set on a Linear whose forward was switched
+
 
 class DeferredGrads:
     """Weight gradients left by `I` actions, keyed by (stage, microbatch)."""
@@ -83,11 +85,28 @@ def switch_linears(stage: Any, store: DeferredGrads) -> tuple[list[str], list[st
     computes something the split matmul does not know: it keeps its own forward, and its
     weight gradient comes with the input gradient in `I` (correct, just not deferred).
     """
-    return store.framework.switch_linears(stage, store)
+    fw = store.framework
+    linear = fw.linear_class()
+    switched: list[str] = []
+    kept: list[str] = []
+    for name, sub in fw.sublayers(stage):
+        if not isinstance(sub, linear):
+            continue
+        label = name or "(the stage itself)"
+        if type(sub).forward is not linear.forward or ("forward" in vars(sub) and not getattr(sub, _SWITCHED, False)):
+            kept.append(f"{label} ({type(sub).__name__})")
+            continue
+        object.__setattr__(sub, "forward", fw.split_forward(sub, store))
+        object.__setattr__(sub, _SWITCHED, True)
+        switched.append(label)
+    return switched, kept
 
 
 def restore_linears(stage: Any) -> None:
     """Undo `switch_linears`: every switched Linear gets its class's forward back."""
     from .framework import framework_of
 
-    framework_of(stage).restore_linears(stage)
+    for _, sub in framework_of(stage).sublayers(stage):
+        if getattr(sub, _SWITCHED, False):
+            del sub.__dict__["forward"]
+            object.__setattr__(sub, _SWITCHED, False)

@@ -237,7 +237,8 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
             values = [float(v) for v in losses]
             reporter.send("loss", file=index, step=step, loss=sum(values) / len(values), losses=values)
             if not reporter.attached:
-                print(f"step {step}: loss {sum(values) / len(values):.6f}", flush=True)
+                # The local launcher's progress format, under a cluster launcher too.
+                print(f"step {step + 1}/{cfg.steps}  loss {sum(values) / len(values):.6f}", flush=True)
         if verifier is not None:
             watchdog.step = step
             watchdog.arm("comparing with the unpipelined model", "rank 0")

@@ -1,39 +1,26 @@
-"""Models that fail on purpose, for the runtime's fault tests.
-
-PPDSL_FAULT=MODE:STAGE:CALL makes stage STAGE misbehave on its CALL-th forward (0-based):
-`raise` raises, `kill` SIGKILLs its own process, `hang` sleeps (a compute that never ends,
-so the peers' waits must time out).
-"""
+"""Models that fail on purpose, for the runtime's fault tests (PPDSL_FAULT: see fault.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import time
+import sys
+from pathlib import Path
 
 import paddle
 
 from ppdsl.runtime import models
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fault import Trigger  # noqa: E402
 
 
 class Faulty(paddle.nn.Layer):
     def __init__(self, inner: paddle.nn.Layer, stage: int):
         super().__init__()
         self.inner = inner
-        self.stage = stage
-        self.calls = 0
-        mode, at_stage, at_call = (os.environ.get("PPDSL_FAULT", "none:-1:-1").split(":") + ["-1", "-1"])[:3]
-        self.mode, self.at_stage, self.at_call = mode, int(at_stage), int(at_call)
+        self.trigger = Trigger(stage)
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
-        if self.stage == self.at_stage and self.calls == self.at_call:
-            if self.mode == "raise":
-                raise ValueError("boom in the model")
-            if self.mode == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            if self.mode == "hang":
-                time.sleep(3600)
-        self.calls += 1
+        self.trigger()
         return self.inner(x)
 
 

@@ -3,7 +3,6 @@ same 2 processes; the losses and every gradient must be identical, step after st
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -13,6 +12,8 @@ from ppdsl.load import load_program
 
 pytest.importorskip("paddle")
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from procs import rank_result  # noqa: E402
 
 
 @pytest.mark.parametrize("order", ["gpipe()", "1f1b()"])
@@ -25,9 +26,7 @@ def test_identical_to_paddles_fthenb(order: str, tmp_path: Path) -> None:
                      keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "paddle_api_pair.py")])
     assert outcome.code == 0, outcome.failure
     for rank in (0, 1):
-        text = (tmp_path / f"rank{rank}.log").read_text()
-        line = next(x for x in text.splitlines() if x.startswith("RESULT "))
-        record = json.loads(line[len("RESULT "):])
+        record = rank_result(tmp_path, rank)
         assert len(record["ppdsl"]) == 2 and record["ppdsl"][0]["grads"]
         assert record["ppdsl"] == record["paddle"]  # losses and gradients, exactly
         if rank == 1:

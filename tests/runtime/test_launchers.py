@@ -7,7 +7,6 @@ the `ppdsl` console script's path. Every wait has a timeout: the launchers run u
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -25,13 +24,8 @@ PPDSL = str(Path(sys.executable).with_name("ppdsl"))
 LAUNCH_SECONDS = 150
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("CUDA_VISIBLE_DEVICES", None)  # empty, it makes the CPU launcher look for a GPU
-    env.pop("PPDSL_REPORT_FD", None)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
+sys.path.insert(0, str(HERE))
+from procs import launcher_env as _env  # noqa: E402
 
 
 def _launcher(log_dir: Path, *args: str) -> list[str]:
@@ -58,7 +52,7 @@ def test_the_documented_single_node_form(tmp_path: Path) -> None:
                           env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
     logs = _logs(tmp_path / "logs")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:] + logs[-3000:]
-    assert "verify: ok" in logs and re.search(r"step 1: loss [0-9.]+", logs)
+    assert "verify: ok" in logs and re.search(r"step 2/2  loss [0-9.]+", logs)
 
 
 def test_two_nodes_on_loopback_four_ranks_verify(tmp_path: Path) -> None:
@@ -80,7 +74,7 @@ def test_two_nodes_on_loopback_four_ranks_verify(tmp_path: Path) -> None:
     logs = [_logs(tmp_path / f"node{node}") for node in (0, 1)]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-1500:] for o in outputs) + logs[0][-2000:]
     assert "verify: ok" in logs[0]  # rank 0 compares all 4 ranks' gradients
-    assert re.search(r"step 1: loss [0-9.]+", logs[1])  # rank 3, the last stage, on the second node
+    assert re.search(r"step 2/2  loss [0-9.]+", logs[1])  # rank 3, the last stage, on the second node
 
 
 def test_a_rank_that_dies_ends_every_rank_within_the_timeout(tmp_path: Path) -> None:

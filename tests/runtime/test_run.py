@@ -205,7 +205,7 @@ def test_the_example_training_loop_uses_the_api_directly(tmp_path: Path) -> None
     outcome = launch([load_program(f)], [f, "8"], steps=0, timeout=30, quiet=True, keep_logs=str(tmp_path),
                      command=[sys.executable, str(ROOT / "examples" / "train_loop.py")])
     assert outcome.code == 0, outcome.failure
-    losses = [float(x) for x in re.findall(r"step \d+: loss ([0-9.]+)", (tmp_path / "rank1.log").read_text())]
+    losses = [float(x) for x in re.findall(r"step \d+/\d+  loss ([0-9.]+)", (tmp_path / "rank1.log").read_text())]
     assert len(losses) == 8 and losses[-1] < losses[0]
 
 
@@ -233,3 +233,34 @@ def test_one_rank_and_inference_programs_run(tmp_path: Path, capsys: pytest.Capt
     assert code == 0 and re.search(r"one.pps: 2 steps, loss .* verify ok", out), out + err
     code, out, err, _ = _run(capsys, str(inference), "--steps", "3", "-q")
     assert code == 0 and "inference.pps: 3 steps" in out, out + err
+
+
+# --- what a new user met -------------------------------------------------------------------
+
+def test_a_batch_that_does_not_split_is_refused_before_any_rank_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    # The GPT example named by its folder; its batches hold 16 rows, DualPipeV has 10 microbatches.
+    code, _, err, seconds = _run(capsys, str(ROOT / "schedules" / "dualpipev.pps"), "-q",
+                                 "--model", str(ROOT / "examples" / "gpt"))
+    assert code == 2, err
+    assert "a batch of 16 cannot be split into the 10 microbatches" in err and "1, 2, 4, 8, 16 microbatches" in err
+    assert "ccache" not in err and "Traceback" not in err
+    assert seconds < 30
+
+
+def test_a_folder_without_model_py_is_named_as_a_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err, _ = _run(capsys, str(ROOT / "schedules" / "1f1b.pps"), "--model", str(ROOT / "schedules"))
+    assert code == 2 and "is a folder with no model.py in it" in err, err
+
+
+@pytest.mark.slow
+def test_a_users_model_does_not_choose_the_threads(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Importing paddle (the model does) sets OMP_NUM_THREADS in the launching process.
+    from ppdsl.runtime.launcher import cores
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    f = tmp_path / "1f1b.pps"
+    f.write_text("pipeline ranks=2 microbatches=4\nuse 1f1b()\n")
+    code, out, err, _ = _run(capsys, str(f), "--steps", "1", "--model", str(ROOT / "examples" / "my_model.py"))
+    assert code == 0, err
+    assert f"each: {cores()} cores / 2 ranks)" in out, out

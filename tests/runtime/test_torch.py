@@ -7,8 +7,6 @@ reference. Every wait has a timeout (`--timeout`, and `subprocess` limits on the
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,19 +19,15 @@ from ppdsl.runtime.launcher import free_ports, launch
 from ppdsl.runtime.preflight import prepare
 from ppdsl.semantics import CommModel
 
+sys.path.insert(0, str(Path(__file__).parent))
+from procs import launcher_env as _env  # noqa: E402
+from procs import rank_result  # noqa: E402
+
 pytest.importorskip("torch")
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 PPDSL = str(Path(sys.executable).with_name("ppdsl"))
 LAUNCH_SECONDS = 150
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PPDSL_REPORT_FD", None)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
 
 
 @pytest.mark.slow
@@ -45,9 +39,7 @@ def test_identical_to_torchs_own_schedule(order: str, torch_class: str, tmp_path
                      keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "torch_api_pair.py")])
     assert outcome.code == 0, outcome.failure
     for rank in (0, 1):
-        text = (tmp_path / f"rank{rank}.log").read_text()
-        line = next(x for x in text.splitlines() if x.startswith("RESULT "))
-        record = json.loads(line[len("RESULT "):])
+        record = rank_result(tmp_path, rank)
         assert len(record["ppdsl"]) == 2 and record["ppdsl"][0]["grads"]
         assert record["ppdsl"] == record["torch"]  # losses and gradients, exactly
         if rank == 1:
@@ -212,7 +204,7 @@ def test_under_torchrun_one_node(tmp_path: Path) -> None:
                                     "--framework", "torch", "--steps", "2", "--verify", "--timeout", "30"),
                           env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "verify: ok" in done.stdout and "step 1: loss" in done.stdout
+    assert "verify: ok" in done.stdout and "step 2/2  loss" in done.stdout
 
 
 @pytest.mark.slow
@@ -233,7 +225,7 @@ def test_under_torchrun_two_nodes_on_loopback(tmp_path: Path) -> None:
                 p.kill()
                 p.wait()
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
-    assert "verify: ok" in outputs[0] and "step 1: loss" in outputs[1]
+    assert "verify: ok" in outputs[0] and "step 2/2  loss" in outputs[1]
 
 
 # --- faults: the same messages as on Paddle ------------------------------------------------

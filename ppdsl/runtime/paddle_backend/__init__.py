@@ -18,6 +18,7 @@ from . import split
 class PaddleFramework(Framework):
     name = PADDLE
     layer_type = "paddle.nn.Layer"
+    split = split
     tensor_type = "paddle.Tensor"
 
     # --- tensors -------------------------------------------------------------------------
@@ -81,18 +82,12 @@ class PaddleFramework(Framework):
     def grad(self, outputs: list[Any], inputs: list[Any], grads: list[Any] | None) -> list[Any | None]:
         return list(paddle.grad(outputs, inputs, grad_outputs=grads, retain_graph=True, allow_unused=True))
 
-    def grad_of(self, t: Any) -> Any | None:
-        return t.grad
-
     def no_grad(self) -> AbstractContextManager[Any]:
         return paddle.no_grad()  # type: ignore[no-any-return]
 
     # --- layers --------------------------------------------------------------------------
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, paddle.nn.Layer)
-
-    def named_parameters(self, layer: Any) -> Iterator[tuple[str, Any]]:
-        return iter(layer.named_parameters())
 
     def mlp(self, weights: list[Any], biases: list[Any], tanh: list[bool]) -> Any:
         layers: list[Any] = []
@@ -113,14 +108,11 @@ class PaddleFramework(Framework):
     def seed(self, seed: int) -> None:
         paddle.seed(seed)
 
-    def switch_linears(self, layer: Any, store: Any) -> tuple[list[str], list[str]]:
-        return split.switch_linears(layer, store)
+    def sublayers(self, layer: Any) -> Iterator[tuple[str, Any]]:
+        return iter(layer.named_sublayers(include_self=True))
 
-    def restore_linears(self, layer: Any) -> None:
-        split.restore_linears(layer)
-
-    def accumulate_weight_grad(self, weight: Any, x: Any, dy: Any) -> None:
-        split.accumulate_weight_grad(weight, x, dy)
+    def linear_class(self) -> Any:
+        return paddle.nn.Linear
 
     def make_optimizer(self, name: str, lr: float, parameters: list[Any]) -> Any:
         table = {"sgd": paddle.optimizer.SGD, "momentum": paddle.optimizer.Momentum,

@@ -9,9 +9,6 @@ from typing import Any
 from ..split_backward import DeferredGrads
 from .blas import accumulate_product
 
-_SWITCHED = "_ppdsl_split_backward"  # set on a Linear whose forward was switched
-
-
 def _rows(t: Any) -> Any:
     """[..., n] -> [rows, n]: the weight gradient of a matmul over any leading dimensions."""
     return t.reshape([-1, t.shape[-1]]) if t.ndim > 2 else t
@@ -65,42 +62,11 @@ def _split_matmul() -> Any:
     return SplitMatmul
 
 
-def _switched_forward(layer: Any, store: DeferredGrads) -> Any:
+def split_forward(layer: Any, store: DeferredGrads) -> Any:
+    """The forward of a switched `paddle.nn.Linear`."""
     matmul = _split_matmul()
 
     def forward(x: Any) -> Any:
         return matmul.apply(x, layer.weight, layer.bias, store)
 
     return forward
-
-
-def switch_linears(stage: Any, store: DeferredGrads) -> tuple[list[str], list[str]]:
-    """Switch every plain `paddle.nn.Linear` inside `stage` to the split backward.
-
-    Returns (names switched, names left as they were). A subclass that overrides `forward`
-    computes something the split matmul does not know: it keeps its own forward, and its
-    weight gradient comes with the input gradient in `I` (correct, just not deferred).
-    """
-    import paddle
-
-    switched: list[str] = []
-    kept: list[str] = []
-    for name, sub in stage.named_sublayers(include_self=True):
-        if not isinstance(sub, paddle.nn.Linear):
-            continue
-        label = name or "(the stage itself)"
-        if type(sub).forward is not paddle.nn.Linear.forward or ("forward" in vars(sub) and not getattr(sub, _SWITCHED, False)):
-            kept.append(f"{label} ({type(sub).__name__})")
-            continue
-        object.__setattr__(sub, "forward", _switched_forward(sub, store))
-        object.__setattr__(sub, _SWITCHED, True)
-        switched.append(label)
-    return switched, kept
-
-
-def restore_linears(stage: Any) -> None:
-    """Undo `switch_linears`: every switched Linear gets its class's forward back."""
-    for _, sub in stage.named_sublayers(include_self=True):
-        if getattr(sub, _SWITCHED, False):
-            del sub.__dict__["forward"]
-            object.__setattr__(sub, _SWITCHED, False)

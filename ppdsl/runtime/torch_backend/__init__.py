@@ -19,6 +19,7 @@ from . import split
 class TorchFramework(Framework):
     name = TORCH
     layer_type = "torch.nn.Module"
+    split = split
     tensor_type = "torch.Tensor"
 
     # --- tensors -------------------------------------------------------------------------
@@ -77,18 +78,12 @@ class TorchFramework(Framework):
     def grad(self, outputs: list[Any], inputs: list[Any], grads: list[Any] | None) -> list[Any | None]:
         return list(torch.autograd.grad(outputs, inputs, grad_outputs=grads, retain_graph=True, allow_unused=True))
 
-    def grad_of(self, t: Any) -> Any | None:
-        return t.grad
-
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()  # type: ignore[no-any-return]
 
     # --- layers --------------------------------------------------------------------------
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, torch.nn.Module)
-
-    def named_parameters(self, layer: Any) -> Iterator[tuple[str, Any]]:
-        return iter(layer.named_parameters())
 
     def mlp(self, weights: list[Any], biases: list[Any], tanh: list[bool]) -> Any:
         layers: list[torch.nn.Module] = []
@@ -105,14 +100,11 @@ class TorchFramework(Framework):
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
 
-    def switch_linears(self, layer: Any, store: Any) -> tuple[list[str], list[str]]:
-        return split.switch_linears(layer, store)
+    def sublayers(self, layer: Any) -> Iterator[tuple[str, Any]]:
+        return iter(layer.named_modules())
 
-    def restore_linears(self, layer: Any) -> None:
-        split.restore_linears(layer)
-
-    def accumulate_weight_grad(self, weight: Any, x: Any, dy: Any) -> None:
-        split.accumulate_weight_grad(weight, x, dy)
+    def linear_class(self) -> Any:
+        return torch.nn.Linear
 
     def make_optimizer(self, name: str, lr: float, parameters: list[Any]) -> Any:
         if name == "momentum":  # Paddle's Momentum: heavy ball, 0.9

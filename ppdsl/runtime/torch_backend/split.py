@@ -13,9 +13,6 @@ import torch
 
 from ..split_backward import DeferredGrads
 
-_SWITCHED = "_ppdsl_split_backward"  # set on a Linear whose forward was switched
-
-
 def _rows(t: Any) -> Any:
     """[..., n] -> [rows, n]: the weight gradient of a matmul over any leading dimensions."""
     return t.reshape(-1, t.shape[-1]) if t.dim() > 2 else t
@@ -57,30 +54,11 @@ def _split_linear() -> Any:
     return SplitLinear
 
 
-def switch_linears(stage: Any, store: DeferredGrads) -> tuple[list[str], list[str]]:
-    """Every plain `torch.nn.Linear` of `stage` to the split backward: (switched, kept)."""
+def split_forward(layer: Any, store: DeferredGrads) -> Any:
+    """The forward of a switched `torch.nn.Linear`."""
     function = _split_linear()
-    switched: list[str] = []
-    kept: list[str] = []
-    for name, sub in stage.named_modules():
-        if not isinstance(sub, torch.nn.Linear):
-            continue
-        label = name or "(the stage itself)"
-        if type(sub).forward is not torch.nn.Linear.forward or ("forward" in vars(sub) and not getattr(sub, _SWITCHED, False)):
-            kept.append(f"{label} ({type(sub).__name__})")
-            continue
 
-        def forward(x: Any, sub: Any = sub) -> Any:
-            return function.apply(x, sub.weight, sub.bias, store)
+    def forward(x: Any) -> Any:
+        return function.apply(x, layer.weight, layer.bias, store)
 
-        object.__setattr__(sub, "forward", forward)
-        object.__setattr__(sub, _SWITCHED, True)
-        switched.append(label)
-    return switched, kept
-
-
-def restore_linears(stage: Any) -> None:
-    for _, sub in stage.named_modules():
-        if getattr(sub, _SWITCHED, False):
-            del sub.__dict__["forward"]
-            object.__setattr__(sub, _SWITCHED, False)
+    return forward

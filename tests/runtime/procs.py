@@ -1,0 +1,27 @@
+"""What the multi-process tests share: a launcher's environment and a rank's printed result."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).parents[2]
+
+
+def launcher_env() -> dict[str, str]:
+    """This environment, fit for a launcher (Paddle's, torchrun) started by a test."""
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # empty, it makes Paddle's CPU launcher look for a GPU
+    env.pop("PPDSL_REPORT_FD", None)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def rank_result(log_dir: Path, rank: int) -> Any:
+    """The `RESULT {json}` line a side-by-side script printed on `rank`."""
+    text = (log_dir / f"rank{rank}.log").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
