@@ -259,3 +259,22 @@ def test_every_relative_link_reaches_its_page_and_heading(path: Path) -> None:
         if not page.exists() or (anchor and page.suffix == ".md" and anchor not in _anchors(page)):
             bad.append(target)
     assert not bad, f"{path.relative_to(ROOT)} links to what is not there: {bad}"
+
+
+def test_the_developer_test_commands_name_real_markers_and_paths() -> None:
+    import shlex
+
+    page = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    block = re.search(r"^## Tests\n\n```sh\n(.*?)^```", page, re.S | re.M)
+    assert block, "docs/development.md has no command block under ## Tests"
+    markers = re.search(r"^markers = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert markers, "pyproject.toml declares no pytest markers"
+    declared = set(re.findall(r'"(\w+):', markers.group(1)))
+    commands = [shlex.split(line.split("#")[0]) for line in block.group(1).splitlines() if "pytest" in line]
+    assert ["-m", "not slow"] in [c[i:i + 2] for c in commands for i in range(len(c))]
+    for argv in commands:
+        args = argv[argv.index("pytest") + 1:]
+        for flag, value in zip(args, args[1:]):
+            if flag == "-m":
+                assert set(re.findall(r"\w+", value)) - {"not", "and", "or"} <= declared, value
+        assert all((ROOT / a).exists() for a in args if a.startswith("tests")), argv

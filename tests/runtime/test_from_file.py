@@ -15,6 +15,7 @@ pytest.importorskip("paddle")
 HERE = Path(__file__).parent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["gpipe()", "1f1b()"])
 def test_identical_to_paddles_fthenb(order: str, tmp_path: Path) -> None:
     from ppdsl.runtime.launcher import launch

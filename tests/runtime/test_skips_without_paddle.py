@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 # A fresh interpreter where importing paddle or numpy fails, as where neither is installed.
@@ -26,6 +27,7 @@ sys.exit(pytest.main(sys.argv[1:]))
 FILES = ["tests/runtime/test_blas.py", "tests/runtime/test_split_backward.py", "tests/runtime/test_threads.py"]
 
 
+@pytest.mark.slow
 def test_runtime_tests_skip_cleanly_without_paddle() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", SCRIPT, "-q", "-rs", "-p", "no:cacheprovider", *FILES],
