@@ -32,18 +32,17 @@ Layout:
   how many distinct codes there are (`Encoded.distinct`: fewer than the actions when one is
   repeated; completeness, the link-order test and the timeline proof ask `Encoded.unrepeated`).
 
-A reader hands over what it learned of each plain token (`ir.LazyRows`: per step the stage-kind
-and the microbatch as integers, the program's rows made from them only when asked for), and
-the encoding of those rows is two list lookups a step, with no Action object; other rows
-are encoded from their actions. Of a row read so, the distinct stage-kinds (a set of a few
-values, made in one C-level pass) answer which kinds the program uses (`kinds`) and which
-stages a rank holds (`stages_of`, the placement rule), without a pass over the codes. Lowering keeps the rows it makes the same way (`row_codes`).
+Rows a reader kept as integers (`ir.LazyRows`: per step the stage-kind and the microbatch) are
+encoded with two list lookups a step and no Action object; their distinct stage-kinds answer
+which kinds the program uses (`kinds`) and which stages a rank holds (`stages_of`) without a
+pass over the codes. Lowering keeps the rows it makes the same way (`row_codes`). Other rows
+are encoded from their actions.
 
 `encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
-never in a module-level cache keyed by `id()`. The hot loops of the engine spell the shifts
-and masks as literals (a named constant would cost a global lookup per action), and read
-every rule from the `Needs` tables: the loops name no kind but to tell compute (`k <= B`),
-send/receive and stage-only actions apart.
+never in a module-level cache keyed by `id()`. The engine's hot loops spell the shifts and masks
+as literals (a named constant costs a global lookup per action) and read every rule from the
+`Needs` tables: they name no kind but to tell compute (`k <= B`), send/receive and stage-only
+actions apart.
 """
 
 from __future__ import annotations

@@ -17,9 +17,8 @@ which only ever let more operations complete):
    that is about to need the data, while the sender, which is ahead, goes on computing
    first. At the producer's end (the earlier choice) the sender would stop there and, on a
    pipeline like zb1p at 2 ranks, rank 0 could start a forward only after the last stage
-   had sent it a gradient: a round trip per microbatch on the slowest rank. Measured with
-   `ppdsl simulate` over the generators at 2 and 4 ranks: interleaved 1F1B and DualPipeV
-   4-8% shorter, zb1p 1-2%, no schedule more than 0.7% longer.
+   had sent it a gradient: a round trip per microbatch on the slowest rank (what each choice
+   costs the generators' schedules: benchmarks/RESULTS.md).
 3. Each rank's row is exactly G restricted to that rank: its computes keep their order, and
    an exchange appears on both of its ranks at the same place in G. So on every link the
    sends and the receives come in one order, G's: the k-th receive names the k-th send, as

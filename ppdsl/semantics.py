@@ -32,36 +32,18 @@ One engine is the whole of it: one loop (`_Engine._loop`) gives the checker's ve
 (`completes`, the loop with its statements about time skipped), its explanation of a hang,
 lowering's placement of exchanges, the simulator's timeline and the critical path's; the one
 place where a send or receive meets its peer, or waits posted for it, is the send/receive
-branch of that loop (a grouped batch's members go through it too, posted one after another
-without waiting). The unit-time run of a program under a model is kept on the program, so
-lint, then lowering, ask for it once.
+branch of that loop (a grouped batch's members go through it too). The unit-time run of a
+program under a model is kept on the program, so lint, then lowering, ask for it once.
 
-Speed: the engine works on the program's integer encoding (`ppdsl/encoding.py`: codes
-`sm << 4 | kind`, dependency keys `sm << 3 | slot`, the tables of what each code waits for and
-which code it meets; the hot loop spells the shifts and masks as literals), with one flat list
-of completion times per key, so a step costs a few list lookups. Each rank is woken only when
-the one thing it waits for happens, so the run is linear in the number of actions. Times are
-kept per action (a step's are derived at the end, a run of consecutive one-action steps as one
-slice); durations come from a table read by code (`Timing.from_table`) or, for callbacks, are
-looked up once per action before the run. Each row the loop runs ends in `END_OF_ROW`, a code
-no action has, so the loop tests no index against the row's length per action.
-
-What the loop costs is its structure, not its branches: a rank blocks and is woken once per
-microbatch in a compute-only interleaved 1F1B (65,407 wakes for 262,144 actions at 64 ranks x
-1024 microbatches x 2), and once per message pair under `rendezvous` with sends and receives
-(260,160 wakes for the 260,096 pairs of its lowered form), whatever the order the work queue
-takes ranks in (first-in-first-out or last-in, pushed at either end: within 3%). A copy of the
-loop with every branch for timing, batches, buffering and link exceptions taken out gives the
-verdict 0.96-1.25x as fast (in process on those two programs, several runs on a shared 2-core
-machine); see docs/checks.md.
-
-So the verdict on a compute-only program written as a timeline, one cell per time step with
-idle cells for the bubbles (PyTorch's CSV), is asked of its steps first
-(`steps_are_an_order`): when every action's inputs are done at earlier steps, running the
-actions step by step across ranks is an order that respects every dependency, and the program
-runs to the end under every model. That proof is a few C-level comparisons of whole columns
-(0.04-0.06 s against the loop's 0.24-0.35 s on the 262,144 actions above); when it fails, the
-loop decides. It reads the `Needs` tables like the loop, so it states no rule of its own.
+The loop works on the program's integer encoding (`ppdsl/encoding.py`) with one flat list of
+completion times per key, and wakes a rank only when the one thing it waits for happens, so a
+run is linear in the number of actions (figures: benchmarks/RESULTS.md); the loop spells the
+shifts and masks as literals (a named constant costs a global lookup per action) and each row
+it runs ends in `END_OF_ROW`, so it tests no index per action. A compute-only program
+written as a timeline (PyTorch's CSV: one cell per time step) is asked of its steps first
+(`steps_are_an_order`): when every action's inputs are done at earlier steps, the program runs
+to the end under every model and the loop is not needed; the proof reads the same `Needs`
+tables, so it states no rule of its own.
 """
 
 from __future__ import annotations

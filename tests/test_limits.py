@@ -91,6 +91,7 @@ def test_header_memory_is_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 # ---- pictures and reports: sized by the input, not by the ratio of its numbers --------------
 
+@pytest.mark.slow
 def test_terminal_picture_of_extreme_cost_ratio_is_bounded(capsys: pytest.CaptureFixture[str]) -> None:
     start = time.process_time()
     code, out, _ = run(capsys, "show", ZBV, "--costs", f"F={limits.MIN_COST},W={limits.MAX_COST}", "--width", "200")
@@ -99,6 +100,7 @@ def test_terminal_picture_of_extreme_cost_ratio_is_bounded(capsys: pytest.Captur
     assert len(out) < 20 * limits.MAX_PICTURE_CELLS
 
 
+@pytest.mark.slow
 def test_many_diagnostics_on_one_huge_row_are_linear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # issue 14: a 900 KB file of repeated `0F{0..0}` hung `show` (each excerpt re-read the row).
     f = tmp_path / "dup.pps"
@@ -110,6 +112,7 @@ def test_many_diagnostics_on_one_huge_row_are_linear(tmp_path: Path, capsys: pyt
     assert "more diagnostics (`ppdsl lint --max-errors 0` lists them all)" in err
 
 
+@pytest.mark.slow
 def test_report_of_many_ranks_is_not_quadratic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "wide.pps"
     f.write_text("pipeline ranks=20000 microbatches=1\nuse 1f1b()\n")
@@ -272,6 +275,7 @@ def test_max_steps_is_the_larger_of_the_bound_and_the_bytes() -> None:
     assert limits.max_steps(limits.MAX_FILE_BYTES) == limits.MAX_ACTIONS
 
 
+@pytest.mark.slow
 def test_a_picture_of_too_many_steps_is_refused_before_it_is_drawn(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     # Found by scripts/fuzz.py: `show` of a 900 KB CSV of 192,000 actions took 6.7 s of CPU.

@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_mypy_strict_passes() -> None:
     if shutil.which("mypy") is None and subprocess.run([sys.executable, "-m", "mypy", "--version"],
                                                        capture_output=True).returncode != 0:
@@ -23,6 +24,7 @@ def test_mypy_strict_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_mypy_strict_passes_where_paddle_and_numpy_are_not_installed(tmp_path: Path) -> None:
     # An environment with every package of this one but paddle and numpy (the `paddle` extra):
     # a bare venv whose one .pth file points at links to the others.

@@ -82,7 +82,7 @@ class ActionText:
         return list(map(add, prefixes, map(micro.__getitem__, micros)))
 
     def read_row(self, row: RowCodes, idle: str, separator: str) -> str:
-        """A row as its reader saw it (`encoding.ReadRows`), its steps joined by `separator`:
+        """A row as its reader kept it (`ir.RowCodes`), its steps joined by `separator`:
         two lookups a step, in C-level passes, and no Action object. The prefixes and the
         microbatches (each with the separator after it) are laid side by side in one list
         and joined once: a third faster than making each token and then joining those

@@ -1,4 +1,4 @@
-"""Scanning action tokens: the hot path of parsing.
+"""Scanning action tokens: the readers that turn runs of tokens into integers or actions.
 
 A run of canonical tokens and idle ones, `0F0 _ 0B0` (or a CSV row's cells), is read whole by
 `PlainRuns`, before Lark sees the row (see `parser._Builder.set_aside_runs`): a few C-level
@@ -10,8 +10,8 @@ CSV row's cells) into actions without a regex or a Python frame per token: the r
 and bound) each distinct string once; `ir.make_actions` then makes the row's actions in one go,
 or, through `codes`, the run stays as (stage-kind, microbatch) integers (`ir.RowCodes`) that the
 encoding and the printer read and `ir.LazyRows` turns into actions only when a pass asks.
-A run it does not accept goes the careful way (`scan_run`), which finds and locates the first
-bad token. Ranges (`0F{0..3}`), zips, overlapped pairs and batches are rare and always go the
+A run neither of them accepts goes the careful way (`scan_run`), which finds and locates the
+first bad token. Ranges (`0F{0..3}`), zips, overlapped pairs and batches are rare and always go the
 careful way. Every problem is raised as a `ScanError` holding the offset inside the text it
 was given, so the caller can turn it into a file:line:col diagnostic.
 """
@@ -322,8 +322,10 @@ _CANONICAL_NUMBER_RE = re.compile(r"(?:0|[1-9][0-9]{0,17})\Z")
 def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:
     """Append the actions of a run of plain tokens to `out`; return how many were added.
 
-    This loop is the parser's hot path: locals only, no property calls, and the Action slots
-    filled directly (see `ir.make_action`). Any irregularity falls back to the careful path.
+    The careful path: runs that `PlainRuns` and `TokenReader` refuse (an error to locate, or a
+    reader for other bounds) come here, token by token with `TOKEN_RE`; at a bad token
+    `_locate_run_error` raises a `ScanError` at its offset. Locals only and the Action slots
+    filled directly (see `ir.make_action`), so a file of such runs is still read quickly.
     """
     stages, microbatches = bounds
     with_mb = _KINDS_WITH_MB

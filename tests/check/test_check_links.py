@@ -122,6 +122,7 @@ def adjacent_receive_swaps(program: Program) -> list[tuple[Program, tuple[Kind, 
     return out
 
 
+@pytest.mark.slow
 def test_every_adjacent_receive_swap_is_pps212_never_a_deadlock() -> None:
     seen = 0
     mixed = 0  # swaps of a forward and a backward receive sharing a link (V placements)

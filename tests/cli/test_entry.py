@@ -38,6 +38,7 @@ def test_stdout_is_whole_and_the_code_kept(tmp_path: Path, monkeypatch: pytest.M
     assert r.stdout == shown.getvalue() and len(r.stdout) > len(text)
 
 
+@pytest.mark.slow
 def test_a_file_written_with_o_is_whole(tmp_path: Path) -> None:
     (tmp_path / "big.pps").write_text(BIG)
     r = _ppdsl(tmp_path, "expand", "big.pps", "--comms", "-o", "out.pps")
@@ -70,6 +71,7 @@ def test_commands_that_start_processes_exit_as_usual() -> None:
     assert not {"run", "search"} & DONE_ON_RETURN
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("closed", ["stdout", "stderr", "both"])
 def test_a_closed_stream_changes_no_exit_code(tmp_path: Path, closed: str) -> None:
     # A process started with descriptor 1 or 2 closed (`>&-`, some daemons) has sys.stdout or

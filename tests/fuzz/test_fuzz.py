@@ -37,6 +37,7 @@ def run(pool: harness.Pool, case: harness.Case) -> None:
     assert not result.defect, f"{result.outcome}: {result.case.reproducer()}\n{result.detail}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", harness.COMMANDS)
 @FUZZ
 @given(seed=st.integers(0, 2**32 - 1))
@@ -44,6 +45,7 @@ def test_mutated_inputs_end_well(pool: harness.Pool, command: str, seed: int) ->
     run(pool, harness.make_case(random.Random(seed), SEEDS, command))
 
 
+@pytest.mark.slow
 @settings(max_examples=30, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.binary(max_size=300), command=st.sampled_from(("lint", "show", "convert to csv", "convert to pps")))
 def test_arbitrary_bytes_end_well(pool: harness.Pool, data: bytes, command: str) -> None:
@@ -51,6 +53,7 @@ def test_arbitrary_bytes_end_well(pool: harness.Pool, data: bytes, command: str)
 
 
 # Reproducers of issue 14, through the same harness.
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [
     harness.Case("lint", "in.pps", b"#\rn\nuse"),
     harness.Case("fmt", "in.pps", b"pipeline ranks=65535 microbatches=1\nuse zb2p()\n"),
@@ -72,6 +75,7 @@ def test_the_harness_catches_a_defect(pool: harness.Pool) -> None:
 
 # Found by scripts/fuzz.py after the reproducers above were fixed: small files asking for
 # millions of steps, and a V schedule whose construction grew faster than its steps.
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [
     harness.Case("lint", "in.pps", b"pipeline ranks=4 microbatches=65536\nuse v_min()\n"),
     harness.Case("show", "in.pps", b"pipeline ranks=104 microbatches=104\nuse v_half()\n"),

@@ -32,6 +32,7 @@ def _configs(name: str) -> list[tuple[int, int, dict[str, object]]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(registry.REGISTRY))
 def test_every_valid_configuration_is_sound(name: str) -> None:
     accepted = refused = 0

@@ -13,6 +13,7 @@ from ppdsl.memory import peak_memory
 from ppdsl.placement import v_shape
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, budget", [("v_half", half_budget), ("v_min", min_budget)])
 @pytest.mark.parametrize("ranks, microbatches", [(104, 104), (10_000, 1), (16, 682)])
 def test_a_large_v_is_built_quickly_within_its_memory(name: str, budget: object, ranks: int,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
 paddle = pytest.importorskip("paddle")
+
+import numpy as np  # noqa: E402  # after the skip: numpy comes with the paddle extra
 
 from ppdsl.runtime.paddle_backend import blas  # noqa: E402
 

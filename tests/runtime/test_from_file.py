@@ -16,6 +16,7 @@ sys.path.insert(0, str(HERE))
 from procs import rank_result  # noqa: E402
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["gpipe()", "1f1b()"])
 def test_identical_to_paddles_fthenb(order: str, tmp_path: Path) -> None:
     from ppdsl.runtime.launcher import launch

@@ -28,6 +28,7 @@ def test_the_shipped_corpus_is_what_its_script_writes() -> None:
     assert len(text) == make_corpus.SIZE and text == make_corpus.corpus()
 
 
+@pytest.mark.slow
 @needs_paddle
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_gpt_verifies_under_each_schedule(ranks: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,6 +44,7 @@ def test_gpt_verifies_under_each_schedule(ranks: int, tmp_path: Path, capsys: py
         assert re.search(rf"{re.escape(f)}: 2 steps, .*verify ok", out), out
 
 
+@pytest.mark.slow
 @needs_paddle
 def test_gpt_loss_falls_under_zbv(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", str(ROOT / "schedules" / "zbv.pps"), "--model", GPT, "--steps", "6", "-q",

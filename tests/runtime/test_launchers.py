@@ -43,6 +43,7 @@ def test_the_package_folder_runs_as_a_script(tmp_path: Path) -> None:
     assert done.returncode == 0 and "ImportError" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_the_documented_single_node_form(tmp_path: Path) -> None:
     f = tmp_path / "zbv.pps"
     f.write_text("pipeline ranks=2 microbatches=4\nuse zbv()\n")
@@ -55,6 +56,7 @@ def test_the_documented_single_node_form(tmp_path: Path) -> None:
     assert "verify: ok" in logs and re.search(r"step 2/2  loss [0-9.]+", logs)
 
 
+@pytest.mark.slow
 def test_two_nodes_on_loopback_four_ranks_verify(tmp_path: Path) -> None:
     f = tmp_path / "1f1b.pps"
     f.write_text("pipeline ranks=4 microbatches=4\nuse 1f1b()\n")
@@ -77,6 +79,7 @@ def test_two_nodes_on_loopback_four_ranks_verify(tmp_path: Path) -> None:
     assert re.search(r"step 2/2  loss [0-9.]+", logs[1])  # rank 3, the last stage, on the second node
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_ends_every_rank_within_the_timeout(tmp_path: Path) -> None:
     f = ROOT / "tests" / "runtime" / "schedules" / "2r_1f1b_batched.pps"
     env = _env()

@@ -99,6 +99,7 @@ def test_check_false_still_lowers_a_compute_only_program() -> None:
     assert lowered == prepare(program, CommModel.RENDEZVOUS)
 
 
+@pytest.mark.slow
 def test_these_tests_pass_where_paddle_cannot_be_imported(tmp_path: Path) -> None:
     # `sys.modules[name] = None` is how Python marks a module absent: `import paddle` fails.
     code = ("import sys; sys.modules['paddle'] = None; import pytest; "

@@ -50,6 +50,7 @@ def _memory_as_predicted(out: str, files: list[str], ranks: int) -> None:
 
 # --- correctness: every schedule against the unpipelined model ---------------------------
 
+@pytest.mark.slow
 def test_verify_every_generator_and_hand_written_schedule_on_2_ranks(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = []
@@ -65,6 +66,7 @@ def test_verify_every_generator_and_hand_written_schedule_on_2_ranks(
     _memory_as_predicted(out, files, 2)
 
 
+@pytest.mark.slow
 def test_verify_every_shipped_schedule_on_4_ranks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from ppdsl.generators.registry import ALIASES, REGISTRY
 
@@ -80,11 +82,12 @@ def test_verify_every_shipped_schedule_on_4_ranks(capsys: pytest.CaptureFixture[
     _memory_as_predicted(out, files, 4)
 
 
-# A split W adds its product inside the GEMM (ppdsl/runtime/blas.py), which rounds otherwise
+# A split W adds its product inside the GEMM (ppdsl/runtime/paddle_backend/blas.py), which rounds otherwise
 # than autograd's matmul + add: float64 gradients then agree to ~1e-15, not bit for bit.
 FUSED_RTOL = "1e-12"
 
 
+@pytest.mark.slow
 def test_split_backward_opt_out_is_exact(capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
     code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", "0", "-q", "--no-split-backward")
@@ -93,6 +96,7 @@ def test_split_backward_opt_out_is_exact(capsys: pytest.CaptureFixture[str]) -> 
     assert "warning" not in err
 
 
+@pytest.mark.slow
 def test_a_linear_the_split_cannot_defer_warns_once_and_verifies(capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
     code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", FUSED_RTOL, "-q", "--model",
@@ -104,6 +108,7 @@ def test_a_linear_the_split_cannot_defer_warns_once_and_verifies(capsys: pytest.
                         "so its weight gradient cannot be deferred to W; it is computed with the input gradient in I"]
 
 
+@pytest.mark.slow
 def test_default_run_trains_prints_each_loss_and_profiles(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from ppdsl.costs import parse_profile
     from ppdsl.runtime.launcher import cores
@@ -128,6 +133,7 @@ def test_default_run_trains_prints_each_loss_and_profiles(capsys: pytest.Capture
     assert f"\nmakespan: {said.group(1)}\n" in sim_out
 
 
+@pytest.mark.slow
 def test_verify_catches_a_wrong_gradient(capsys: pytest.CaptureFixture[str]) -> None:
     # A float64 model passes at float64's rounding: the pipeline computes the same sums...
     f = str(HAND / "2r_zb_iw.pps")
@@ -150,6 +156,7 @@ def _fault(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, 
     return code, err, seconds
 
 
+@pytest.mark.slow
 def test_exception_on_one_rank_stops_all_and_names_rank_step_action(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     code, err, seconds = _fault(capsys, monkeypatch, "raise:1:5")  # stage 1's 6th forward: step 1, 1F1
@@ -158,6 +165,7 @@ def test_exception_on_one_rank_stops_all_and_names_rank_step_action(
     assert seconds < 30
 
 
+@pytest.mark.slow
 def test_killed_rank_is_named_and_never_leaves_the_other_hanging(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     code, err, seconds = _fault(capsys, monkeypatch, "kill:1:2")
@@ -166,6 +174,7 @@ def test_killed_rank_is_named_and_never_leaves_the_other_hanging(
     assert seconds < 30
 
 
+@pytest.mark.slow
 def test_a_peer_that_never_answers_times_out(capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     t0 = time.monotonic()
@@ -175,6 +184,7 @@ def test_a_peer_that_never_answers_times_out(capsys: pytest.CaptureFixture[str],
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.slow
 def test_bad_model_and_loss_are_clear_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     f = str(HAND / "2r_zb_iw.pps")
     faulty = HERE / "faulty_model.py"
@@ -186,6 +196,7 @@ def test_bad_model_and_loss_are_clear_errors(capsys: pytest.CaptureFixture[str],
     assert code == 1 and "must return a scalar" in err and "action 1F0" in err
 
 
+@pytest.mark.slow
 def test_ranks_holding_different_programs_fail_together(tmp_path: Path) -> None:
     from ppdsl.runtime.launcher import launch
 
@@ -198,6 +209,7 @@ def test_ranks_holding_different_programs_fail_together(tmp_path: Path) -> None:
         assert lines and "do not hold the same program" in lines[-1]["error"], lines
 
 
+@pytest.mark.slow
 def test_the_example_training_loop_uses_the_api_directly(tmp_path: Path) -> None:
     from ppdsl.runtime.launcher import launch
 
@@ -224,6 +236,7 @@ def test_bad_arguments_exit_2_before_spawning(argv: list[str], message: str,
     assert "rank" not in err and seconds < 8  # no worker ever started (it takes longer to join)
 
 
+@pytest.mark.slow
 def test_one_rank_and_inference_programs_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     one = tmp_path / "one.pps"
     one.write_text("pipeline ranks=1 microbatches=2\nrank 0: 0F0 0F1 0B0 0B1\n")

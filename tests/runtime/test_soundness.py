@@ -87,6 +87,7 @@ def test_checker_verdicts_match_real_gloo() -> None:
     assert by[("issue: swap under buffered", S.GUARDED)].detail == shown
 
 
+@pytest.mark.slow
 def test_the_guard_under_the_launcher_stops_every_rank_at_once(tmp_path: Path) -> None:
     pytest.importorskip("paddle")
     import time
@@ -105,6 +106,7 @@ def test_the_guard_under_the_launcher_stops_every_rank_at_once(tmp_path: Path) -
     assert seconds < 45  # rank 0, blocked sending, was stopped, not left to its 60 s timeout
 
 
+@pytest.mark.slow
 def test_ranks_must_agree_on_the_guard(tmp_path: Path) -> None:
     pytest.importorskip("paddle")
     from ppdsl.load import load_program

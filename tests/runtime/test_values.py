@@ -50,6 +50,7 @@ def test_a_header_round_trips_and_a_bad_one_is_refused(framework: str) -> None:
         V.describe(fw, (h, "x"), True, "test")
 
 
+@pytest.mark.slow
 def test_dict_values_verify_across_ranks_and_on_one_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     files = []
@@ -70,6 +71,7 @@ def test_dict_values_verify_across_ranks_and_on_one_rank(tmp_path: Path, capsys:
     assert code == 0 and "verify ok" in out, out + err
 
 
+@pytest.mark.slow
 def test_a_member_that_cannot_cross_ranks_is_refused_on_both(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PPDSL_VALUES_BAD", "1")
@@ -82,6 +84,7 @@ def test_a_member_that_cannot_cross_ranks_is_refused_on_both(tmp_path: Path, cap
     assert "timed out" not in err
 
 
+@pytest.mark.slow
 def test_the_grouped_path_carries_dict_values_like_the_gloo_path(tmp_path: Path) -> None:
     import json
     import sys

@@ -27,6 +27,7 @@ def _search(p: int, m: int, limit: float, costs: CostModel = UNIT, shape: str = 
     return finish(found, costs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p,m,limit", [(2, 4, 1), (2, 4, 2), (3, 5, 1.5), (4, 4, 2)])
 def test_found_is_sound_within_the_limit_and_no_longer_than_any_named(p: int, m: int, limit: float) -> None:
     found = _search(p, m, limit)
@@ -40,12 +41,14 @@ def test_found_is_sound_within_the_limit_and_no_longer_than_any_named(p: int, m:
     assert found.makespan >= found.lower_bound
 
 
+@pytest.mark.slow
 def test_beats_v_half_at_p_minus_1_on_8_ranks() -> None:
     found = _search(8, 16, 7, shape="2")
     assert found.named is not None and found.named.name == "v_half"
     assert found.makespan <= 0.99 * found.named.makespan
 
 
+@pytest.mark.slow
 def test_lower_bound_is_met_by_zbv_at_its_memory() -> None:
     found = _search(4, 8, 4, shape="2")
     assert found.optimal and found.makespan == lower_bound(make_problem(4, 8, 2, 4, UNIT)) == 25.5
@@ -65,6 +68,7 @@ def test_per_stage_costs_carry_over_between_shapes() -> None:
     assert [back.kind_costs(s)["F"] for s in range(4)] == pytest.approx([1.2, 1.0, 1.0, 1.5])
 
 
+@pytest.mark.slow
 def test_uneven_costs_no_longer_than_every_named_generator() -> None:
     costs = parse_inline("F_s0=1.2,I_s0=1.2,W_s0=1.2,F_s3=1.5,I_s3=1.5,W_s3=1.5,comm=0.05,overlap=0")
     found = _search(4, 8, 4, costs)
@@ -74,6 +78,7 @@ def test_uneven_costs_no_longer_than_every_named_generator() -> None:
     assert again.makespan == pytest.approx(found.makespan)
 
 
+@pytest.mark.slow
 def test_deterministic() -> None:
     a = _search(3, 6, 2)
     b = _search(3, 6, 2)
@@ -82,6 +87,7 @@ def test_deterministic() -> None:
 
 # --- the command ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_writes_a_file_that_lints_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "found.pps"
     code = main(["search", "--ranks", "2", "--microbatches", "4", "--max-memory", "2", "-o", str(out)])
@@ -95,6 +101,7 @@ def test_cli_writes_a_file_that_lints_clean(tmp_path: Path, capsys: pytest.Captu
     assert program.memory_limit == 2 * program.stages // program.ranks and program.ranks == 2
 
 
+@pytest.mark.slow
 def test_cli_json_and_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     profile = tmp_path / "p.json"
     profile.write_text(json.dumps({"ppdsl_profile": 1, "unit": "ms", "costs": {"F": 2, "B": 4, "comm": 0.5},
@@ -144,6 +151,7 @@ def test_time_limit_returns_the_best_so_far_with_progress(tmp_path: Path, capsys
 
 # --- in the language -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_use_search_expands_to_the_found_schedule_cached(tmp_path: Path) -> None:
     from ppdsl.search import use
 
@@ -185,6 +193,7 @@ def test_use_search_with_per_stage_costs_needs_a_shape(tmp_path: Path, capsys: p
 
 # --- the exact MILP (scipy, optional) ------------------------------------------------------
 
+@pytest.mark.slow
 def test_milp_proves_a_small_case_optimal() -> None:
     pytest.importorskip("scipy")
     from ppdsl.search.exact import solve

@@ -19,6 +19,7 @@ def page() -> str:
     return PAGE.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_worked_example_is_what_search_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     block = re.search(r"```console\n\$ (ppdsl search [^\n]*-o found\.pps)\n([^\n]*)\n```", page())
     assert block is not None

@@ -12,6 +12,7 @@ from ppdsl.cli import main
 paddle = pytest.importorskip("paddle")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ranks,limit", [(2, 1.5), (4, 2)])
 def test_found_schedule_runs_and_verifies(ranks: int, limit: float, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:

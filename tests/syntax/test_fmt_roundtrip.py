@@ -97,6 +97,7 @@ def programs(draw: st.DrawFn) -> Program:
                    costs=tuple(costs.items()))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs())
 def test_printed_programs_parse_back_equal(program: Program) -> None:
@@ -174,6 +175,7 @@ def sources(draw: st.DrawFn) -> str:
     return "\n".join(out) + draw(st.sampled_from(["\n", "", "\n\n"]))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(sources())
 def test_fmt_keeps_meaning_and_is_idempotent(text: str) -> None:
@@ -194,6 +196,7 @@ def _comments(text: str) -> list[str]:
 junk = st.text(alphabet="pipelinerankus =:0123456789FBIWSEND_RECV{}.[]()<>;,#\n\t\r\x00é", max_size=120)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(junk, sources().map(lambda t: t[: len(t) // 2]), st.builds(lambda a, b: a + b, sources(), junk)))
 def test_any_text_parses_or_gives_located_diagnostics(text: str) -> None:

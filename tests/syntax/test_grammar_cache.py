@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = "import sys\nfrom ppdsl.cli import main\nsys.exit(main(['lint', sys.argv[1]]))\n"
 
 
@@ -18,6 +20,7 @@ def lint(tmp_path: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", SCRIPT, str(f)], capture_output=True, text=True, timeout=60, env=env)
 
 
+@pytest.mark.slow
 def test_the_tables_are_kept_and_a_damaged_file_is_rebuilt(tmp_path: Path) -> None:
     first = lint(tmp_path, tmp_path / "cache")
     (kept,) = (tmp_path / "cache" / "ppdsl").iterdir()

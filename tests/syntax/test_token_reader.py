@@ -4,6 +4,7 @@ loop has an error to report."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ def careful(text: str) -> list[object] | None:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.lists(word, min_size=1, max_size=12))
 def test_fast_and_careful_reads_agree(words: list[str]) -> None:

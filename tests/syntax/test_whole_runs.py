@@ -43,6 +43,7 @@ def careful_codes(text: str, separator: str, names: dict[str, Kind]) -> object:
     return reader.codes(text.split(separator))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(runs(), st.sampled_from([" ", ","]), st.sampled_from([CurrentDialect, LegacyDialect]))
 def test_a_run_read_whole_is_what_the_word_by_word_reader_makes(text: str, separator: str,
@@ -60,6 +61,7 @@ def test_a_run_read_whole_is_what_the_word_by_word_reader_makes(text: str, separ
     assert ActionText(written).read_row(codes, idle, separator) == text  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(runs(), st.sampled_from([" ", ","]))
 def test_what_a_run_learns_is_in_its_words(text: str, separator: str) -> None:
@@ -129,6 +131,7 @@ lines = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(lines, max_size=8), st.booleans(), st.booleans())
 def test_a_file_read_with_runs_set_aside_is_the_file_read_carefully(body: list[str], header_first: bool,

@@ -1,5 +1,6 @@
-"""The Paddle adapter: the one place besides its own helpers (`blas.py`, `split.py`) that
-imports paddle. See `ppdsl.runtime.framework` for what each method promises."""
+"""The Paddle adapter: with its helpers (`runtime/paddle_backend/blas.py`,
+`runtime/paddle_backend/split.py`), the one place that imports paddle. See
+`ppdsl.runtime.framework` for what each method promises."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The PyTorch adapter: with its `split.py`, the only place that imports torch. See
-`ppdsl.runtime.framework` for what each method promises."""
+"""The PyTorch adapter: with its `runtime/torch_backend/split.py`, the only place that imports
+torch. See `ppdsl.runtime.framework` for what each method promises."""
 
 from __future__ import annotations
 
