@@ -13,7 +13,7 @@ from ..formats.torch_csv import write_csv
 from ..ir import Program
 from ..load import format_of, load_program
 from ..syntax.printer import print_program
-from .common import print_diagnostics, refuse_overwriting, write_output
+from .common import fold_alike, print_diagnostics, refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text, warnings = print_program(program, f"converted from {args.input}"), []
     warnings += read_back(program, text, target, args.input, bool(warnings))
-    print_diagnostics(warnings)
+    print_diagnostics(fold_alike(warnings))
     write_output(args.output, text)
     return 0
 
