@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..diagnostics import Diagnostic, PpsError, Severity, UsageError
+from ..english import plural
 from ..formats.torch_csv import write_csv
 from ..ir import Program
 from ..load import format_of, load_program
@@ -65,7 +66,7 @@ def read_back(program: Program, text: str, target: str, source: str, warned: boo
         first = exc.diagnostics[0].message if exc.diagnostics else "?"
         raise refuse(f"not read back ({first})") from None
     if (back.ranks, back.stages, back.placement) != (program.ranks, program.stages, program.placement):
-        raise refuse(f"read back as {back.ranks} ranks and {back.stages} stages placed {list(back.placement)[:8]}, "
+        raise refuse(f"read back as {plural(back.ranks, 'rank')} and {plural(back.stages, 'stage')} placed {list(back.placement)[:8]}, "
                      f"not {program.ranks} and {program.stages} placed {list(program.placement)[:8]}")
     if back.rows != program.rows and not warned:  # (a warned loss: batches split, legacy W)
         raise refuse("read back to other steps")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ..diagnostics import UsageError
+from ..english import plural
 
 if TYPE_CHECKING:  # pragma: no cover
     import paddle
@@ -84,7 +85,7 @@ def check_contract(model: str | None, data: str | None, loss: str | None, optimi
         wrong = sorted({n for n in stages if declared is not None and n != declared})
         if wrong:
             raise UsageError(f"--model {model}: the model has NUM_STAGES={declared} but the schedule has "
-                             f"{wrong[0]} stages")
+                             f"{plural(wrong[0], 'stage')}")
     return model, data, loss
 
 
