@@ -24,11 +24,11 @@ from operator import and_, sub
 from .costs import DEFAULT, CostModel, shares_of
 from .diagnostics import Diagnostic
 from .english import plural
-from .ir import KIND_BITS, Action, Batch, Kind, Overlap, Program
+from .ir import Action, Batch, Kind, Overlap, Program
 from .memory import MemoryProfile, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path
 from .semantics import CommModel, Execution, Wait, execute, wait_cycle
-from .encoding import KIND_MASK, encode
+from .encoding import code_space, encode, kind_slice
 
 _IS_COMPUTE = [k <= Kind.B for k in range(16)]
 _IS_COMM = [Kind.SEND_F <= k <= Kind.RECV_B for k in range(16)]
@@ -102,19 +102,27 @@ class Simulation:
         hop = enc.needs(self.comm_model is CommModel.BUFFERED).input_hop
         if not any(map(any, hop)):
             return 0
-        M = enc.microbatches
+        S, M = enc.stages, enc.microbatches
+        # Whether code c's input hops, indexed by the code itself (-1, an out-of-range action,
+        # reads the last entry: a kind that is no compute, False).
+        crosses = [False] * code_space(S, M)
+        for k, stages in enumerate(hop):
+            for stage, hops in enumerate(stages):
+                if hops:
+                    crosses[kind_slice(stage, k, M)] = [True] * M
         count = 0
         for codes, steps, ends in zip(enc.codes, enc.steps, self.ends):
-            for i, c in enumerate(codes):
-                k = c & KIND_MASK
-                if k <= Kind.B and hop[k][(c >> KIND_BITS) // M] and ends[i if steps is None else steps[i]] is not None:
-                    count += 1
+            if steps is None and (self.completed or None not in ends):  # all ran, one per step: in C
+                count += sum(map(crosses.__getitem__, codes))
+                continue
+            count += sum(1 for i, c in enumerate(codes) if crosses[c] and ends[i if steps is None else steps[i]] is not None)
         return count
 
     @property
     def handoff_time(self) -> float:
-        """The time `handoffs` spent in flight, all together."""
-        return self.handoffs * self.costs.message_time
+        """The time `handoffs` spent in flight, all together (free messages: not counted)."""
+        message = self.costs.message_time
+        return self.handoffs * message if message else 0.0
 
     @functools.cached_property
     def memory(self) -> MemoryProfile:

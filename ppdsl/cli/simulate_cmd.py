@@ -179,7 +179,7 @@ def report(path: str, sim: Simulation, full_path: bool = False, status_note: str
         lines.append(status_note)
     lines.append(f"makespan: {num(sim.makespan)}")
     lines.append(f"bubble:   {pct(sim.bubble_ratio)} of all ranks' time is not compute")
-    if sim.handoffs:
+    if sim.handoff_time:
         lines.append(f"hand-offs: {plural(sim.handoffs, 'message')} between ranks with no send/recv in the file, "
                      f"{num(sim.handoff_time)} in flight in all (in no rank's comm)")
     rows = [["rank", "busy", "comm", "idle", "peak memory"]]
@@ -219,7 +219,7 @@ def compare(sims: list[tuple[str, Simulation]]) -> str:
                                        else "-" for _, s in sims])
     costs = {_costs_line(s) for _, s in sims}
     foot = [next(iter(costs))] if len(costs) == 1 else [f"{path}: {_costs_line(s)}" for path, s in sims]
-    if any(s.handoffs for _, s in sims):
+    if any(s.handoff_time for _, s in sims):
         foot.append("comm time: sends and receives, and a compute-only file's hand-offs between ranks in flight")
     foot.extend(f"{path}: {stuck_summary(s)}" for path, s in sims if not s.completed)
     return "\n".join(_table(rows) + foot) + "\n"
