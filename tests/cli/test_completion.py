@@ -3,6 +3,7 @@ complete subcommands, options, their values and file names."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -98,3 +99,15 @@ def test_fish(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_an_unknown_shell_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["completion", "tcsh"]) == 2
     assert "invalid choice: 'tcsh' (choose from 'bash', 'zsh', 'fish')" in capsys.readouterr().err
+
+
+def test_the_documented_commands_print_a_script(capsys: pytest.CaptureFixture[str]) -> None:
+    cli_md = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = cli_md[cli_md.index("## `ppdsl completion`"):]
+    section = section[:section.index("\n## ")]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shells = re.findall(r"ppdsl completion (\w+)", section)
+    assert sorted(set(shells)) == ["bash", "fish", "zsh"] and 'eval "$(ppdsl completion bash)"' in readme
+    for shell in shells:
+        assert main(["completion", shell]) == 0
+        assert "ppdsl" in capsys.readouterr().out
