@@ -203,6 +203,11 @@ def wait_text(w: Wait) -> str:
 SUMMARY_WAITS = 4
 
 
+def waiting_forever(ranks: int) -> str:
+    """`1 rank waits forever`, `2 ranks wait forever`."""
+    return f"{plural(ranks, 'rank')} {'waits' if ranks == 1 else 'wait'} forever"
+
+
 def stuck_summary(sim: Simulation) -> str:
     """Where a run that cannot finish stops, in one line: `rank 0 at 0B0 waits for `0F0` (rank 0); ...`.
     Figures of a stuck run (a makespan of the part that ran) would read as a result."""
@@ -225,7 +230,7 @@ def stuck_diagnostic(sim: Simulation) -> Diagnostic:
         path, line, column, end = program.source.path, span.line, span.column, span.end_column
 
     head = "a cycle of waits: " + " -> ".join(f"rank {w.rank}" for w in cycle) + f" -> rank {cycle[0].rank}" \
-        if cycle else f"{len(waits)} rank(s) wait forever"
+        if cycle else waiting_forever(len(waits))
     return Diagnostic("PPS353", f"the schedule cannot finish under `{sim.comm_model}`: {head}", path, line, column, end,
                       rank=first.rank, step=first.step,
                       notes=[wait_text(w) for w in waits],  # type: ignore[misc]  # attrs types converter=tuple badly

@@ -18,10 +18,13 @@ from ..ir import Program
 from ..load import load_program
 from ..lower import needs_lowering
 from ..semantics import CommModel
-from ..simulate import Simulation, applying_to, simulate, stuck_diagnostic, stuck_summary, wait_text
+from ..simulate import (Simulation, applying_to, simulate, stuck_diagnostic, stuck_summary, wait_text,
+                        waiting_forever)
 from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, write_output
 
 MODELS = tuple(m.value for m in CommModel)
+# How many ranks' waits the report of a stuck schedule lists (JSON has them all).
+SHOWN_WAITS = 16
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -171,9 +174,10 @@ def report(path: str, sim: Simulation, full_path: bool = False, status_note: str
     if not sim.completed:
         # No makespan or bubble: figures of the part that ran would read as the schedule's.
         waits = sim.waits
-        lines.append(f"STUCK: the schedule cannot finish under {sim.comm_model}; "
-                     f"{plural(len(waits), 'rank')} {'waits' if len(waits) == 1 else 'wait'} forever:")
-        lines.extend(f"  {wait_text(w)}" for w in waits)
+        lines.append(f"STUCK: the schedule cannot finish under {sim.comm_model}; {waiting_forever(len(waits))}:")
+        lines.extend(f"  {wait_text(w)}" for w in waits[:SHOWN_WAITS])
+        if len(waits) > SHOWN_WAITS:
+            lines.append(f"  ... and {len(waits) - SHOWN_WAITS:,} more (`--format json` lists every wait)")
         return "\n".join(lines) + "\n"
     if status_note:
         lines.append(status_note)

@@ -87,3 +87,17 @@ def test_a_stuck_picture_says_where_not_figures(stuck: str, tmp_path: Path, caps
     assert main(["show", stuck, "--svg", str(svg)]) == 1
     drawn = svg.read_text()
     assert "STUCK under rendezvous: rank 0 at 0B0 waits for" in drawn and "bubble" not in drawn
+
+
+def test_a_stuck_report_of_many_ranks_lists_some_and_counts_the_rest(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from ppdsl.cli.simulate_cmd import SHOWN_WAITS
+
+    ranks = SHOWN_WAITS + 4
+    path = tmp_path / "many.pps"
+    path.write_text(f"pipeline ranks={ranks} microbatches=1\nrank 0: 0B0 0F0\n"
+                    + "".join(f"rank {r}: {r}F0 {r}B0\n" for r in range(1, ranks)))
+    assert main(["simulate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{ranks} ranks wait forever:" in out and out.count(" waits at step ") == SHOWN_WAITS
+    assert out.endswith("  ... and 4 more (`--format json` lists every wait)\n")
