@@ -101,3 +101,24 @@ def test_a_stuck_report_of_many_ranks_lists_some_and_counts_the_rest(tmp_path: P
     out = capsys.readouterr().out
     assert f"{ranks} ranks wait forever:" in out and out.count(" waits at step ") == SHOWN_WAITS
     assert out.endswith("  ... and 4 more (`--format json` lists every wait)\n")
+
+
+def _doc_block(command: str) -> list[str]:
+    page = (ROOT / "docs" / "simulate.md").read_text(encoding="utf-8")
+    block = next(b for b in page.split("```console\n")[1:] if b.startswith(f"$ {command}\n"))
+    return block[:block.index("```")].splitlines()[1:]
+
+
+@pytest.mark.parametrize("command", ["ppdsl simulate schedules/1f1b.pps --costs F=1,B=2", "ppdsl simulate stuck.pps"])
+def test_simulate_md_shows_what_simulate_prints(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "schedules").symlink_to(ROOT / "schedules")
+    (tmp_path / "stuck.pps").write_text(STUCK)
+    monkeypatch.chdir(tmp_path)
+    main(command.split()[1:])
+    printed = capsys.readouterr().out.splitlines()
+    shown = _doc_block(command)
+    assert len(shown) >= 5 and len(printed) >= len(shown)
+    for line, expected in zip(printed, shown):
+        if "..." not in expected:  # a line the page cuts short
+            assert line == expected
