@@ -31,7 +31,7 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -211,17 +211,29 @@ class CostModel:
 
         return Timing.from_table(table, self.message_time, overlap)
 
-    def describe(self, stages: int) -> dict[str, float]:
-        """The effective costs, as a flat dict for reports (per-stage keys only where they differ)."""
+    def describe(self, stages: int, kinds: Collection[str] | None = None, overlap: bool = True) -> dict[str, float]:
+        """The effective costs, as a flat dict for reports (per-stage keys only where they differ).
+
+        With `kinds` (and `overlap`), what a program has (`simulate.applying_to`): only the
+        costs that apply to it. A kind's global value then appears when some stage takes it,
+        or as the one value when every stage has the same (a profile measures every stage)."""
         base = self.kind_costs()
-        out: dict[str, float] = dict(base)
-        for s in range(stages):
-            c = self.kind_costs(s)
-            for kind in COMPUTE_KINDS:
-                if c[kind] != base[kind]:
+        per_stage = [self.kind_costs(s) for s in range(stages)]
+        shown = [k for k in COMPUTE_KINDS if kinds is None or k in kinds]
+        out: dict[str, float] = {}
+        for kind in shown:
+            values = {c[kind] for c in per_stage}
+            if kinds is None or base[kind] in values:
+                out[kind] = base[kind]
+            elif len(values) == 1:
+                out[kind] = values.pop()
+        for s, c in enumerate(per_stage):
+            for kind in shown:
+                if c[kind] != out.get(kind):
                     out[f"{kind}_s{s}"] = c[kind]
         out["comm"] = self.message_time
-        out["overlap"] = self.overlap_fraction
+        if overlap:
+            out["overlap"] = self.overlap_fraction
         return out
 
 

@@ -43,6 +43,11 @@ class Diagnostic:
         if self.code not in CODES:
             raise ValueError(f"unregistered diagnostic code {self.code}")
 
+    def __str__(self) -> str:
+        # What a user printing a diagnostic wants is what `ppdsl lint` prints (without the
+        # source excerpt, which needs the file); repr() stays the attrs one, every field.
+        return render_text(self)
+
     @property
     def is_error(self) -> bool:
         return self.severity is Severity.ERROR

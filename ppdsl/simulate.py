@@ -10,6 +10,8 @@ rank waits (`completed`, `waits`).
 Measures: `busy[r]` is the time rank r spends computing (F, B, I, W, overlapped pairs);
 `comm[r]` the time it spends inside sends and receives (blocked ones included); the bubble
 ratio is the share of all ranks' time not spent computing, `1 - sum(busy) / (ranks * makespan)`.
+A compute-only program has no sends or receives: its data crosses ranks in `handoffs`
+implicit messages, each a message time in flight (`handoff_time`), which no rank spends.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from operator import and_, sub
 
 from .costs import DEFAULT, CostModel, shares_of
 from .diagnostics import Diagnostic
+from .english import plural
 from .ir import Action, Batch, Kind, Overlap, Program
 from .memory import MemoryProfile, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path
 from .semantics import CommModel, Execution, Wait, execute, wait_cycle
-from .encoding import encode
+from .encoding import code_space, encode, kind_slice
 
 _IS_COMPUTE = [k <= Kind.B for k in range(16)]
 _IS_COMM = [Kind.SEND_F <= k <= Kind.RECV_B for k in range(16)]
@@ -92,6 +95,36 @@ class Simulation:
         return tuple(max(0.0, self.makespan - b - c) for b, c in zip(self.busy, self.comm))
 
     @functools.cached_property
+    def handoffs(self) -> int:
+        """How many computes of the run took their input from another rank with no receive
+        (a compute-only program): each waited a message time for it, in flight, on no rank."""
+        enc = encode(self.program)
+        hop = enc.needs(self.comm_model is CommModel.BUFFERED).input_hop
+        if not any(map(any, hop)):
+            return 0
+        S, M = enc.stages, enc.microbatches
+        # Whether code c's input hops, indexed by the code itself (-1, an out-of-range action,
+        # reads the last entry: a kind that is no compute, False).
+        crosses = [False] * code_space(S, M)
+        for k, stages in enumerate(hop):
+            for stage, hops in enumerate(stages):
+                if hops:
+                    crosses[kind_slice(stage, k, M)] = [True] * M
+        count = 0
+        for codes, steps, ends in zip(enc.codes, enc.steps, self.ends):
+            if steps is None and (self.completed or None not in ends):  # all ran, one per step: in C
+                count += sum(map(crosses.__getitem__, codes))
+                continue
+            count += sum(1 for i, c in enumerate(codes) if crosses[c] and ends[i if steps is None else steps[i]] is not None)
+        return count
+
+    @property
+    def handoff_time(self) -> float:
+        """The time `handoffs` spent in flight, all together (free messages: not counted)."""
+        message = self.costs.message_time
+        return self.handoffs * message if message else 0.0
+
+    @functools.cached_property
     def memory(self) -> MemoryProfile:
         return profile(self.program, self._weights)
 
@@ -124,6 +157,8 @@ class Simulation:
             "comm_model": str(self.comm_model),
             "busy": list(self.busy),
             "comm": list(self.comm),
+            "handoffs": self.handoffs,
+            "handoff_time": self.handoff_time,
             "idle": list(self.idle),
             "peak_memory": list(self.peak_memory),
             "costs": self.costs.describe(self.program.stages),
@@ -149,6 +184,40 @@ def simulate(program: Program, costs: CostModel | None = None, comm_model: CommM
     return Simulation(program, cm, model, execution, memory_weights)
 
 
+def applying_to(program: Program) -> tuple[frozenset[str], bool]:
+    """The compute kinds `program` has (names, `F`...) and whether it has an overlapped pair:
+    the costs a report of it describes (`CostModel.describe`)."""
+    enc = encode(program)
+    kinds = frozenset(Kind(k).name for k in enc.kinds if k <= Kind.B)
+    return kinds, any(not is_batch for groups in enc.groups for is_batch, _ in groups.values())
+
+
+def wait_text(w: Wait) -> str:
+    """One wait of a stuck run, in words: which rank waits, at which action, for what from whom."""
+    who = f"rank {w.on_rank}" if w.on_rank is not None else "no rank"
+    what = {"peer": "its peer", "data": "data", "missing": "data nothing produces"}.get(w.reason, w.reason)
+    return f"rank {w.rank} waits at step {w.step} ({w.action}) for {what} `{w.needs}` from {who}"
+
+
+# How many waits a one-line summary of a stuck run names before a count of the rest.
+SUMMARY_WAITS = 4
+
+
+def waiting_forever(ranks: int) -> str:
+    """`1 rank waits forever`, `2 ranks wait forever`."""
+    return f"{plural(ranks, 'rank')} {'waits' if ranks == 1 else 'wait'} forever"
+
+
+def stuck_summary(sim: Simulation) -> str:
+    """Where a run that cannot finish stops, in one line: `rank 0 at 0B0 waits for `0F0` (rank 0); ...`.
+    Figures of a stuck run (a makespan of the part that ran) would read as a result."""
+    waits = sim.waits
+    said = [f"rank {w.rank} at {w.action} waits for `{w.needs}`"
+            + (f" (rank {w.on_rank})" if w.on_rank is not None else " (produced nowhere)") for w in waits[:SUMMARY_WAITS]]
+    more = f"; and {plural(len(waits) - SUMMARY_WAITS, 'more rank')}" if len(waits) > SUMMARY_WAITS else ""
+    return f"STUCK under {sim.comm_model}: " + "; ".join(said) + more
+
+
 def stuck_diagnostic(sim: Simulation) -> Diagnostic:
     """Where a run that cannot finish stops: the wait-for cycle if there is one, else every wait."""
     program = sim.program
@@ -160,14 +229,9 @@ def stuck_diagnostic(sim: Simulation) -> Diagnostic:
         span = program.source.step_span(first.rank, first.step)
         path, line, column, end = program.source.path, span.line, span.column, span.end_column
 
-    def says(w: Wait) -> str:
-        who = f"rank {w.on_rank}" if w.on_rank is not None else "no rank"
-        what = {"peer": "its peer", "data": "data", "missing": "data nothing produces"}.get(w.reason, w.reason)
-        return f"rank {w.rank} waits at step {w.step} ({w.action}) for {what} `{w.needs}` from {who}"
-
     head = "a cycle of waits: " + " -> ".join(f"rank {w.rank}" for w in cycle) + f" -> rank {cycle[0].rank}" \
-        if cycle else f"{len(waits)} rank(s) wait forever"
+        if cycle else waiting_forever(len(waits))
     return Diagnostic("PPS353", f"the schedule cannot finish under `{sim.comm_model}`: {head}", path, line, column, end,
                       rank=first.rank, step=first.step,
-                      notes=[says(w) for w in waits],  # type: ignore[misc]  # attrs types converter=tuple badly
+                      notes=[wait_text(w) for w in waits],  # type: ignore[misc]  # attrs types converter=tuple badly
                       help="`ppdsl lint` explains the order to fix; other models: --comm-model grouped|buffered")

@@ -22,10 +22,10 @@ from ..diagnostics import PpsError, UsageError
 from .common import print_diagnostics
 
 # Subcommand -> module in this package, in the order `--help` lists them.
-COMMANDS = ("lint", "fmt", "expand", "simulate", "show", "search", "convert", "run")
+COMMANDS = ("lint", "fmt", "expand", "simulate", "show", "search", "convert", "run", "completion")
 # The commands whose whole work is done, their files written and closed, when `main` returns:
 # no child process, thread pool or paddle to shut down (not `search`, not `run`).
-DONE_ON_RETURN = frozenset({"lint", "fmt", "expand", "simulate", "show", "convert"})
+DONE_ON_RETURN = frozenset({"lint", "fmt", "expand", "simulate", "show", "convert", "completion"})
 
 
 def _modules(names: Sequence[str] = COMMANDS) -> dict[str, ModuleType]:

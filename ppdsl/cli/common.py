@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
+
+from attrs import evolve
 
 from ..diagnostics import Diagnostic, UsageError, render_text
 from ..english import plural
@@ -45,6 +48,29 @@ def print_diagnostics(diagnostics: Iterable[Diagnostic], stream: TextIO | None =
     rest = len(found) - limit
     if limit and rest > 0:
         print(f"... and {plural(rest, 'more diagnostic')} (`ppdsl lint --max-errors 0` lists them all)", file=out)
+
+
+# How many other places a folded diagnostic names (`fold_alike`) before "...".
+FOLDED_PLACES = 8
+_QUOTED = re.compile(r"`[^`]*`")
+
+
+def fold_alike(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    """One diagnostic per cause: those of one code and file whose messages differ only in what
+    they quote (`<0SEND_F3 0RECV_B0>`, `<0SEND_F4 0RECV_B1>`, ...) become the first of them with
+    a note of how many more and where. For text output; JSON lists every one."""
+    groups: dict[tuple[str, str, str, str], list[Diagnostic]] = {}
+    for d in diagnostics:
+        groups.setdefault((d.code, d.path, d.severity.value, _QUOTED.sub("``", d.message)), []).append(d)
+    out = []
+    for first, *rest in groups.values():
+        if rest:
+            places = ", ".join(f"{d.line}:{d.column}" for d in rest[:FOLDED_PLACES])
+            more = ", ..." if len(rest) > FOLDED_PLACES else ""
+            notes = first.notes + (f"and {len(rest):,} more like it, at {places}{more}",)
+            first = evolve(first, notes=notes)  # type: ignore[arg-type]  # attrs types converter=tuple badly
+        out.append(first)
+    return out
 
 
 def refuse_overwriting(source: str, output: str | None) -> None:

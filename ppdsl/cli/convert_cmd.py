@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 
 from ..diagnostics import Diagnostic, PpsError, Severity, UsageError
+from ..english import plural
 from ..formats.torch_csv import write_csv
 from ..ir import Program
 from ..load import format_of, load_program
 from ..syntax.printer import print_program
-from .common import print_diagnostics, refuse_overwriting, write_output
+from .common import fold_alike, print_diagnostics, refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text, warnings = print_program(program, f"converted from {args.input}"), []
     warnings += read_back(program, text, target, args.input, bool(warnings))
-    print_diagnostics(warnings)
+    print_diagnostics(fold_alike(warnings))
     write_output(args.output, text)
     return 0
 
@@ -65,7 +66,7 @@ def read_back(program: Program, text: str, target: str, source: str, warned: boo
         first = exc.diagnostics[0].message if exc.diagnostics else "?"
         raise refuse(f"not read back ({first})") from None
     if (back.ranks, back.stages, back.placement) != (program.ranks, program.stages, program.placement):
-        raise refuse(f"read back as {back.ranks} ranks and {back.stages} stages placed {list(back.placement)[:8]}, "
+        raise refuse(f"read back as {plural(back.ranks, 'rank')} and {plural(back.stages, 'stage')} placed {list(back.placement)[:8]}, "
                      f"not {program.ranks} and {program.stages} placed {list(program.placement)[:8]}")
     if back.rows != program.rows and not warned:  # (a warned loss: batches split, legacy W)
         raise refuse("read back to other steps")

@@ -82,7 +82,7 @@ def _programs(files: list[str], model: CommModel) -> list[Program]:
         for rank in range(program.ranks):
             compile_rank(program, rank)
         if programs and program.ranks != programs[0].ranks:
-            raise UsageError(f"{file} has {program.ranks} ranks but {files[0]} has {programs[0].ranks}: "
+            raise UsageError(f"{file} has {plural(program.ranks, 'rank')} but {files[0]} has {programs[0].ranks}: "
                              "files run together must have the same number of ranks")
         programs.append(program)
     return programs
@@ -116,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             model = CommModel.RENDEZVOUS  # local processes talk over gloo
         programs = _programs(args.file, model)
+        if not distributed:
+            _warn_oversubscription(programs[0].ranks, args.threads)
         from ..runtime.models import check_contract, check_forms
 
         check_forms(args.model, args.data, args.loss, args.optimizer)
@@ -151,6 +153,15 @@ def _check_batches(data: str | None, framework: str, programs: list[Program], fi
                              f"microbatches of {file}; a batch of {rows} splits into "
                              f"{', '.join(map(str, fits))} microbatches, or let batches() yield a multiple of "
                              f"{program.microbatches} rows")
+
+
+def _warn_oversubscription(ranks: int, requested: int | None) -> None:
+    """Before any process starts: more threads than cores slow every step (`oversubscription`)."""
+    from ..runtime.launcher import oversubscription, threads_per_rank
+
+    warning = oversubscription(ranks, threads_per_rank(ranks, requested)[0])
+    if warning is not None:
+        print(f"ppdsl run: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _launch(args: argparse.Namespace, programs: list[Program]) -> int:

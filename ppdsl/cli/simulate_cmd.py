@@ -18,10 +18,13 @@ from ..ir import Program
 from ..load import load_program
 from ..lower import needs_lowering
 from ..semantics import CommModel
-from ..simulate import Simulation, simulate, stuck_diagnostic
+from ..simulate import (Simulation, applying_to, simulate, stuck_diagnostic, stuck_summary, wait_text,
+                        waiting_forever)
 from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, write_output
 
 MODELS = tuple(m.value for m in CommModel)
+# How many ranks' waits the report of a stuck schedule lists (JSON has them all).
+SHOWN_WAITS = 16
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -140,7 +143,7 @@ def _table(rows: list[list[str]], right: int = 1) -> list[str]:
 
 
 def _costs_line(sim: Simulation) -> str:
-    d = sim.costs.describe(sim.program.stages)
+    d = sim.costs.describe(sim.program.stages, *applying_to(sim.program))
     unit = "" if sim.costs.unit == "unit" else f" ({sim.costs.unit})"
     return "costs: " + " ".join(f"{k}={num(v)}" for k, v in d.items()) + unit
 
@@ -169,11 +172,20 @@ def report(path: str, sim: Simulation, full_path: bool = False, status_note: str
     if sim.lowered:
         lines.append("lowered to explicit send/recv as `ppdsl run` runs it (the profile measured them)")
     if not sim.completed:
-        lines.append("STUCK: the figures below cover only the steps that ran")
-    elif status_note:
+        # No makespan or bubble: figures of the part that ran would read as the schedule's.
+        waits = sim.waits
+        lines.append(f"STUCK: the schedule cannot finish under {sim.comm_model}; {waiting_forever(len(waits))}:")
+        lines.extend(f"  {wait_text(w)}" for w in waits[:SHOWN_WAITS])
+        if len(waits) > SHOWN_WAITS:
+            lines.append(f"  ... and {len(waits) - SHOWN_WAITS:,} more (`--format json` lists every wait)")
+        return "\n".join(lines) + "\n"
+    if status_note:
         lines.append(status_note)
     lines.append(f"makespan: {num(sim.makespan)}")
     lines.append(f"bubble:   {pct(sim.bubble_ratio)} of all ranks' time is not compute")
+    if sim.handoff_time:
+        lines.append(f"hand-offs: {plural(sim.handoffs, 'message')} between ranks with no send/recv in the file, "
+                     f"{num(sim.handoff_time)} in flight in all (in no rank's comm)")
     rows = [["rank", "busy", "comm", "idle", "peak memory"]]
     for r in range(p.ranks):
         rows.append([str(r), num(sim.busy[r]), num(sim.comm[r]), num(sim.idle[r]), num(sim.peak_memory[r])])
@@ -192,19 +204,26 @@ def compare(sims: list[tuple[str, Simulation]]) -> str:
 
     line("ranks x stages x mbs", [f"{s.program.ranks}x{s.program.stages}x{s.program.microbatches}" for _, s in sims])
     line("completed", ["yes" if s.completed else "NO (stuck)" for _, s in sims])
-    line("makespan", [num(s.makespan) for _, s in sims])
+
+    def figure(show: Callable[[Simulation], str]) -> list[str]:
+        return [show(s) if s.completed else "-" for _, s in sims]  # a stuck run's part is no result
+
+    line("makespan", figure(lambda s: num(s.makespan)))
     best = min(s.makespan for _, s in sims if s.completed) if any(s.completed for _, s in sims) else None
     if best:
-        line("vs fastest", [f"{s.makespan / best:.3f}x" if s.completed else "-" for _, s in sims])
-    line("bubble", [pct(s.bubble_ratio) for _, s in sims])
-    line("peak memory (max)", [num(max(s.peak_memory, default=0.0)) for _, s in sims])
-    line("peak memory (sum)", [num(sum(s.peak_memory)) for _, s in sims])
-    line("comm time (sum)", [num(sum(s.comm)) for _, s in sims])
-    line("critical path steps", [str(len(s.critical_path)) for _, s in sims])
+        line("vs fastest", figure(lambda s: f"{s.makespan / best:.3f}x"))
+    line("bubble", figure(lambda s: pct(s.bubble_ratio)))
+    line("peak memory (max)", figure(lambda s: num(max(s.peak_memory, default=0.0))))
+    line("peak memory (sum)", figure(lambda s: num(sum(s.peak_memory))))
+    line("comm time (sum)", figure(lambda s: num(sum(s.comm) + s.handoff_time)))
+    line("critical path steps", figure(lambda s: str(len(s.critical_path))))
     ranks = max(s.program.ranks for _, s in sims)
     for r in range(ranks):
-        line(f"rank {r} busy / peak", [f"{num(s.busy[r])} / {num(s.peak_memory[r])}" if r < s.ranks else "-"
-                                       for _, s in sims])
+        line(f"rank {r} busy / peak", [f"{num(s.busy[r])} / {num(s.peak_memory[r])}" if r < s.ranks and s.completed
+                                       else "-" for _, s in sims])
     costs = {_costs_line(s) for _, s in sims}
     foot = [next(iter(costs))] if len(costs) == 1 else [f"{path}: {_costs_line(s)}" for path, s in sims]
+    if any(s.handoff_time for _, s in sims):
+        foot.append("comm time: sends and receives, and a compute-only file's hand-offs between ranks in flight")
+    foot.extend(f"{path}: {stuck_summary(s)}" for path, s in sims if not s.completed)
     return "\n".join(_table(rows) + foot) + "\n"

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from ..english import plural
 from ..ir import Kind, Step, make_action
 
 
@@ -42,7 +43,7 @@ def schedule(ranks: int, microbatches: int, placement: Sequence[int], budget: Se
         local[r].append(s)
     for r in range(ranks):
         if budget[r] < len(local[r]):  # pragma: no cover - callers check their budgets
-            raise ValueError(f"rank {r} holds {len(local[r])} stages but may keep only {budget[r]} activations")
+            raise ValueError(f"rank {r} holds {plural(len(local[r]), 'stage')} but may keep only {plural(budget[r], 'activation')}")
     first_local = [loc[0] if loc else -1 for loc in local]
     # When each (stage, microbatch) forward / input-gradient finished (None: not yet).
     f_end: list[list[int | None]] = [[None] * M for _ in range(stages)]

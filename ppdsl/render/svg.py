@@ -13,7 +13,7 @@ import html
 import math
 
 from ..english import plural
-from ..simulate import Simulation
+from ..simulate import Simulation, applying_to, stuck_summary
 from .timeline import CATEGORIES, COLOURS, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
 
@@ -68,10 +68,11 @@ def render_svg(sim: Simulation, timeline: Timeline, title: str, width: int = 120
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
     ]
     p = sim.program
-    status = "" if sim.completed else "  (STUCK: cannot finish)"
+    status = "" if sim.completed else f"  ({stuck_summary(sim)})"
     out.append(f'<text x="{left}" y="22" font-size="15" font-weight="bold">{_esc(title)}{_esc(status)}</text>')
-    costs = " ".join(f"{k}={_num(v)}" for k, v in sim.costs.describe(p.stages).items())
-    sub = (f"makespan {_num(sim.makespan)} · bubble {100 * sim.bubble_ratio:.1f}% · {plural(p.ranks, 'rank')}, "
+    costs = " ".join(f"{k}={_num(v)}" for k, v in sim.costs.describe(p.stages, *applying_to(p)).items())
+    figures = f"makespan {_num(sim.makespan)} · bubble {100 * sim.bubble_ratio:.1f}% · " if sim.completed else ""
+    sub = (f"{figures}{plural(p.ranks, 'rank')}, "
            f"{plural(p.stages, 'stage')}, {plural(p.microbatches, 'microbatch')} · {sim.comm_model} · {costs}")
     out.append(f'<text x="{left}" y="40" fill="#444">{_esc(sub)}</text>')
     # Lanes and the time grid.

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..english import plural
 from ..limits import MAX_PICTURE_CELLS
-from ..simulate import Simulation
+from ..simulate import Simulation, stuck_summary
 from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
 
@@ -106,8 +106,9 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
     columns = len(lanes[0]) if lanes else 0
     chunks = max_chunks(sim)
     p = sim.program
-    head = (f"{title}: makespan {_num(sim.makespan)}, bubble {100 * sim.bubble_ratio:.1f}%, {plural(p.ranks, 'rank')} x "
-            f"{plural(p.microbatches, 'microbatch')}, {sim.comm_model}" + ("" if sim.completed else "  STUCK: cannot finish"))
+    figures = f"makespan {_num(sim.makespan)}, bubble {100 * sim.bubble_ratio:.1f}%, " if sim.completed else ""
+    head = (f"{title}: {figures}{plural(p.ranks, 'rank')} x {plural(p.microbatches, 'microbatch')}, {sim.comm_model}"
+            + ("" if sim.completed else f"  {stuck_summary(sim)}"))
     out_lines: list[Any] = [head]
     for page in range(0, columns, per_page):
         stop = min(columns, page + per_page)

@@ -56,7 +56,7 @@ def stage_layers(stages: Any, program: Program, rank: int) -> dict[int, Any]:
         for s in items:
             if s.num_stages != program.stages:
                 raise SetupError(f"PipelineStage {s.stage_index} was built with num_stages={s.num_stages}, "
-                                 f"but the schedule file has {program.stages} stages")
+                                 f"but the schedule file has {plural(program.stages, 'stage')}")
             out[int(s.stage_index)] = _layer_of(s)
         return out
     if any(_is_pipeline_stage(s) for s in items):

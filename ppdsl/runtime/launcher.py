@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from attrs import define, field
 
+from ..english import plural
 from ..ir import Program
 from ..lower import needs_lowering
 from .plan import compile_rank
@@ -92,7 +93,7 @@ class Progress:
         if self.quiet:
             return
         if v.get("ok"):
-            text = (f"verify ok: losses and {v.get('tensors')} gradients over {v.get('steps')} steps match the "
+            text = (f"verify ok: losses and {v.get('tensors')} gradients over {plural(int(v.get('steps', 0)), 'step')} match the "
                     f"unpipelined model (worst relative difference {float(v.get('worst', 0.0)):.1e})")
         else:
             text = f"verify FAILED: {v.get('message')}"
@@ -139,7 +140,23 @@ def threads_per_rank(ranks: int, requested: int | None = None) -> tuple[int, str
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env), "OMP_NUM_THREADS"
-    return max(1, cores() // max(1, ranks)), f"{cores()} cores / {ranks} ranks"
+    return max(1, cores() // max(1, ranks)), f"{plural(cores(), 'core')} / {plural(ranks, 'rank')}"
+
+
+def oversubscription(ranks: int, threads: int, available: int | None = None) -> str | None:
+    """What to warn of when `ranks` local processes of `threads` intra-op threads each want
+    more cores than there are (`available`, default: the cores this process may run on); None
+    when they fit. Oversubscribed ranks do not fail: each waits for cores the others hold, and
+    a step takes several times longer, which reads as a slow schedule."""
+    n = cores() if available is None else available
+    # One thread a rank is the least there is: more ranks than cores is what the schedule asks
+    # of this machine, and the run's first line already says so.
+    if ranks * threads <= n or threads == 1:
+        return None
+    advice = (f"--threads {n // ranks} fits" if ranks <= n else
+              f"even --threads 1 puts {plural(ranks, 'rank')} on {plural(n, 'core')}: fewer ranks or more cores")
+    return (f"{plural(ranks, 'rank')} x {plural(threads, 'thread')} = {ranks * threads} threads on "
+            f"{plural(n, 'core')}: they compete for the cores and every step slows; {advice}")
 
 
 def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, timeout: float, quiet: bool = False,

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..diagnostics import UsageError
+from ..english import plural
 from .framework import PADDLE, Framework, get_framework
 
 BUILTIN = "ppdsl.runtime.models"
@@ -83,7 +84,7 @@ def check_contract(model: str | None, data: str | None, loss: str | None, optimi
         wrong = sorted({n for n in stages if declared is not None and n != declared})
         if wrong:
             raise UsageError(f"--model {model}: the model has NUM_STAGES={declared} but the schedule has "
-                             f"{wrong[0]} stages")
+                             f"{plural(wrong[0], 'stage')}")
     return model, data, loss
 
 

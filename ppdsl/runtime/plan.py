@@ -13,6 +13,7 @@ from attrs import frozen
 from ..check import analyse
 from ..diagnostics import UsageError, render_header
 from ..encoding import peer_stage
+from ..english import plural
 from ..ir import Action, Batch, Idle, Kind, Overlap, Program
 from ..lower import needs_lowering
 from ..syntax.printer import print_program
@@ -103,7 +104,7 @@ def _op(a: Action, rank: int, program: Program) -> Op:
 def compile_rank(program: Program, rank: int) -> Plan:
     """The ops of one rank. Raises UsageError when the program cannot run as it stands."""
     if not 0 <= rank < program.ranks:
-        raise UsageError(f"rank {rank} is outside this program's {program.ranks} ranks")
+        raise UsageError(f"rank {rank} is outside this program's {plural(program.ranks, 'rank')}")
     if needs_lowering(program):
         raise UsageError("this program has no send/recv between its ranks: lower it first "
                          "(`ppdsl expand --comms`)")

@@ -21,6 +21,7 @@ from typing import Any
 from attrs import frozen
 
 from ..diagnostics import PpsError, UsageError
+from ..english import plural
 from ..load import load_program
 from ..semantics import CommModel
 from . import models
@@ -93,7 +94,7 @@ class Setup:
     def _build(self, cfg: RunConfig, file: str, rank: int, world: int, model: CommModel) -> None:
         program = load_program(file)
         if program.ranks != world:
-            raise SetupFailure(f"{file} is written for {program.ranks} ranks but {world} processes were started")
+            raise SetupFailure(f"{file} is written for {plural(program.ranks, 'rank')} but {plural(world, 'process')} {'was' if world == 1 else 'were'} started")
         self.program = prepare(program, model)
         self.plan = compile_rank(self.program, rank)
         # `ppdsl run` checked the contract (models.check_contract) before this process started.

@@ -156,3 +156,28 @@ def test_very_long_row_shows_a_window_around_the_caret(tmp_path: Path, capsys: p
     assert len(err[1]) < 200 and err[1].startswith("2 | ...")
     caret = err[2].index("^")
     assert err[1][caret : caret + 3] == "0Q1" and err[2].count("^") == 3
+
+
+def test_convert_says_one_cause_once_with_the_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Paddle's 1F1B on 2 ranks has six batches, which a CSV writes as separate cells: one cause.
+    source = Path(__file__).resolve().parents[1] / "check" / "data" / "paddle_1f1b_2ranks.pps"
+    assert main(["convert", str(source), str(tmp_path / "p.csv")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning[PPS031]") == 1 and err.count("^") == 1
+    assert f"{source}:5:26: warning[PPS031]: PyTorch's CSV has no batches: `<0SEND_F1 0RECV_B0>`" in err
+    assert "  = note: and 5 more like it, at 5:54, 5:82, 6:26, 6:54, 6:82\n" in err
+
+
+def test_fold_alike_keeps_causes_apart() -> None:
+    from ppdsl.cli.common import FOLDED_PLACES, fold_alike
+    from ppdsl.diagnostics import Diagnostic, Severity
+
+    def warn(message: str, line: int) -> Diagnostic:
+        return Diagnostic("PPS031", message, "a.pps", line, 1, severity=Severity.WARNING)
+
+    alike = [warn(f"no batches: `<{n}>` split", n + 1) for n in range(FOLDED_PLACES + 3)]
+    folded = fold_alike([*alike, warn("no place for the mode (`mode=inference`)", 1)])
+    assert [d.message for d in folded] == ["no batches: `<0>` split", "no place for the mode (`mode=inference`)"]
+    assert folded[0].notes == (f"and {FOLDED_PLACES + 2} more like it, at "
+                               + ", ".join(f"{n}:1" for n in range(2, FOLDED_PLACES + 2)) + ", ...",)
+    assert folded[1].notes == ()
