@@ -216,6 +216,10 @@ def test_the_example_training_loop_uses_the_api_directly(tmp_path: Path) -> None
     (["--model", "examples/my_model.py:"], "expected MODULE:NAME"),
     (["--data", "examples/my_model.py:nope"], "has no `nope`"),
     (["--optimizer", "rmsprop"], "choose one of sgd, momentum, adam, adamw"),
+    (["--model", "examples/gpt/corpus.txt"], "examples/gpt/corpus.txt: not a Python file (`.py`); give a .py file or "
+                                             "an importable module that defines `build_stage`"),
+    (["--model", "examples/gpt"], "examples/gpt: is a directory"),
+    (["--data", "examples/gpt/corpus.txt:batches"], "not a Python file (`.py`); give MODULE:NAME"),
 ])
 def test_bad_arguments_exit_2_before_spawning(argv: list[str], message: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
