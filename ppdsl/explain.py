@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from .codes import CODES
+from .english import did_you_mean
 
 PAGE_NAME = "language.md"
 _SECTION_RE = re.compile(r"^#### (PPS\d{3}):[^\n]*\n(.*?)(?=^#{1,4} |\Z)", re.M | re.S)
@@ -53,10 +54,7 @@ def explain(code: str) -> str | None:
 
 
 def unknown_code(code: str) -> str:
-    """The usage error for a code ppdsl does not have, with the closest ones."""
-    import difflib
-
-    close = difflib.get_close_matches(normal(code), list(CODES), n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(f'`{c}`' for c in close)}?" if close else ""
-    return (f"no diagnostic code `{code.strip()[:40]}`{hint} (the codes, {min(CODES)}-{max(CODES)}, are listed in "
-            "docs/language.md#error-codes)")
+    """The usage error for a code ppdsl does not have, with the closest one."""
+    hint = did_you_mean(normal(code), CODES).strip()
+    return (f"no diagnostic code `{code.strip()[:40]}`{'; ' + hint if hint else ''} (the codes, {min(CODES)}-{max(CODES)}, "
+            "are listed in docs/language.md#error-codes)")

@@ -32,4 +32,4 @@ def test_a_checker_code_names_the_family_that_reports_it(capsys: pytest.CaptureF
 def test_an_unknown_code_is_a_usage_error_with_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lint", "--explain", "PPS21"]) == 2
     err = capsys.readouterr().err
-    assert "no diagnostic code `PPS21`" in err and "`PPS210`" in err and "Traceback" not in err
+    assert "no diagnostic code `PPS21`" in err and "did you mean `PPS212`?" in err and "Traceback" not in err
