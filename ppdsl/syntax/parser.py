@@ -11,6 +11,7 @@ real text, so its errors are told exactly as before.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Iterator
@@ -82,6 +83,7 @@ class _Builder:
         # Errors that do not stop reading (a bad row, a bad token): the rest of the file is read
         # for more, so one run tells them all (up to MAX_REPORTED_ERRORS).
         self.found: list[Diagnostic] = []
+        self.real_lines: list[str] | None = None  # the text's lines, once a stand-in is put back
 
     # -- diagnostics -----------------------------------------------------------------------
     def note(self, d: Diagnostic) -> None:
@@ -222,40 +224,62 @@ class _Builder:
         try:
             return lark_parser().parse(lark_text)
         except UnexpectedInput as exc:
-            known = exc if lark_text is self.text else None
-        # Whatever is wrong, Lark says it of the real text.
-        self.set_aside.clear()
-        return self.recovered_tree(known)
+            # A run set aside is one valid ACTIONS word where the real text has one, so Lark
+            # refuses the same token of either text; the text with the stand-ins is read on
+            # (the builder takes their runs from `set_aside`), and a line Lark refuses gets its
+            # real text back first (`restored`).
+            return self.recovered_tree(lark_text, exc)
 
-    def recovered_tree(self, known: UnexpectedInput | None) -> Tree[Token]:
+    def recovered_tree(self, text: str, known: UnexpectedInput | None) -> Tree[Token]:
         """The tree of the real text without the statements (or the lines of a row) Lark
         refuses, each refusal noted. Lark stops at the first error, and everything before the
         statement it is in parses (an LALR parser sees an error at the first token no valid
         file could continue with): that part is kept, the statement is read alone (a row
-        without its bad line, a row's first line without its items, else nothing), and the
-        rest is parsed the same way. Every line is parsed a few times at most. `known` is the
-        whole text's error, when Lark was given the real text already."""
-        lines = self.text.split("\n")
+        without its bad line, a row's first line without its items, else nothing), and what
+        follows is parsed the same way, a window of statements at a time that doubles while
+        it parses (so a file with an error on every row costs a few parses of each line, not
+        one of the rest of the file per error). `known` is the error of the whole `text`, when
+        Lark was given it already."""
+        lines = text.split("\n")
         lines.pop()  # the text ends with "\n"
+        starts = [i for i, line in enumerate(lines) if _STATEMENT_RE.match(line)]
         statements: list[Tree[Token] | Token] = []
-        first = 0
+        first, window = 0, len(lines)
         while first < len(lines):
-            segment = "\n".join(lines[first:]) + "\n"
+            k = bisect.bisect_right(starts, first)
+            stop = starts[k + window - 1] if k + window - 1 < len(starts) else len(lines)
+            segment = "\n".join(lines[first:stop]) + "\n"
             if known is None:
                 try:
                     statements.extend(_shifted(lark_parser().parse(segment), first).children)
-                    break
+                    first, window = stop, 2 * window
+                    continue
                 except UnexpectedInput as exc:
                     known = exc
             bad = first + lark_error_to_diagnostic(known, segment, self.path).line - 1
             known = None
-            start = next((i for i in range(min(bad, len(lines) - 1), first - 1, -1) if _STATEMENT_RE.match(lines[i])), first)
-            end = next((i for i in range(bad + 1, len(lines)) if _STATEMENT_RE.match(lines[i])), len(lines))
+            if self.restored(lines, bad):
+                continue
+            k = bisect.bisect_right(starts, bad)  # starts[k - 1] <= bad < starts[k]
+            start = max(starts[k - 1], first) if k else first
+            end = starts[k] if k < len(starts) else len(lines)
             if start > first:
                 statements.extend(self.statement(lines, first, start))
             statements.extend(self.statement(lines, start, end))
-            first = end
+            first, window = end, RECOVERY_WINDOW
         return Tree("start", statements)
+
+    def restored(self, lines: list[str], index: int) -> bool:
+        """Put back the real text of line `index` where Lark was given a stand-in for its run:
+        what follows the run on its line (a stray `\\r`) stands at other columns there."""
+        aside = self.set_aside.get(index + 1)
+        if aside is None or aside[2] is None or index >= len(lines):
+            return False
+        del self.set_aside[index + 1]
+        if self.real_lines is None:
+            self.real_lines = self.text.split("\n")
+        lines[index] = self.real_lines[index]
+        return True
 
     def statement(self, lines: list[str], start: int, end: int) -> list[Tree[Token] | Token]:
         """What Lark accepts of lines[start:end] (one statement, with a row's lines), each
@@ -274,13 +298,18 @@ class _Builder:
             except UnexpectedInput as exc:
                 d = lark_error_to_diagnostic(exc, text, self.path)
             at = d.line - 1
+            if self.restored(lines, start + at):
+                chunk[at] = lines[start + at]
+                continue
+            self.set_aside.pop(start + d.line, None)  # the line is read as it is left, not as it was
             if row is None or at >= len(chunk):
                 self.note(evolve(d, line=d.line + start))
                 return []
             if at not in words_out:
                 self.note(evolve(d, line=d.line + start))
                 word, column = word_at(chunk[at], d.column)
-                if word and (at > 0 or column - 1 >= head_end) and len(words_out) < WORDS_LEFT_OUT:
+                if word and (at > 0 or column - 1 >= head_end) and len(words_out) < WORDS_LEFT_OUT \
+                        and len(text) <= WORD_BY_WORD_BYTES:
                     chunk[at] = chunk[at][: column - 1] + " " * len(word) + chunk[at][column - 1 + len(word):]
                     words_out.add(at)
                     continue
@@ -676,9 +705,13 @@ GENERATED_PER_RANK_AND_MICROBATCH = 6
 # what a run set aside is replaced with: one ACTIONS word.
 _ROW_HEAD_RE = re.compile(r"rank[ \t]+[0-9]+[ \t]*:[ \t]*")
 _ROW_HEAD_IN_LINE_RE = re.compile(r"[ \t]*rank[ \t]+[0-9]+[ \t]*:")
+# Statements parsed together after an error, at first (the window doubles while they parse).
+RECOVERY_WINDOW = 16
 # Words of one row left out, one by one, to read on past syntax errors (each costs a parse of
-# the row); past them a line with an error is left out whole.
+# the row); past them, or in a row of more than WORD_BY_WORD_BYTES, a line with an error is
+# left out whole.
 WORDS_LEFT_OUT = 50
+WORD_BY_WORD_BYTES = 1 << 16
 # A line that starts a statement (every other line of a file goes on a row, or is blank).
 _STATEMENT_RE = re.compile(r"[ \t]*(?:pipeline|rank|use|costs)(?![A-Za-z0-9_])")
 

@@ -34,15 +34,17 @@ def test_every_bad_token_of_one_run() -> None:
     assert where(found) == [("PPS003", 2, 13), ("PPS003", 2, 25)]
 
 
-def test_syntax_errors_and_token_errors_together_in_file_order() -> None:
+@pytest.mark.parametrize("whole_runs", [True, False])
+def test_syntax_errors_and_token_errors_together_in_file_order(whole_runs: bool) -> None:
     text = ("pipeline ranks=3 microbatches=2\n"
             "rank 0: 0F0 -0F1 0B0 0B1 0Z0\n"   # Lark refuses `-`; the rest of the line is still read
             "  0F1 [0B0 0B1\n"                 # an unclosed zip on a row's later line
             "rank 1: 1F0 1Q0 1F1 1B1\n"
             "rank 2: 2F0, 2F1\n"
-            "rank 5: 2B0\n")
-    assert where(errors(text)) == [("PPS001", 2, 13), ("PPS003", 2, 26), ("PPS006", 3, 15), ("PPS003", 4, 13),
-                                   ("PPS002", 5, 12), ("PPS013", 6, 6)]
+            "rank 5: 2B0\n"
+            "rank 0: 0B0 0B1\n")              # a plain run (read whole, Lark sees a stand-in), but a second row
+    assert where(errors(text, whole_runs)) == [("PPS001", 2, 13), ("PPS003", 2, 26), ("PPS006", 3, 15), ("PPS003", 4, 13),
+                                   ("PPS002", 5, 12), ("PPS013", 6, 6), ("PPS013", 7, 6)]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -96,3 +98,14 @@ def test_a_csv_tells_the_first_bad_cell_of_every_row() -> None:
     with pytest.raises(PpsError) as info:
         read_csv("0F0,0X1,0B0\n1F0,1B0\n1F1,1Q0\n", "x.csv")
     assert where(list(info.value.diagnostics)) == [("PPS030", 1, 5), ("PPS030", 3, 5)]
+
+
+def test_an_error_on_every_row_costs_a_few_parses_of_each_line() -> None:
+    import time
+
+    n = 20_000  # one error a row: re-reading the rest of the file per error would take minutes
+    text = f"pipeline ranks={n} microbatches=1\n" + "".join(f"rank {r}: 0F0 -1 0B0\n" for r in range(n))
+    start = time.process_time()
+    found = errors(text)
+    assert len(found) == MAX_REPORTED_ERRORS and {d.code for d in found} == {"PPS001"}
+    assert time.process_time() - start < 20
