@@ -28,7 +28,7 @@ from ..diagnostics import Diagnostic
 from ..encoding import producers
 from ..english import plural
 from ..semantics import CommModel, Wait, completes, execute, wait_cycle
-from .context import SHIFT, Context
+from .context import RELOWER, SHIFT, Context
 from .moves import breaking_move
 
 FAMILY = "deadlock"
@@ -87,8 +87,7 @@ def _help(ctx: Context, cycle: list[Wait]) -> str:
             f"gets past this cycle under `{ctx.model}` (checked; it stops later: lint again for the next move)")
     else:
         text = ("none of the moves of one step on the cycle tried breaks it; reorder so that each rank named reaches the "
-                "operation its peer waits for (the notes) first, or delete the sends and receives and let "
-                "`ppdsl expand --comms` place them (it cannot deadlock)")
+                f"operation its peer waits for (the notes) first, or {RELOWER}")
     if fine:
         text = f"the program completes under {' and '.join(f'`{m}`' for m in fine)}; " + text
     return text
