@@ -1,6 +1,10 @@
-"""Counts in messages agree with their nouns: `1 step`, `2 steps`, `8 microbatches`."""
+"""Words in messages: counts agree with their nouns (`1 step`, `2 steps`, `8 microbatches`),
+and a misspelt name is answered with the closest one (`did you mean `ranks`?`)."""
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 def plural(count: float, noun: str, shown: str | None = None) -> str:
@@ -10,3 +14,16 @@ def plural(count: float, noun: str, shown: str | None = None) -> str:
     if count == 1:
         return f"{number} {noun}"
     return f"{number} {noun}{'es' if noun.endswith(('s', 'x', 'z', 'ch', 'sh')) else 's'}"
+
+
+def closest(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The choice `word` is most likely a misspelling of, case aside (`FThenB` is `fthenb`), or None."""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=cutoff)
+    return by_lower[close[0]] if close else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`did you mean `x`? ` (to lead a help text), or "" when nothing is close."""
+    match = closest(word, choices)
+    return f"did you mean `{match}`? " if match is not None else ""

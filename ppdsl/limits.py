@@ -50,6 +50,9 @@ MAX_SPARSE_SLOTS: Final = 1 << 16
 # `ppdsl search` prices thousands of candidate orders; past this many actions one candidate
 # takes seconds and a search hours (16 ranks x 64 microbatches in a V is 6,144).
 MAX_SEARCH_ACTIONS: Final = 100_000
+# Errors told of one file: reading goes on past an error to tell the others, up to this many
+# (then it stops, and says so); `lint` shows 50 of them unless asked for more.
+MAX_REPORTED_ERRORS: Final = 1_000
 
 
 def max_steps(file_bytes: int) -> int:

@@ -55,3 +55,11 @@ def test_generator_names_are_suggested_whatever_their_case(written: str, meant: 
         parse(f"pipeline ranks=2 microbatches=2\nuse {written}()\n")
     (d,) = info.value.diagnostics
     assert d.code == "PPS020" and d.help is not None and d.help.startswith(f"did you mean `{meant}`? ")
+
+
+def test_did_you_mean_names_the_closest_choice_whatever_its_case() -> None:
+    from ppdsl.english import closest, did_you_mean
+
+    assert did_you_mean("rank", ["ranks", "microbatches", "stages"]) == "did you mean `ranks`? "
+    assert closest("FTHENB", ["fthenb", "1f1b"]) == "fthenb"
+    assert did_you_mean("zzz", ["ranks", "microbatches"]) == ""

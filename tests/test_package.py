@@ -27,7 +27,7 @@ def test_wheel_ships_grammar_and_parses_when_installed(tmp_path: Path) -> None:
     wheels = list(dist.glob("ppdsl-*.whl"))
     assert len(wheels) == 1
     names = set(zipfile.ZipFile(wheels[0]).namelist())
-    assert {"ppdsl/grammars/pps.lark", "ppdsl/py.typed", "ppdsl/syntax/parser.py"} <= names
+    assert {"ppdsl/grammars/pps.lark", "ppdsl/docs/language.md", "ppdsl/py.typed", "ppdsl/syntax/parser.py"} <= names
     assert not any(n.startswith(("tests/", "grammars/")) for n in names)
 
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
@@ -47,3 +47,7 @@ def test_wheel_ships_grammar_and_parses_when_installed(tmp_path: Path) -> None:
     cli = subprocess.run([sys.executable, "-m", "ppdsl", "expand", "s.pps"], cwd=elsewhere, env=env,
                          capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0 and "rank 1: 1F0 1B0 1F1 1B1" in cli.stdout, cli.stderr
+    # `--explain` reads the reference page shipped inside the package.
+    explained = subprocess.run([sys.executable, "-m", "ppdsl", "lint", "--explain", "pps003"], cwd=elsewhere, env=env,
+                               capture_output=True, text=True, timeout=60)
+    assert explained.returncode == 0 and "**Fix:**" in explained.stdout, explained.stderr

@@ -34,12 +34,6 @@ RULES: tuple[ModuleType, ...] = (structure, completeness, order, comms, links, d
 RULE_OF_CODE: dict[str, ModuleType] = {code: rule for rule in RULES for code in rule.CODES}
 
 
-def explain(code: str) -> str | None:
-    """The documentation of a checker code (its rule module's docstring), or None."""
-    rule = RULE_OF_CODE.get(code.upper())
-    return rule.__doc__ if rule is not None else None
-
-
 def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_memory: float | None = None,
             memory_weights: Sequence[float] | None = None, families: Sequence[str] | None = None
             ) -> tuple[list[Diagnostic], Context]:
@@ -128,4 +122,4 @@ def lower_checked(program: Program, fuse: bool = False, comm_model: str | CommMo
     return lower(program, fuse, comm_model)
 
 
-__all__ = ["LOWERING_NEEDS", "RULES", "analyse", "check", "explain", "lower_checked"]
+__all__ = ["LOWERING_NEEDS", "RULES", "analyse", "RULE_OF_CODE", "check", "lower_checked"]

@@ -28,7 +28,7 @@ from operator import and_, ge, gt
 from ..diagnostics import Diagnostic
 from ..encoding import (COMM_KINDS, COMPLETES, INPUT_FROM_RECEIVE, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, B, F, I,
                         RECV_B, RECV_F, SEND_B, SEND_F, sm_code)
-from .context import ABSENT_LAST, Context
+from .context import ABSENT_LAST, RELOWER, Context
 
 FAMILY = "comms"
 CODES = ("PPS201", "PPS202", "PPS204", "PPS205", "PPS206", "PPS207")
@@ -149,8 +149,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
                     yield ctx.diag("PPS206", f"{ctx.text(sm_code(sm, F))} needs `{stage - 1}F{m}` from rank "
                                    f"{placement[stage - 1]}, but no send and receive carry it", rank, step,
                                    help=f"add `{stage - 1}SEND_F{m}` on rank {placement[stage - 1]} and "
-                                        f"`{stage}RECV_F{m}` before it, or lower the compute-only program "
-                                        "with `ppdsl expand --comms`")
+                                        f"`{stage}RECV_F{m}` before it, or {RELOWER}")
         recv_b, send_b = col[RECV_B][lo - M:lo], col[SEND_B][lo:lo + M]
         if -1 in recv_b:
             for m in range(M):

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
 from ..encoding import COMM_KINDS, B, F, I, W, sm_code
-from .context import SHIFT, Context, mb_ranges
+from .context import LOW, SHIFT, Context, mb_ranges
 
 FAMILY = "completeness"
 CODES = ("PPS103", "PPS104", "PPS105", "PPS203")
@@ -70,6 +70,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
 
 
 def _missing(ctx: Context, sms: list[int], kind: str, what: str, help: str | None = None) -> Iterator[Diagnostic]:
+    """PPS103 for each stage, located where the first missing action belongs (`_beside`)."""
     M = ctx.M
     by_stage: dict[int, list[int]] = {}
     for sm in sms:
@@ -78,8 +79,41 @@ def _missing(ctx: Context, sms: list[int], kind: str, what: str, help: str | Non
         rank = ctx.program.placement[stage]
         noun = "microbatch" if len(mbs) == 1 else "microbatches"
         token = f"{stage}{kind}{mbs[0]}" if len(mbs) == 1 else f"{stage}{kind}{{...}}"
+        step, where = _beside(ctx, stage, mbs[0], F if kind == "F" else B)
+        first = f"`{stage}{kind}{mbs[0]}`"
+        hint = f"add {first} {where}" + ("" if len(mbs) == 1 else ", and the other missing ones")
         yield ctx.diag("PPS103", f"stage {stage} (rank {rank}) has no {what} for {noun} {mb_ranges(mbs)} (`{token}`)",
-                       rank, None, help=help or f"add the missing `{stage}{kind}` actions to rank {rank}'s row")
+                       rank, step, help=f"{hint}; {help}" if help else hint)
+
+
+def _beside(ctx: Context, stage: int, mb: int, kind: int) -> tuple[int | None, str]:
+    """Where a missing action of `stage` and `mb` belongs, as (the step to point at, words):
+    after the same kind of the stage's closest earlier microbatch, else before its closest
+    later one, else (a backward) after its own forward, else at the end of the row."""
+    M = ctx.M
+    base = stage * M
+    kinds = (kind,) if kind == F else (B, W, I)  # a split backward ends with its W
+    for k in kinds:
+        column = ctx.column(k)
+        earlier = next((column[base + m] for m in range(mb - 1, -1, -1) if column[base + m] >= 0), -1)
+        if earlier >= 0:
+            return _after(ctx, earlier, "after")
+    for k in kinds:
+        column = ctx.column(k)
+        later = next((column[base + m] for m in range(mb + 1, M) if column[base + m] >= 0), -1)
+        if later >= 0:
+            return _after(ctx, later, "before")
+    own_forward = ctx.column(F)[base + mb]
+    if kind != F and own_forward >= 0:
+        return _after(ctx, own_forward, "after")
+    rank = ctx.program.placement[stage]
+    steps = len(ctx.program.rows[rank])
+    return (steps - 1 if steps else None), f"at the end of rank {rank}'s row"
+
+
+def _after(ctx: Context, position: int, relation: str) -> tuple[int, str]:
+    rank, step = ctx.locate(position)
+    return step, f"{relation} {ctx.text(ctx.enc.codes[rank][position & LOW])} (step {step}) in rank {rank}'s row"
 
 
 def _duplicates(ctx: Context) -> Iterator[Diagnostic]:

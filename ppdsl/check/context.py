@@ -23,6 +23,11 @@ from ..gcpause import no_gc as no_gc
 ABSENT_LAST = (1 << 62) - 1
 
 
+# The way out for a program with sends and receives that `ppdsl expand --comms` cannot take
+# as it stands (it lowers compute-only programs): said the same by every rule that offers it.
+RELOWER = "delete the sends and receives and let `ppdsl expand --comms` place them (it cannot deadlock)"
+
+
 def mb_ranges(mbs: Sequence[int]) -> str:
     """[0,1,2,5] -> `{0..2}`, `5` style text for compact messages."""
     out: list[str] = []

@@ -11,8 +11,9 @@ PPS108 - in a compute-only program, program order plus data dependencies form a 
 
 PPS210 - deadlock: ranks wait for each other in a cycle under the communication model, e.g.
     "rank 0 waits at step 3 `0SEND_F1` for rank 1, which waits at step 3 `1SEND_B0` for
-    rank 0" (under `rendezvous` both sends block until the other side receives). Fix: let one
-    side receive first, or run `ppdsl expand --comms` on the compute-only program.
+    rank 0" (under `rendezvous` both sends block until the other side receives). The help
+    names one move that breaks the cycle, tried on the program first (`moves.py`). Fix: make
+    it, or delete the sends and receives and let `ppdsl expand --comms` place them.
 
 PPS211 - a rank waits forever for something no rank reaches (no cycle; usually a symptom of
     another error reported beside it).
@@ -26,8 +27,9 @@ from collections.abc import Iterator
 from ..diagnostics import Diagnostic
 from ..encoding import producers
 from ..english import plural
-from ..semantics import CommModel, completes, execute, wait_cycle
-from .context import SHIFT, Context
+from ..semantics import CommModel, Wait, completes, execute, wait_cycle
+from .context import RELOWER, SHIFT, Context
+from .moves import breaking_move
 
 FAMILY = "deadlock"
 CODES = ("PPS108", "PPS210", "PPS211")
@@ -62,7 +64,7 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         notes = [f"rank {w.rank} `{w.action}` needs `{w.needs}`"
                  + (" to be posted" if w.reason == "peer" else " to be computed") for w in cycle_waits]
         yield ctx.diag("PPS210", f"deadlock under `{ctx.model}`: " + ", ".join(parts), first.rank, first.step,
-                       notes=notes, help=_help(ctx))
+                       notes=notes, help=_help(ctx, cycle_waits))
         return
     for w in ex.waits:
         if w.on_rank is None or w.reason == "missing":
@@ -74,10 +76,18 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
                    w.rank, w.step)
 
 
-def _help(ctx: Context) -> str:
+def _help(ctx: Context, cycle: list[Wait]) -> str:
     others = [m for m in CommModel if m is not ctx.model]
     fine = [str(m) for m in others if completes(ctx.program, m, encoded=ctx.enc)]
-    text = "reorder so one side of each exchange receives first, or lower the compute-only program with `ppdsl expand --comms`"
+    move = breaking_move(ctx.program, ctx.model, cycle)
+    if move is not None:
+        words, completed = move
+        text = f"{words}: with that one move the program " + (
+            f"runs to the end under `{ctx.model}` (checked)" if completed else
+            f"gets past this cycle under `{ctx.model}` (checked; it stops later: lint again for the next move)")
+    else:
+        text = ("none of the moves of one step on the cycle tried breaks it; reorder so that each rank named reaches the "
+                f"operation its peer waits for (the notes) first, or {RELOWER}")
     if fine:
         text = f"the program completes under {' and '.join(f'`{m}`' for m in fine)}; " + text
     return text

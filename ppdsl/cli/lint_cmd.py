@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..check import check, explain
+from ..check import check
 from ..diagnostics import Diagnostic, PpsError, UsageError, to_json
 from ..english import plural
+from ..explain import explain, unknown_code
 from ..load import load_program
 from ..semantics import MODELS
 from .common import positive_number, print_diagnostics, whole_number
@@ -36,14 +37,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-errors", type=whole_number(0), metavar="N",
                    help=f"show at most N diagnostics per file, then a count of the rest "
                         f"(default {DEFAULT_MAX_ERRORS} for text, all for json; 0: all)")
-    p.add_argument("--explain", metavar="CODE", help="print what a checker code means and how to fix it")
+    p.add_argument("--explain", metavar="CODE", help="print what a diagnostic code (any PPSnnn, any case) means and how to fix it")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.explain:
         doc = explain(args.explain)
         if doc is None:
-            raise UsageError(f"no checker code `{args.explain}` (checker codes are PPS1xx-PPS4xx)")
+            raise UsageError(unknown_code(args.explain))
         print(doc.strip())
         return 0
     if not args.files:

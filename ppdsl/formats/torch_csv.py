@@ -34,7 +34,7 @@ from ..encoding import read_rows
 from ..english import plural
 from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, actions_of, make_action
 from ..gcpause import no_gc
-from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES
+from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS, MAX_STAGES
 from ..syntax.printer import ActionText
 from ..syntax.scan import PlainRuns, TokenReader, number, shown
 
@@ -212,6 +212,7 @@ def _read(text: str, path: str, dialect: str | None, whole_runs: bool) -> Progra
     made: list[tuple[Step, ...] | None] = []  # the rows read cell by cell (None: kept as integers)
     read: list[RowCodes | None] = []  # the rows read whole, as the reader's integers
     cells = 0
+    bad: list[Diagnostic] = []  # a bad cell ends its row only: every row's first is told
     for line_no, line in enumerate(lines, start=1):
         cells += line.count(",") + 1
         if cells > MAX_ACTIONS:  # counted before the row is split: the split would size a list by it
@@ -227,7 +228,12 @@ def _read(text: str, path: str, dialect: str | None, whole_runs: bool) -> Progra
             try:
                 made.append(tuple(reader.careful_row(line_no - 1, line)))
             except _Located as err:
-                raise _error(path, line_no, err.column, err.message, err.help, err.code) from None
+                bad.extend(_error(path, line_no, err.column, err.message, err.help, err.code).diagnostics)
+                if len(bad) >= MAX_REPORTED_ERRORS:
+                    break
+                made.append(())
+    if bad:
+        raise PpsError(bad)
     rows = LazyRows(made, read)
     if chosen is LegacyDialect:  # a legacy `B` is decided only now, from the actions
         rows = LazyRows(_resolve_legacy([list(row) for row in rows]), [None] * len(made))

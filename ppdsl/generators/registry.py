@@ -8,13 +8,13 @@ argument, so the parser can point at it.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Union
 
 from attrs import frozen
 
+from ..english import did_you_mean
 from ..ir import Kind, Step, actions_of
 
 ArgValue = Union[int, float, str]
@@ -91,11 +91,7 @@ def lookup(name: str) -> GeneratorSpec:
     spec = REGISTRY.get(canonical_name(name))
     if spec is None:
         names = sorted([*REGISTRY, *ALIASES])
-        # Matched without case: `FThenB` (as PyTorch spells the class) is `fthenb`.
-        by_lower = {n.lower(): n for n in names}
-        close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
-        hint = f"did you mean `{by_lower[close[0]]}`? " if close else ""
-        raise GeneratorError("PPS020", f"unknown generator `{name}`", help=f"{hint}known: {', '.join(names)}")
+        raise GeneratorError("PPS020", f"unknown generator `{name}`", help=f"{did_you_mean(name, names)}known: {', '.join(names)}")
     return spec
 
 
@@ -106,7 +102,8 @@ def check_arguments(spec: GeneratorSpec, args: Mapping[str, object]) -> dict[str
         param = params.get(key)
         if param is None:
             valid = ", ".join(f"{p.name} ({p.doc})" for p in spec.params) or "none"
-            raise GeneratorError("PPS021", f"`{spec.name}` has no argument `{key}`", key, help=f"valid arguments: {valid}")
+            raise GeneratorError("PPS021", f"`{spec.name}` has no argument `{key}`", key,
+                                 help=f"{did_you_mean(key, params)}valid arguments: {valid}")
         if param.type is float and isinstance(value, int):
             value = float(value)
         if not isinstance(value, param.type) or isinstance(value, bool):

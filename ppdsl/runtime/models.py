@@ -123,23 +123,34 @@ def module_of(spec: str) -> Any:
     return _import(spec.rpartition(":")[0], "model")
 
 
+def _contract(what: str) -> str:
+    """What `--model/--data/--loss/--optimizer` should name instead."""
+    if what == "model":
+        return ("give a .py file or an importable module that defines `build_stage` "
+                "(e.g. `--model examples/gpt/model.py`; see docs/runtime.md)")
+    example = {"data": " (e.g. `--data examples/gpt/model.py:batches`)", "loss": " (e.g. `--loss examples/gpt/model.py:loss`)"}
+    return f"give MODULE:NAME of a Python module or .py file{example.get(what, '')}"
+
+
 def _import(module_name: str, what: str) -> Any:
     try:
         if module_name.endswith(".py") or "/" in module_name:
             path = Path(module_name)
             if path.is_dir():  # a model's folder names its model.py
                 if not (path / "model.py").is_file():
-                    raise UsageError(f"--{what}: {module_name} is a folder with no model.py in it; "
-                                     "name the module's file")
+                    raise UsageError(f"--{what} {module_name}: is a folder with no model.py in it; {_contract(what)}")
                 path = path / "model.py"
             if not path.is_file():
                 raise UsageError(f"--{what}: no such file {module_name}")
+            if path.suffix != ".py":
+                raise UsageError(f"--{what} {module_name}: not a Python file (`.py`); {_contract(what)}")
             # One module per file, not per file name: two `model.py` files are two modules.
             name = "_ppdsl_user_" + path.stem + "_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
             if name in sys.modules:
                 return sys.modules[name]
             spec = importlib.util.spec_from_file_location(name, path)
-            assert spec is not None and spec.loader is not None
+            if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
+                raise UsageError(f"--{what} {module_name}: Python cannot load this file; {_contract(what)}")
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from attrs import define, field
+from attrs import define
 
 from ..ir import Kind
 from . import plan as P
@@ -43,7 +43,9 @@ class Exchange:
     """One send or receive action's messages: the first step's header (posted before anything
     that depends on it), then the data, built once the header is through."""
 
-    head: list[Message] = field(factory=list)
+    # Built when posted, not when the exchange is made: a label numbers its message among the
+    # sends on its link in the order they go out.
+    head: Callable[[], list[Message]] = lambda: []
     body: Callable[[], list[Message]] = lambda: []
     finish: Then = None
 
@@ -72,7 +74,7 @@ class Wire:
     # --- running exchanges ---------------------------------------------------------------
     def run(self, exchange: Exchange, label: str) -> None:
         """One action: its messages one after another, each blocking."""
-        for message in exchange.head:
+        for message in exchange.head():
             self._post(message, label)
         for message in exchange.body():
             self._post(message, label)
@@ -86,7 +88,7 @@ class Wire:
             for exchange in exchanges:
                 self.run(exchange, label)
             return
-        heads = [m for e in exchanges for m in e.head]
+        heads = [m for e in exchanges for m in e.head()]
         self._post_together(heads, label)
         bodies = [m for e in exchanges for m in e.body()]
         self._post_together(bodies, label)
@@ -130,7 +132,7 @@ class Wire:
                 if error is not None:
                     raise SetupError(error)
 
-            exchange.head.append((True, self._labelled(op, header), op.peer, refuse))
+            exchange.head = lambda: [(True, self._labelled(op, header), op.peer, refuse)]
 
         def data() -> list[Message]:
             members = V.split(value)[1]
@@ -156,7 +158,7 @@ class Wire:
         exchange = Exchange()
         if key not in self._incoming:
             header = self._header_buffer()
-            exchange.head.append((False, header, op.peer, lambda: self._read_incoming(op, header)))
+            exchange.head = lambda: [(False, header, op.peer, lambda: self._read_incoming(op, header))]
         buffers: list[Any] = []
 
         def data() -> list[Message]:

@@ -70,7 +70,7 @@ def _empty_group(line_text: str, column: int) -> bool:
     return before.endswith(("[", "(", "<"))
 
 
-def _word_at(line_text: str, column: int) -> tuple[str, int]:
+def word_at(line_text: str, column: int) -> tuple[str, int]:
     """The blank-delimited word around a 1-based column, with its start column."""
     start = min(max(column - 1, 0), len(line_text))
     while start > 0 and not line_text[start - 1].isspace():
@@ -109,7 +109,7 @@ def lark_error_to_diagnostic(exc: UnexpectedInput, text: str, path: str) -> Diag
                           help=f"expected {_expected(set(getattr(exc, 'expected', ())))}")
     line_text = lines[line - 1] if line <= len(lines) else ""
     if isinstance(exc, UnexpectedCharacters):
-        word, word_col = _word_at(line_text, column)
+        word, word_col = word_at(line_text, column)
         if exc.char in "])>" and _empty_group(line_text, column):
             return Diagnostic("PPS002", f"an empty group `{line_text[: column - 1].rstrip()[-1]}{exc.char}`", path,
                               line, column, column + 1, help="a zip `[...]` holds one or more actions; delete the brackets")
@@ -137,7 +137,7 @@ def lark_error_to_diagnostic(exc: UnexpectedInput, text: str, path: str) -> Diag
                           help=f"expected {_expected(allowed)}" if allowed else None)
     assert isinstance(exc, UnexpectedToken)
     token = exc.token
-    word, word_col = _word_at(line_text, column)
+    word, word_col = word_at(line_text, column)
     if str(token) in ("]", ")", ">") and _empty_group(line_text, column):
         return Diagnostic("PPS002", f"an empty group `{line_text[: column - 1].rstrip()[-1]}{token}`", path,
                           line, column, column + 1, help="a zip `[...]` holds one or more actions; delete the brackets")

@@ -11,6 +11,7 @@ real text, so its errors are told exactly as before.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Iterator
@@ -20,14 +21,16 @@ from lark import Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
 from .. import placement as placement_mod
-from ..diagnostics import Diagnostic, PpsError
-from ..english import plural
+from attrs import evolve
+
+from ..diagnostics import Diagnostic, PpsError, sorted_unique
+from ..english import did_you_mean, plural
 from ..generators import registry
 from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, steps_from_codes
 from ..gcpause import no_gc
-from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES, max_steps
+from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS, MAX_STAGES, max_steps
 from . import scan
-from .errors import lark_error_to_diagnostic
+from .errors import lark_error_to_diagnostic, word_at
 from .grammar import lark_parser
 
 Value = Union[int, float, str, tuple[int, ...]]
@@ -44,8 +47,10 @@ HEADER_OPTIONS = {
 
 
 class _Fail(Exception):
-    def __init__(self, diagnostic: Diagnostic):
-        self.diagnostic = diagnostic
+    """Stops reading the file, with the errors that stop it (none when they were noted already)."""
+
+    def __init__(self, *diagnostics: Diagnostic):
+        self.diagnostics = diagnostics
 
 
 def _value(tree: Tree[Token]) -> Value:
@@ -75,8 +80,26 @@ class _Builder:
         # line -> (column, text, codes or None) of each row's first run, read before Lark: see set_aside.
         self.set_aside: dict[int, tuple[int, str, RowCodes | None]] = {}
         self.whole: str | None = None  # the text of the item just read, when `runs` read it whole
+        # Errors that do not stop reading (a bad row, a bad token): the rest of the file is read
+        # for more, so one run tells them all (up to MAX_REPORTED_ERRORS).
+        self.found: list[Diagnostic] = []
+        self.real_lines: list[str] | None = None  # the text's lines, once a stand-in is put back
 
     # -- diagnostics -----------------------------------------------------------------------
+    def note(self, d: Diagnostic) -> None:
+        """An error after which reading goes on; past MAX_REPORTED_ERRORS, reading stops."""
+        self.found.append(d)
+        if len(self.found) >= MAX_REPORTED_ERRORS:
+            raise _Fail()
+
+    def reported(self) -> list[Diagnostic]:
+        found = sorted_unique(self.found)
+        if len(self.found) >= MAX_REPORTED_ERRORS:
+            stopped = f"ppdsl stopped reading {self.path} after {MAX_REPORTED_ERRORS:,} errors; fix these and run again"
+            notes = [*found[-1].notes, stopped]
+            found[-1] = evolve(found[-1], notes=notes)  # type: ignore[arg-type]  # attrs types converter=tuple badly
+        return found
+
     def error(self, code: str, message: str, line: int, column: int, width: int = 1,
               help: str | None = None, rank: int | None = None) -> Diagnostic:
         return Diagnostic(code, message, self.path, line, column, column + width, help=help, rank=rank)
@@ -108,6 +131,7 @@ class _Builder:
     def options(self, node: Tree[Token], allowed: dict[str, str] | None, what: str) -> tuple[dict[str, Value], dict[str, Span]]:
         values: dict[str, Value] = {}
         spans: dict[str, Span] = {}
+        unknown: list[Diagnostic] = []  # every misspelt option is told, not only the first
         for opt in node.children:
             if not isinstance(opt, Tree) or opt.data != "option":
                 continue
@@ -115,8 +139,9 @@ class _Builder:
             assert isinstance(name_tok, Token) and isinstance(value_tree, Tree)
             name = str(name_tok)
             if allowed is not None and name not in allowed:
-                raise _Fail(self.at(name_tok, "PPS012", f"unknown {what} option `{name}`",
-                                    help="valid options: " + ", ".join(allowed)))
+                unknown.append(self.at(name_tok, "PPS012", f"unknown {what} option `{name}`",
+                                       help=did_you_mean(name, allowed) + "valid options: " + ", ".join(allowed)))
+                continue
             if name in values:
                 raise _Fail(self.at(name_tok, "PPS011", f"{what} option `{name}` given twice"))
             value = _value(value_tree)
@@ -125,6 +150,8 @@ class _Builder:
                                     help="write an ordinary decimal number such as 1.5 or 2e3"))
             values[name] = value
             spans[name] = Span(opt.meta.line, opt.meta.column, opt.meta.end_column)
+        if unknown:  # (what the misspelt options would have said, `ranks=` above all, is not asked for)
+            raise _Fail(*unknown)
         return values, spans
 
     def int_option(self, values: dict[str, Value], spans: dict[str, Span], name: str, lo: int, hi: int) -> int | None:
@@ -177,24 +204,121 @@ class _Builder:
         return "".join(out)
 
     def build(self) -> Program:
+        program: Program | None = None
         try:
-            lark_text = self.set_aside_runs()
-            try:
-                tree = lark_parser().parse(lark_text)
-            except UnexpectedInput:
-                if lark_text is self.text:
-                    raise
-                # Whatever is wrong, Lark says it of the real text (at worst, read twice).
-                self.set_aside.clear()
-                tree = lark_parser().parse(self.text)
-        except UnexpectedInput as exc:
-            raise PpsError([lark_error_to_diagnostic(exc, self.text, self.path)]) from None
-        except LarkError as exc:  # pragma: no cover - Lark raises UnexpectedInput for bad text
-            raise PpsError([self.error("PPS002", str(exc), 1, 1)]) from None
-        try:
-            return self.program(tree)
+            tree = self.tree()
+            if self.found and not any(isinstance(t, Tree) and t.data == "header" for t in tree.children):
+                # The header was lost with a syntax error: nothing below can be read against it.
+                raise _Fail()
+            program = self.program(tree)
         except _Fail as fail:
-            raise PpsError([fail.diagnostic]) from None
+            self.found.extend(fail.diagnostics)
+        except LarkError as exc:  # pragma: no cover - Lark raises UnexpectedInput for bad text
+            self.found.append(self.error("PPS002", str(exc), 1, 1))
+        if self.found or program is None:
+            raise PpsError(self.reported()) from None
+        return program
+
+    def tree(self) -> Tree[Token]:
+        lark_text = self.set_aside_runs()
+        try:
+            return lark_parser().parse(lark_text)
+        except UnexpectedInput as exc:
+            # A run set aside is one valid ACTIONS word where the real text has one, so Lark
+            # refuses the same token of either text; the text with the stand-ins is read on
+            # (the builder takes their runs from `set_aside`), and a line Lark refuses gets its
+            # real text back first (`restored`).
+            return self.recovered_tree(lark_text, exc)
+
+    def recovered_tree(self, text: str, known: UnexpectedInput | None) -> Tree[Token]:
+        """The tree of the real text without the statements (or the lines of a row) Lark
+        refuses, each refusal noted. Lark stops at the first error, and everything before the
+        statement it is in parses (an LALR parser sees an error at the first token no valid
+        file could continue with): that part is kept, the statement is read alone (a row
+        without its bad line, a row's first line without its items, else nothing), and what
+        follows is parsed the same way, a window of statements at a time that doubles while
+        it parses (so a file with an error on every row costs a few parses of each line, not
+        one of the rest of the file per error). `known` is the error of the whole `text`, when
+        Lark was given it already."""
+        lines = text.split("\n")
+        lines.pop()  # the text ends with "\n"
+        starts = [i for i, line in enumerate(lines) if _STATEMENT_RE.match(line)]
+        statements: list[Tree[Token] | Token] = []
+        first, window = 0, len(lines)
+        while first < len(lines):
+            k = bisect.bisect_right(starts, first)
+            stop = starts[k + window - 1] if k + window - 1 < len(starts) else len(lines)
+            segment = "\n".join(lines[first:stop]) + "\n"
+            if known is None:
+                try:
+                    statements.extend(_shifted(lark_parser().parse(segment), first).children)
+                    first, window = stop, 2 * window
+                    continue
+                except UnexpectedInput as exc:
+                    known = exc
+            bad = first + lark_error_to_diagnostic(known, segment, self.path).line - 1
+            known = None
+            if self.restored(lines, bad):
+                continue
+            k = bisect.bisect_right(starts, bad)  # starts[k - 1] <= bad < starts[k]
+            start = max(starts[k - 1], first) if k else first
+            end = starts[k] if k < len(starts) else len(lines)
+            if start > first:
+                statements.extend(self.statement(lines, first, start))
+            statements.extend(self.statement(lines, start, end))
+            first, window = end, RECOVERY_WINDOW
+        return Tree("start", statements)
+
+    def restored(self, lines: list[str], index: int) -> bool:
+        """Put back the real text of line `index` where Lark was given a stand-in for its run:
+        what follows the run on its line (a stray `\\r`) stands at other columns there."""
+        aside = self.set_aside.get(index + 1)
+        if aside is None or aside[2] is None or index >= len(lines):
+            return False
+        del self.set_aside[index + 1]
+        if self.real_lines is None:
+            self.real_lines = self.text.split("\n")
+        lines[index] = self.real_lines[index]
+        return True
+
+    def statement(self, lines: list[str], start: int, end: int) -> list[Tree[Token] | Token]:
+        """What Lark accepts of lines[start:end] (one statement, with a row's lines), each
+        refusal noted. In a row the refused word is left out (up to WORDS_LEFT_OUT times), or
+        the line once a second error is on it (leaving a word out may break what is left of
+        the line: that is no error of the file's); a refused header, `use` or `costs` line is
+        left out whole."""
+        chunk = lines[start:end]
+        row = _ROW_HEAD_IN_LINE_RE.match(chunk[0])
+        head_end = row.end() if row is not None else 0
+        words_out: set[int] = set()  # the lines a word was left out of
+        while True:
+            text = "\n".join(chunk) + "\n"
+            try:
+                return list(_shifted(lark_parser().parse(text), start).children)
+            except UnexpectedInput as exc:
+                d = lark_error_to_diagnostic(exc, text, self.path)
+            at = d.line - 1
+            if self.restored(lines, start + at):
+                chunk[at] = lines[start + at]
+                continue
+            self.set_aside.pop(start + d.line, None)  # the line is read as it is left, not as it was
+            if row is None or at >= len(chunk):
+                self.note(evolve(d, line=d.line + start))
+                return []
+            if at not in words_out:
+                self.note(evolve(d, line=d.line + start))
+                word, column = word_at(chunk[at], d.column)
+                if word and (at > 0 or column - 1 >= head_end) and len(words_out) < WORDS_LEFT_OUT \
+                        and len(text) <= WORD_BY_WORD_BYTES:
+                    chunk[at] = chunk[at][: column - 1] + " " * len(word) + chunk[at][column - 1 + len(word):]
+                    words_out.add(at)
+                    continue
+            if at == 0 and chunk[0][head_end:].strip():
+                chunk[0] = chunk[0][:head_end]  # a row's first line: keep `rank N:`, leave out its items
+            elif 0 < at and chunk[at].strip():
+                chunk[at] = ""
+            else:
+                return []  # `rank N:` itself is malformed
 
     def program(self, tree: Tree[Token]) -> Program:
         header: Tree[Token] | None = None
@@ -269,6 +393,8 @@ class _Builder:
                              tuple(None for _ in built_rows), spans)
         else:
             built_rows, step_pos, row_spans = self.rows(rows, ranks, microbatches, stages)
+            if self.found:  # the rows' errors are all noted: nothing is made of broken rows
+                raise _Fail()
             final_placement, stages = self.resolve_placement(explicit_placement, built_rows, ranks, stages, spans)
             smap = SourceMap(self.path, self.text, header_span, row_spans, step_pos, spans)
         program = Program(
@@ -324,13 +450,15 @@ class _Builder:
             assert isinstance(rank_tok, Token)
             rank = scan.number(str(rank_tok))
             if rank >= ranks:
-                raise _Fail(self.at(rank_tok, "PPS013", f"rank {scan.shown(rank)} out of range: the header says ranks={ranks}",
-                                    help=f"rows are numbered 0..{ranks - 1}"))
+                self.note(self.at(rank_tok, "PPS013", f"rank {scan.shown(rank)} out of range: the header says ranks={ranks}",
+                                  help=f"rows are numbered 0..{ranks - 1}"))
+                continue
             if built[rank] is not None or read[rank] is not None:
                 first = spans[rank]
-                raise _Fail(self.at(rank_tok, "PPS013", f"rank {rank} has a second row",
-                                    help=f"its first row is on line {first.line if first else '?'}; "
-                                         "a row may continue on the following lines instead"))
+                self.note(self.at(rank_tok, "PPS013", f"rank {rank} has a second row",
+                                  help=f"its first row is on line {first.line if first else '?'}; "
+                                       "a row may continue on the following lines instead"))
+                continue
             steps: list[Step] = []
             pos: list[Segment] = []
             self.known = ([], [])
@@ -386,7 +514,11 @@ class _Builder:
                 if fast is None:  # something to report (or a reader for other bounds): token by token
                     self.make_steps(steps)
                     pos.append(Segment(len(steps), line, col, text))
-                    scan.scan_run(text, bounds, steps, IDLE)  # type: ignore[arg-type]
+                    try:
+                        scan.scan_run(text, bounds, steps, IDLE)  # type: ignore[arg-type]
+                    except scan.ScanError as first:  # every bad token of the run is told
+                        for err in scan.run_errors(text, bounds, MAX_REPORTED_ERRORS) or [first]:
+                            self.note(self.error(err.code, err.message, line, col + err.offset, err.width, err.help))
                 elif self.known is None:  # the row already has steps: these join them
                     pos.append(Segment(len(steps), line, col, text))
                     steps.extend(steps_from_codes(fast, IDLE))  # type: ignore[arg-type]
@@ -409,7 +541,7 @@ class _Builder:
                 pos.append(Segment(len(steps), line, col))
                 steps.append(self.batch(str(item), bounds))
         except scan.ScanError as err:
-            raise _Fail(self.error(err.code, err.message, line, col + err.offset, err.width, err.help)) from None
+            self.note(self.error(err.code, err.message, line, col + err.offset, err.width, err.help))
 
     def make_steps(self, steps: list[Step]) -> None:
         """From here on the row is built as steps: the plain runs read before become steps."""
@@ -474,14 +606,16 @@ class _Builder:
                     members.append((str(tok), col, list(self.overlap(str(tok), bounds))))
                     member_pos.append((line, col))
             except scan.ScanError as err:
-                raise _Fail(self.error(err.code, err.message, tok.line or line, col + err.offset, err.width, err.help)) from None
+                self.note(self.error(err.code, err.message, tok.line or line, col + err.offset, err.width, err.help))
+                return
             if sum(len(items) for _, _, items in members) > self.steps_limit:
                 raise _Fail(self.at(tok, "PPS015", self.too_many("a zip of more steps"),
                                     help=self.past_the_limit()))
         try:
             scan.zip_lengths(members)
         except scan.ScanError as err:
-            raise _Fail(self.error(err.code, err.message, line, members[0][1], 1, err.help)) from None
+            self.note(self.error(err.code, err.message, line, members[0][1], 1, err.help))
+            return
         for i in range(len(members[0][2])):
             for (_, _, items), p in zip(members, member_pos):
                 pos.append(Segment(len(steps), p[0], p[1]))
@@ -570,6 +704,31 @@ GENERATED_PER_RANK_AND_MICROBATCH = 6
 # The start of a row's line (as `rank INT ":"` lexes; other spellings are left to Lark), and
 # what a run set aside is replaced with: one ACTIONS word.
 _ROW_HEAD_RE = re.compile(r"rank[ \t]+[0-9]+[ \t]*:[ \t]*")
+_ROW_HEAD_IN_LINE_RE = re.compile(r"[ \t]*rank[ \t]+[0-9]+[ \t]*:")
+# Statements parsed together after an error, at first (the window doubles while they parse).
+RECOVERY_WINDOW = 16
+# Words of one row left out, one by one, to read on past syntax errors (each costs a parse of
+# the row); past them, or in a row of more than WORD_BY_WORD_BYTES, a line with an error is
+# left out whole.
+WORDS_LEFT_OUT = 50
+WORD_BY_WORD_BYTES = 1 << 16
+# A line that starts a statement (every other line of a file goes on a row, or is blank).
+_STATEMENT_RE = re.compile(r"[ \t]*(?:pipeline|rank|use|costs)(?![A-Za-z0-9_])")
+
+
+def _shifted(tree: Tree[Token], lines: int) -> Tree[Token]:
+    """`tree` of a text that starts `lines` lines into the file, its positions made the file's."""
+    if lines:
+        for sub in tree.iter_subtrees():
+            if not sub.meta.empty:
+                sub.meta.line += lines
+                sub.meta.end_line += lines
+            for tok in sub.children:
+                if isinstance(tok, Token) and tok.line is not None:
+                    tok.line += lines
+                    if tok.end_line is not None:
+                        tok.end_line += lines
+    return tree
 _STAND_IN = "_"
 
 

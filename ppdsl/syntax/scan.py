@@ -63,14 +63,28 @@ class ScanError(Exception):
 KIND_LIST = ", ".join(KIND_BY_NAME)
 
 
+# PyTorch's legacy CSV spelling of a full backward (where its `B` is this language's `I`).
+LEGACY_FULL_BACKWARD = "BW"
+
+
 def _bad_kind(word: str, kind: str, offset: int) -> ScanError:
-    return ScanError(
-        "PPS003",
-        f"unknown action kind `{kind}` in `{_short(word)}`",
-        offset,
-        len(word),
-        help=f"an action is [stage][kind][microbatch] with kind one of {KIND_LIST}, e.g. `0F3`",
-    )
+    if kind == LEGACY_FULL_BACKWARD:
+        full = word.replace(LEGACY_FULL_BACKWARD, "B", 1)
+        hint = (f"`BW` is PyTorch's legacy spelling of a full backward: write `{_short(full)}`; a legacy "
+                "PyTorch CSV converts whole with `ppdsl convert FILE.csv FILE.pps` (its `B` becomes `I`)")
+    elif kind.upper() in KIND_BY_NAME:
+        hint = f"did you mean `{_short(word.replace(kind, kind.upper(), 1))}`? kinds are upper case"
+    else:
+        hint = f"an action is [stage][kind][microbatch] with kind one of {KIND_LIST}, e.g. `0F3`"
+    return ScanError("PPS003", f"unknown action kind `{kind}` in `{_short(word)}`", offset, len(word), help=hint)
+
+
+def _upper_case_hint(word: str) -> str | None:
+    """`did you mean ...` for a token whose kind is written in lower case (`1b0`, `0send_f1`)."""
+    m = _ONE_TOKEN_RE.match(word.upper())
+    if m is None or m.group(2) not in KIND_BY_NAME or word == word.upper():
+        return None
+    return f"did you mean `{_short(word.upper())}`? kinds are upper case"
 
 
 def _check_microbatch(word: str, kind: Kind, has_mb: bool, offset: int) -> None:
@@ -379,6 +393,21 @@ def _locate_run_error(text: str, bounds: Bounds) -> int:
     raise AssertionError("a run failed to scan but every token in it is valid")  # pragma: no cover
 
 
+def run_errors(text: str, bounds: Bounds, limit: int) -> list[ScanError]:
+    """Every bad token of a run (at most `limit`), each located: a file's errors are all told."""
+    found: list[ScanError] = []
+    for m in TOKEN_RE.finditer(text):
+        if m.group(4):
+            continue
+        try:
+            parse_word(m.group(0), m.start(), bounds)
+        except ScanError as err:
+            found.append(err)
+            if len(found) >= limit:
+                break
+    return found
+
+
 def parse_word(word: str, offset: int, bounds: Bounds) -> Action:
     """One plain token, fully checked."""
     m = _ONE_TOKEN_RE.match(word)
@@ -388,7 +417,8 @@ def parse_word(word: str, offset: int, bounds: Bounds) -> Action:
             f"malformed action token `{_short(word)}`",
             offset,
             len(word),
-            help="an action is [stage][kind][microbatch], e.g. `0F3`, `2SEND_B1`, `1UNSHARD`; `_` is idle",
+            help=_upper_case_hint(word)
+            or "an action is [stage][kind][microbatch], e.g. `0F3`, `2SEND_B1`, `1UNSHARD`; `_` is idle",
         )
     kind = KIND_BY_NAME.get(m.group(2))
     if kind is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ppdsl.check import check, explain
+from ppdsl.check import RULE_OF_CODE, check
 from ppdsl.codes import CODES
 from ppdsl.ir import Action, Batch, Kind, Program
 from ppdsl.syntax.parser import parse
@@ -108,5 +108,18 @@ def test_every_checker_code_is_explained_and_registered() -> None:
     for code in mine:
         if code == "PPS220":
             continue  # lowering's refusal, documented in lower.py and docs/checks.md
-        doc = explain(code)
-        assert doc is not None and code in doc, code
+        rule = RULE_OF_CODE.get(code)
+        assert rule is not None and rule.__doc__ is not None and code in rule.__doc__, code
+
+
+@pytest.mark.parametrize("row, column, help_starts", [
+    # The last backward is missing: it belongs after the stage's previous backward, the end here.
+    ("0F0 0F1 0F2 0B0 0F3 0B1 0B2", 33, "add `0B3` after `0B2` (step 6) in rank 0's row"),
+    ("0F0 0F1 0F3 0B0 0B1 0B2 0B3", 13, "add `0F2` after `0F1` (step 1) in rank 0's row"),
+    ("0F0 0F1 0F2 0F3 0B1 0B2 0B3", 25, "add `0B0` before `0B1` (step 4) in rank 0's row"),
+])
+def test_a_missing_action_is_located_where_it_belongs(row: str, column: int, help_starts: str) -> None:
+    text = f"pipeline ranks=1 microbatches=4\nrank 0: {row}\n"
+    (d,) = [d for d in check(parse(text, "m.pps")) if d.code == "PPS103"]
+    assert (d.line, d.column) == (2, column)
+    assert d.help is not None and d.help.startswith(help_starts), d.help

@@ -48,8 +48,17 @@ def test_virtual_below_one_points_at_the_argument() -> None:
 
 
 def test_unknown_generator_suggests() -> None:
-    code, message, _, _ = _error("pipeline ranks=4 microbatches=8\nuse zvb()\n")
-    assert code == "PPS020"
+    with pytest.raises(PpsError) as info:
+        parse("pipeline ranks=4 microbatches=8\nuse zvb()\n", "t.pps")
+    (d,) = info.value.diagnostics
+    assert d.code == "PPS020" and d.help is not None and d.help.startswith("did you mean `zbv`? ")
+
+
+def test_a_misspelt_argument_is_suggested() -> None:
+    with pytest.raises(PpsError) as info:
+        parse("pipeline ranks=4 microbatches=8\nuse interleaved_1f1b(virtul=2)\n", "t.pps")
+    (d,) = info.value.diagnostics
+    assert d.code == "PPS021" and d.help is not None and d.help.startswith("did you mean `virtual`? ")
 
 
 def test_aliases() -> None:

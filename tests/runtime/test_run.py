@@ -228,6 +228,10 @@ def test_the_example_training_loop_uses_the_api_directly(tmp_path: Path) -> None
     (["--model", "examples/my_model.py:"], "expected MODULE:NAME"),
     (["--data", "examples/my_model.py:nope"], "has no `nope`"),
     (["--optimizer", "rmsprop"], "choose one of sgd, momentum, adam, adamw"),
+    (["--model", "examples/gpt/corpus.txt"], "examples/gpt/corpus.txt: not a Python file (`.py`); give a .py file or "
+                                             "an importable module that defines `build_stage`"),
+    (["--model", "examples/"], "examples/: is a folder with no model.py in it; give a .py file"),
+    (["--data", "examples/gpt/corpus.txt:batches"], "not a Python file (`.py`); give MODULE:NAME"),
 ])
 def test_bad_arguments_exit_2_before_spawning(argv: list[str], message: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -258,11 +262,6 @@ def test_a_batch_that_does_not_split_is_refused_before_any_rank_starts(capsys: p
     assert "a batch of 16 cannot be split into the 10 microbatches" in err and "1, 2, 4, 8, 16 microbatches" in err
     assert "ccache" not in err and "Traceback" not in err
     assert seconds < 30
-
-
-def test_a_folder_without_model_py_is_named_as_a_folder(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err, _ = _run(capsys, str(ROOT / "schedules" / "1f1b.pps"), "--model", str(ROOT / "schedules"))
-    assert code == 2 and "is a folder with no model.py in it" in err, err
 
 
 @pytest.mark.slow
