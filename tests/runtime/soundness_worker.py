@@ -25,6 +25,7 @@ import paddle.distributed as dist
 from ppdsl import parse
 from ppdsl.runtime import models
 from ppdsl.runtime.comm import Transport
+from ppdsl.runtime.framework import get_framework
 from ppdsl.runtime.schedule import MessageOrderError, PipelineSchedule
 from ppdsl.runtime.verify import Verifier
 from ppdsl.runtime.watchdog import Reporter, Watchdog
@@ -41,6 +42,7 @@ class _Setup:
 
     def __init__(self, program: Any, layers: dict[int, Any]):
         self.program, self.layers, self.loss_fn = program, layers, models.loss
+        self.fw = get_framework("paddle")
 
 
 def _status(exc: BaseException | None) -> str:
