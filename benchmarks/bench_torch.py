@@ -36,7 +36,8 @@ from rounds import parse_options  # noqa: E402  (beside this file)
 
 M = 8  # microbatches
 ORDERS = ("gpipe", "1f1b", "zb1p")
-SIDES = ("gpipe", "1f1b", "zb1p", "zb1p_unsplit", "torch_gpipe", "torch_1f1b", "torch_zb1p")
+# Sides that are compared stand next to each other, so a ratio compares steps close in time.
+SIDES = ("gpipe", "torch_gpipe", "torch_1f1b", "1f1b", "zb1p", "torch_zb1p", "zb1p_unsplit")
 
 
 def _program_text(order: str) -> str:
