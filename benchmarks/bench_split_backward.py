@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from rounds import parse_options  # noqa: E402  (beside this file)
 
 MODEL = str(ROOT / "examples" / "wide_linear.py")
 SIDES = ("1f1b", "zb1p", "zb1p_unsplit", "gpipe", "paddle")
@@ -42,6 +43,9 @@ def worker(args: argparse.Namespace) -> None:
     from paddle.distributed.auto_parallel.pipelining.schedules import ScheduleFThenB
     from paddle.distributed.auto_parallel.pipelining.stage import PipelineStage
 
+    from rounds import stage_actions, time_rounds
+
+    from ppdsl.runtime.framework import get_framework
     from ppdsl.runtime.models import load_callable
     from ppdsl.runtime.preflight import prepare
     from ppdsl.runtime.schedule import PipelineSchedule
@@ -49,7 +53,7 @@ def worker(args: argparse.Namespace) -> None:
     from ppdsl.semantics import CommModel
     from ppdsl.syntax.parser import parse
 
-    apply_threads()
+    apply_threads(get_framework("paddle"))
     dist.init_parallel_env()
     rank = dist.get_rank()
     fleet.auto.set_mesh(dist.ProcessMesh([0, 1], dim_names=["pp"]))  # Paddle's stages look their rank up here
@@ -94,26 +98,9 @@ def worker(args: argparse.Namespace) -> None:
                       for p, r in zip(layers[name].parameters(), ref)) for name in SIDES}
     for name in SIDES:
         layers[name].clear_gradients(set_to_zero=False)
-    times: dict[str, list[float]] = {name: [] for name in SIDES}
-    for r in range(args.rounds):
-        order = SIDES if r % 2 == 0 else tuple(reversed(SIDES))
-        for name in order:
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
-                run(name)
-            times[name].append((time.perf_counter() - t0) / args.steps)
-        for name in ("1f1b", "zb1p"):  # one profiled step each per round, outside the timed ones
-            sched = layers[name + "/sched"]
-            sched.profile = True
-            dist.barrier()
-            run(name)
-            sched.profile = False
-    actions: dict[str, list[float]] = {}  # "1f1b F", "zb1p I", ... of this rank's stage
-    for name in ("1f1b", "zb1p"):
-        for label, durations in layers[name + "/sched"].timings.items():
-            if label[0] == str(rank) and label[1] in "FBIW" and label[2:].isdigit():
-                actions.setdefault(f"{name} {label[1]}", []).extend(durations)
+    profiled = {name: layers[name + "/sched"] for name in ("1f1b", "zb1p")}
+    times = time_rounds(SIDES, args.rounds, args.steps, run, dist.barrier, profiled)
+    actions = stage_actions(profiled, rank)
     gathered: list[object] = []
     dist.all_gather_object(gathered, {"rank": rank, "times": times, "actions": actions, "diff": diff,
                                       "threads": os.environ.get("PPDSL_THREADS")})
@@ -122,17 +109,12 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", type=int, default=128, help="rows per microbatch (default 128)")
-    p.add_argument("--steps", type=int, default=1, help="steps per side and round (default 1)")
-    p.add_argument("--rounds", type=int, default=21, help="rounds, alternating the sides (default 21: the host is noisy)")
-    p.add_argument("--threads", type=int, help="intra-op threads per rank (default: cores / 2)")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = parse_options(__doc__ or "", steps=1, rounds=21, extra=[])
     if args.worker:
         worker(args)
         return 0
     from bench_runtime import run_ranks
+    from rounds import Rounds
 
     from ppdsl.runtime.launcher import cores, threads_per_rank
     from ppdsl.runtime.preflight import prepare
@@ -145,28 +127,14 @@ def main() -> int:
     results = run_ranks(__file__, program, argv, timeout=300, threads=threads)
     if results is None:
         return 1
-    per = {name: [max(r["times"][name][i] for r in results) for i in range(args.rounds)] for name in SIDES}
-    med = {name: statistics.median(v) for name, v in per.items()}
-    acts = {r["rank"]: {k: statistics.median(v) for k, v in r["actions"].items()} for r in results}
-    b, i, w = acts[1]["1f1b B"], acts[1]["zb1p I"], acts[1]["zb1p W"]
+    rounds = Rounds(results, SIDES, args.rounds)
     print(f"machine: {cores()} cores; 2 ranks x {threads} intra-op thread(s); model: each rank 2 x Linear(768) + GELU, "
           f"float32, 8 microbatches of {args.rows} rows; {args.rounds} rounds x {args.steps} steps, alternating")
-    for name in SIDES:
-        print(f"  {name:13s} {med[name] * 1e3:9.2f} ms/step  (rounds: {', '.join(f'{t * 1e3:.1f}' for t in per[name])})")
-    for stage in (0, 1):
-        print(f"stage {stage}: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(acts[stage].items())))
-    def ratio(a: str, b: str) -> float:
-        """Median over rounds of a / b within the round: load that drifts between rounds cancels."""
-        return statistics.median(x / y for x, y in zip(per[a], per[b]))
-
-    print(f"ratio (I + W) / B on stage 1: {(i + w) / b:.3f}  (goal <= 1.10)")
-    print(f"ratio zb1p / 1f1b step:       {ratio('zb1p', '1f1b'):.3f}  (goal <= 0.97; ratio of medians "
-          f"{med['zb1p'] / med['1f1b']:.3f})")
-    print(f"ratio zb1p without the split / 1f1b: {ratio('zb1p_unsplit', '1f1b'):.3f}  (the old I/W)")
-    print(f"ratio ppdsl gpipe / Paddle ScheduleFThenB: {ratio('gpipe', 'paddle'):.3f}  (same order; goal <= 1.05); "
-          f"1f1b / FThenB {ratio('1f1b', 'paddle'):.3f}; zb1p / FThenB {ratio('zb1p', 'paddle'):.3f}")
-    worst = max(max(r["diff"].values()) for r in results)
-    print(f"same gradients after one step (all sides against ppdsl 1f1b): max relative difference {worst:.1e}")
+    rounds.print_times()
+    rounds.print_split()
+    print(f"ratio ppdsl gpipe / Paddle ScheduleFThenB: {rounds.ratio('gpipe', 'paddle'):.3f}  (same order; goal <= 1.05); "
+          f"1f1b / FThenB {rounds.ratio('1f1b', 'paddle'):.3f}; zb1p / FThenB {rounds.ratio('zb1p', 'paddle'):.3f}")
+    rounds.print_diff()
     return 0
 
 

@@ -157,7 +157,9 @@ class TorchFramework(Framework):
 
     def link(self, group: Any, rank: int, peer: int) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
         def send(t: Any) -> None:
-            dist.send(t, dst=peer, group=group)
+            # gloo sends only contiguous memory; a stage's output may be a view (an `expand`,
+            # a `transpose`). `contiguous()` is the tensor itself when it already is.
+            dist.send(t.contiguous(), dst=peer, group=group)
 
         def recv(t: Any) -> None:
             dist.recv(t, src=peer, group=group)
@@ -165,7 +167,9 @@ class TorchFramework(Framework):
         return send, recv
 
     def batch(self, ops: Sequence[tuple[bool, Any, int, Any]]) -> None:
-        p2p = [dist.P2POp(dist.isend if is_send else dist.irecv, t, peer, group) for is_send, t, peer, group in ops]
+        # Received into buffers from `empty_like` (contiguous); sent as `send` above sends.
+        p2p = [dist.P2POp(dist.isend, t.contiguous(), peer, group) if is_send else dist.P2POp(dist.irecv, t, peer, group)
+               for is_send, t, peer, group in ops]
         for work in dist.batch_isend_irecv(p2p):
             work.wait()
 

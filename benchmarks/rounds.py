@@ -1,0 +1,91 @@
+"""What the two-rank step benchmarks (bench_split_backward.py, bench_torch.py) share: the
+per-round times of the slower rank, ratios within a round, and the per-action medians of
+ppdsl's profiled steps."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def parse_options(doc: str, steps: int, rounds: int, extra: list[tuple[str, int, str]]) -> argparse.Namespace:
+    """The options every two-rank benchmark takes (rows, steps, rounds, threads, the hidden
+    --worker of its ranks), plus `extra` integer options (name, default, help)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=128, help="rows per microbatch (default 128)")
+    for name, default, text in extra:
+        p.add_argument(name, type=int, default=default, help=f"{text} (default {default})")
+    p.add_argument("--steps", type=int, default=steps, help=f"steps per side and round (default {steps})")
+    p.add_argument("--rounds", type=int, default=rounds, help=f"rounds, alternating the sides (default {rounds}: "
+                   "the host is noisy)")
+    p.add_argument("--threads", type=int, help="intra-op threads per rank (default: cores / 2)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+def time_rounds(sides: tuple[str, ...], rounds: int, steps: int, run: Callable[[str], None],
+                barrier: Callable[[], None], profiled: dict[str, Any]) -> dict[str, list[float]]:
+    """Each side's seconds per step in each round, the sides' order reversed every other round;
+    after each round one step of each of `profiled` (ppdsl schedules) with `profile` on, so
+    the profile's own work stays out of the timed steps."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for r in range(rounds):
+        for name in sides if r % 2 == 0 else tuple(reversed(sides)):
+            barrier()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                run(name)
+            times[name].append((time.perf_counter() - t0) / steps)
+        for name, sched in profiled.items():
+            sched.profile = True
+            barrier()
+            run(name)
+            sched.profile = False
+    return times
+
+
+def stage_actions(schedules: dict[str, Any], rank: int) -> dict[str, list[float]]:
+    """{"1f1b B": [...], "zb1p I": [...], ...}: the profiled F/B/I/W times of this rank's stage."""
+    actions: dict[str, list[float]] = {}
+    for name, sched in schedules.items():
+        for label, durations in sched.timings.items():
+            if label[0] == str(rank) and label[1] in "FBIW" and label[2:].isdigit():
+                actions.setdefault(f"{name} {label[1]}", []).extend(durations)
+    return actions
+
+
+class Rounds:
+    """The ranks' gathered results: a round's time is the slower rank's."""
+
+    def __init__(self, results: list[dict[str, Any]], sides: tuple[str, ...], rounds: int):
+        self.sides = sides
+        self.per = {name: [max(r["times"][name][i] for r in results) for i in range(rounds)] for name in sides}
+        self.median = {name: statistics.median(v) for name, v in self.per.items()}
+        self.actions = {r["rank"]: {k: statistics.median(v) for k, v in r["actions"].items()} for r in results}
+        self.worst_diff = max(max(r["diff"].values()) for r in results)
+
+    def ratio(self, a: str, b: str) -> float:
+        """Median over rounds of a / b within the round: load that drifts between rounds cancels."""
+        return statistics.median(x / y for x, y in zip(self.per[a], self.per[b]))
+
+    def print_times(self) -> None:
+        for name in self.sides:
+            rounds = ", ".join(f"{t * 1e3:.1f}" for t in self.per[name])
+            print(f"  {name:13s} {self.median[name] * 1e3:9.2f} ms/step  (rounds: {rounds})")
+        for stage in (0, 1):
+            print(f"stage {stage}: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(self.actions[stage].items())))
+
+    def print_split(self) -> None:
+        """(I + W) / B on stage 1 and zb1p / 1f1b: does the split backward pay?"""
+        b, i, w = self.actions[1]["1f1b B"], self.actions[1]["zb1p I"], self.actions[1]["zb1p W"]
+        print(f"ratio (I + W) / B on stage 1: {(i + w) / b:.3f}  (goal <= 1.10)")
+        print(f"ratio zb1p / 1f1b step:       {self.ratio('zb1p', '1f1b'):.3f}  (goal <= 0.97; ratio of medians "
+              f"{self.median['zb1p'] / self.median['1f1b']:.3f})")
+        print(f"ratio zb1p without the split / 1f1b: {self.ratio('zb1p_unsplit', '1f1b'):.3f}  (the old I/W)")
+
+    def print_diff(self) -> None:
+        print(f"same gradients after one step (all sides against ppdsl 1f1b): max relative difference "
+              f"{self.worst_diff:.1e}")
