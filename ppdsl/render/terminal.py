@@ -171,6 +171,8 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
         if len(timeline.problems) > MAX_PROBLEM_LINES:
             notes.append(f"  ... and {len(timeline.problems) - MAX_PROBLEM_LINES} more")
     out_lines.extend(notes)
+    if max_lines is not None and len(out_lines) > max_lines:
+        return None
     return to_text(out_lines, coloured)
 
 

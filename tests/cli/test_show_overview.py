@@ -110,3 +110,15 @@ def test_the_crop_examples_in_cli_md(big: str, tmp_path: Path, monkeypatch: pyte
         assert code == 0, err
         assert len(out.splitlines()) <= 50
     assert (tmp_path / "part.svg").read_text().startswith("<svg")
+
+
+def test_a_broken_schedule_keeps_to_the_lines_and_marks_the_stuck_steps(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "stuck.pps"
+    f.write_text("pipeline ranks=2 microbatches=2\n"
+                 "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+                 "rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n")
+    code, out, _ = run(capsys, "show", str(f), "--no-color", "--lines", "8")
+    lanes = [line for line in out.splitlines() if line.startswith("rank ")]
+    assert code == 1 and len(out.splitlines()) <= 8  # the full picture and its notes take 10
+    assert len(lanes) == 2 and all("!" in lane for lane in lanes)
