@@ -132,9 +132,12 @@ def crop(timeline: Timeline, ranks: Sequence[int] | None = None, start: float | 
     lane_of = {r: i for i, r in enumerate(ranks if ranks is not None else range(timeline.ranks))}
     t0 = 0.0 if start is None else start
     t1 = timeline.end if end is None else end
+
+    def inside(s: Slot) -> bool:  # overlaps the window (a step that takes no time: lies in it)
+        return s.end > t0 and s.start < t1 if s.end > s.start else t0 <= s.start <= t1
+
     kept = [evolve(s, rank=lane_of[s.rank], start=max(s.start, t0), end=min(s.end, t1))
-            for s in timeline.slots if s.rank in lane_of and s.end > t0 and s.start < t1
-            or s.rank in lane_of and s.start == s.end and t0 <= s.start <= t1]
+            for s in timeline.slots if s.rank in lane_of and inside(s)]
     return Timeline(len(lane_of), tuple(kept), t1, timeline.makespan, timeline.problems, t0,
                     tuple(lane_of))
 
