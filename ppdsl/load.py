@@ -7,7 +7,7 @@ from pathlib import Path
 from .diagnostics import Diagnostic, PpsError, UsageError
 from .english import plural
 from .ir import Program
-from .limits import DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_FILE_BYTES, MAX_SPARSE_SLOTS, steps_help
+from .limits import DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_FILE_BYTES, MAX_SPARSE_SLOTS, STEPS_PER_RANK, ranks_past, steps_help
 
 FORMATS = (".pps", ".csv")
 
@@ -114,10 +114,14 @@ def check_steps(program: Program, path: str, limit: int, holds: str) -> None:
     """PPS015 for a program read whole (a CSV) or about to grow (lowered) past `limit` steps."""
     limit = min(limit, MAX_ACTIONS)
     count = program.action_count
+    line, column = (program.source.header.line, program.source.header.column) if program.source else (1, 1)
     if count > limit:
-        line, column = (program.source.header.line, program.source.header.column) if program.source else (1, 1)
         raise PpsError([Diagnostic("PPS015", f"{holds} {count:,} actions, more than the limit of {limit:,}",
                                    path, line, column, help=steps_help(count))])
+    too_many_ranks = ranks_past(program.ranks, limit)
+    if too_many_ranks is not None:
+        raise PpsError([Diagnostic("PPS015", too_many_ranks, path, line, column,
+                                   help=steps_help(STEPS_PER_RANK * program.ranks))])
 
 
 def check_slots(program: Program, path: str) -> None:

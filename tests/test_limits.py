@@ -214,7 +214,7 @@ def test_a_generator_asking_for_millions_of_steps_is_refused_at_once(tmp_path: P
 
 @pytest.mark.parametrize("command", READERS)
 def test_every_command_takes_max_steps(tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    f = _pps(tmp_path, "pipeline ranks=2 microbatches=8\nuse 1f1b()\n")  # 32 steps
+    f = _pps(tmp_path, "pipeline ranks=1 microbatches=16\nuse 1f1b()\n")  # 32 steps
     code, out, err = run(capsys, command, "--max-steps", "31", *_argv(command, f, tmp_path)[1:])
     assert code == 1, err
     assert "`1f1b` makes 32 steps, more than the limit of 31" in out + err
@@ -235,9 +235,27 @@ def test_lowering_takes_fewer_steps_by_default(tmp_path: Path, capsys: pytest.Ca
     assert run(capsys, "expand", "--comms", "--max-steps", "280000", str(f), "-o", str(tmp_path / "y.pps"))[0] == 0
 
 
+def test_many_ranks_count_as_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # scripts/fuzz.py: 65,536 ranks x 2 microbatches (262,144 steps) took 6 s in `show --svg`:
+    # a rank costs as much as 16 steps, whatever it holds.
+    f = _pps(tmp_path, "pipeline ranks=65536 microbatches=2\nuse gpipe()\n")
+    start = time.process_time()
+    code, out, err = run(capsys, "show", str(f), "--svg", str(tmp_path / "o.svg"))
+    assert time.process_time() - start < 1
+    assert code == 1
+    assert (f"{f}:1:10: error[PPS015]: 65,536 ranks count as 1,048,576 steps (16 a rank: each has its tables, "
+            f"lane and lines), more than the limit of {limits.DEFAULT_MAX_PICTURE_STEPS:,}") in err
+    assert "`--max-steps 1048576` takes them" in err
+    assert run(capsys, "lint", "--max-steps", "1048576", str(f))[0] == 0
+    csv = tmp_path / "wide.csv"
+    csv.write_text("0F0,0B0\n" * 40_000)  # 40,000 ranks: 640,000 as steps
+    code, out, _ = run(capsys, "lint", str(csv))
+    assert code == 1 and "40,000 ranks count as 640,000 steps" in out
+
+
 def test_run_takes_max_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The file is refused before any process (or paddle) starts.
-    f = _pps(tmp_path, "pipeline ranks=2 microbatches=8\nuse 1f1b()\n")
+    f = _pps(tmp_path, "pipeline ranks=1 microbatches=16\nuse 1f1b()\n")
     code, out, err = run(capsys, "run", "--max-steps", "31", str(f))
     assert code == 1, err
     assert "`1f1b` makes 32 steps, more than the limit of 31" in out + err

@@ -25,7 +25,7 @@ from ..english import plural
 from ..generators import registry
 from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, steps_from_codes
 from ..gcpause import no_gc
-from ..limits import DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES, steps_help
+from ..limits import DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_STAGES, STEPS_PER_RANK, ranks_past, steps_help
 from . import scan
 from .errors import lark_error_to_diagnostic
 from .grammar import lark_parser
@@ -258,6 +258,10 @@ class _Builder:
         microbatches = self.int_option(values, spans, "microbatches", 1, MAX_MICROBATCHES)
         stages = self.int_option(values, spans, "stages", 1, MAX_STAGES)
         assert ranks is not None and microbatches is not None
+        too_many_ranks = ranks_past(ranks, self.steps_limit)
+        if too_many_ranks is not None:
+            raise _Fail(self.at_span(spans["ranks"], "PPS015", too_many_ranks,
+                                     help=steps_help(STEPS_PER_RANK * ranks)))
         mode = values.get("mode", "train")
         if mode not in ("train", "inference"):
             raise _Fail(self.at_span(spans["mode"], "PPS012", f"`mode` is train or inference, not `{mode}`"))

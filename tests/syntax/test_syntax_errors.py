@@ -79,7 +79,8 @@ CASES = [
     ("PPS014", H + "rank 0: <0SEND_F7>\n", 2, 10),
     ("PPS015", "pipeline ranks=100000 microbatches=4\n", 1, 10),
     ("PPS015", "pipeline ranks=2 microbatches=2000000\n", 1, 18),
-    ("PPS015", "pipeline ranks=60000 microbatches=1000000\nuse gpipe()\n", 2, 1),
+    ("PPS015", "pipeline ranks=600 microbatches=1000000\nuse gpipe()\n", 2, 1),
+    ("PPS015", "pipeline ranks=60000 microbatches=1\nuse gpipe()\n", 1, 10),  # 16 steps a rank
     ("PPS015", "pipeline ranks=64 microbatches=1024\nuse interleaved_1f1b(virtual=100000)\n", 2, 1),
     ("PPS016", "pipeline ranks=2 microbatches=1 stages=4\nrank 0: 0F0\nrank 1: 1F0\n", 1, 33),
     ("PPS016", "pipeline ranks=2 microbatches=1\nrank 0: 0F0\nrank 1: 2F0\n", 1, 10),
