@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 RANKS, MICROBATCHES, VIRTUAL, EXPLICIT_MICROBATCHES = 64, 1024, 2, 4096
+BIG = ["--max-steps", "20000000"]
 
 # PyTorch's generator, called without a process group: `_calculate_single_rank_operations`
 # reads only the attributes set here (see ScheduleInterleaved1F1B.__init__ in torch 2.13).
@@ -176,9 +177,10 @@ def main() -> int:
                 "lint CSV": ([*ppdsl, "lint", str(csv_path)], [*ppdsl, "lint", str(tiny_csv)]),
                 "expand --comms CSV": ([*ppdsl, "expand", "--comms", str(csv_path), "-o", str(lowered)],
                                        [*ppdsl, "expand", "--comms", str(tiny_csv), "-o", str(work / "t.pps")]),
-                "lint lowered": ([*ppdsl, "lint", str(lowered)], [*ppdsl, "lint", str(tiny_pps)]),
-                "expand explicit": ([*ppdsl, "expand", str(explicit), "-o", str(work / "e.pps")],
-                                    [*ppdsl, "expand", str(tiny_pps), "-o", str(work / "t2.pps")]),
+                # Past the default 500,000 steps (limits.DEFAULT_MAX_STEPS): --max-steps, as a user would.
+                "lint lowered": ([*ppdsl, "lint", *BIG, str(lowered)], [*ppdsl, "lint", *BIG, str(tiny_pps)]),
+                "expand explicit": ([*ppdsl, "expand", *BIG, str(explicit), "-o", str(work / "e.pps")],
+                                    [*ppdsl, "expand", *BIG, str(tiny_pps), "-o", str(work / "t2.pps")]),
             }
 
         # Actions each command handles: the CSV's, the lowered file's (what expand writes and the

@@ -16,14 +16,36 @@ MAX_MICROBATCHES: Final = 1_048_576
 # ~64 bytes of memory per action: 20M actions is over a gigabyte already.
 MAX_ACTIONS: Final = 20_000_000
 MAX_FILE_BYTES: Final = 512 * 1024 * 1024
-# What a file may ask for: a 40-byte `use` line or a range `{0..999999}` asks for steps that
-# cost no bytes, and every command costs 10-40 us a step (`show --svg` the most), so a small
-# file stays under a few seconds in any command only if its steps are bounded too. A file
-# gets MAX_EXPANDED_ACTIONS steps, or one per BYTES_PER_STEP of its bytes if that is more: a
-# program written out one token a step (as `ppdsl expand` and `convert` write it, at least
-# 4 bytes a step) always reads back, up to MAX_ACTIONS.
-MAX_EXPANDED_ACTIONS: Final = 65_536
-BYTES_PER_STEP: Final = 2
+# The steps (an overlapped pair is one) a command takes from one file unless its `--max-steps`
+# says more: a 40-byte `use` line or a range `{0..999999}` asks for steps that cost no bytes,
+# so a file is bounded by what a command does with its steps in a few seconds, whatever its
+# size. Measured on one core (benchmarks/RESULTS.md): a million steps of a 128-rank pipeline
+# take lint 1.8 s, simulate 4.2 s, convert 3.2 s, and twice that in a pipeline of 65,536
+# stages; `show` draws 15-35 us a step; a command that lowers the program first (`expand
+# --comms`, `simulate` with measured messages, `run`) adds two steps a step and costs 5 us a step.
+DEFAULT_MAX_STEPS: Final = 500_000
+DEFAULT_MAX_PICTURE_STEPS: Final = 1 << 18
+DEFAULT_MAX_LOWERED_STEPS: Final = 1 << 18
+# A rank costs the commands about as much as this many steps whatever it holds (its tables,
+# its lane, its report line): 65,536 ranks of 4 steps each simulate in 4.7 s of CPU, as a
+# million steps on 128 ranks do. A program of R ranks counts as at least R times this.
+STEPS_PER_RANK: Final = 16
+
+
+def ranks_past(ranks: int, limit: int) -> str | None:
+    """What to say when `ranks` alone count as more steps than `limit` (None when they do not)."""
+    if STEPS_PER_RANK * ranks <= limit:
+        return None
+    return (f"{ranks:,} ranks count as {STEPS_PER_RANK * ranks:,} steps ({STEPS_PER_RANK} a rank: each has its "
+            f"tables, lane and lines), more than the limit of {limit:,}")
+
+
+def steps_help(count: int) -> str:
+    """What to do about a file of `count` steps past its command's limit."""
+    if count > MAX_ACTIONS:
+        return f"no command takes more than {MAX_ACTIONS:,} steps: use fewer ranks, microbatches or virtual stages"
+    return (f"`--max-steps {count}` takes them (every command that reads a file has it; in Python "
+            f"`steps_limit={count}`): the default keeps a command to a few seconds (docs/language.md#limits)")
 
 # Durations, latencies and the rest of a cost model, in the user's unit. Below MIN_COST a
 # nonzero cost is a typo (or a subnormal float that turns a ratio of costs into infinity);
@@ -54,7 +76,3 @@ MAX_SEARCH_ACTIONS: Final = 100_000
 # (then it stops, and says so); `lint` shows 50 of them unless asked for more.
 MAX_REPORTED_ERRORS: Final = 1_000
 
-
-def max_steps(file_bytes: int) -> int:
-    """The steps a file of `file_bytes` may ask for (see MAX_EXPANDED_ACTIONS)."""
-    return min(MAX_ACTIONS, max(MAX_EXPANDED_ACTIONS, file_bytes // BYTES_PER_STEP))

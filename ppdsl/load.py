@@ -7,7 +7,7 @@ from pathlib import Path
 from .diagnostics import Diagnostic, PpsError, UsageError
 from .english import plural
 from .ir import Program
-from .limits import MAX_FILE_BYTES, MAX_SPARSE_SLOTS
+from .limits import DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_FILE_BYTES, MAX_SPARSE_SLOTS, STEPS_PER_RANK, ranks_past, steps_help
 
 FORMATS = (".pps", ".csv")
 
@@ -87,12 +87,14 @@ def load_program(path: str, fmt: str | None = None, dialect: str | None = None,
                  steps_limit: int | None = None) -> Program:
     """Parse a `.pps` or PyTorch `.csv` file. Raises PpsError or UsageError.
 
-    `steps_limit`: the steps a `.pps` file may ask for (default: `limits.max_steps` of its size)."""
+    `steps_limit`: the steps the program may have (default `limits.DEFAULT_MAX_STEPS`; a
+    command's `--max-steps`)."""
     text = read_text(path)
     if format_of(path, fmt) == "csv":
         from .formats.torch_csv import read_csv
 
-        program = read_csv(text, path, dialect)
+        program = read_csv(text, path, dialect)  # its cells are bounded by MAX_ACTIONS as it reads
+        check_steps(program, path, DEFAULT_MAX_STEPS if steps_limit is None else steps_limit, "the file holds")
         check_slots(program, path)
         return program
     return parse(text, path, steps_limit)
@@ -106,6 +108,20 @@ def parse(text: str, path: str = "<input>", steps_limit: int | None = None) -> P
     program = parse_pps(text, path, steps_limit)
     check_slots(program, path)
     return program
+
+
+def check_steps(program: Program, path: str, limit: int, holds: str) -> None:
+    """PPS015 for a program read whole (a CSV) or about to grow (lowered) past `limit` steps."""
+    limit = min(limit, MAX_ACTIONS)
+    count = program.action_count
+    line, column = (program.source.header.line, program.source.header.column) if program.source else (1, 1)
+    if count > limit:
+        raise PpsError([Diagnostic("PPS015", f"{holds} {count:,} actions, more than the limit of {limit:,}",
+                                   path, line, column, help=steps_help(count))])
+    too_many_ranks = ranks_past(program.ranks, limit)
+    if too_many_ranks is not None:
+        raise PpsError([Diagnostic("PPS015", too_many_ranks, path, line, column,
+                                   help=steps_help(STEPS_PER_RANK * program.ranks))])
 
 
 def check_slots(program: Program, path: str) -> None:

@@ -202,6 +202,9 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     out: list[tuple[Step, ...]] = []
     out_codes: list[list[int]] = []
     out_read: list[RowCodes | None] = []
+    # row_codes builds tables of stages x microbatches: once for every row, not once a rank
+    # (65,536 ranks x 4 microbatches took minutes).
+    made_read: list[RowCodes] | None = None
     for r in range(R):
         # The computes in row order with their starts (idle steps carry no action: dropped).
         row_starts, steps = starts[r], enc.steps[r]
@@ -210,7 +213,9 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
             c_starts = list(row_starts) if steps is None else list(map(row_starts.__getitem__, steps))
             as_read = read[r] if read is not None else None
             if as_read is None:
-                as_read = row_codes([enc.codes[r]], S, M)[0]
+                if made_read is None:
+                    made_read = row_codes([list(enc.codes[q]) for q in range(R)], S, M)
+                as_read = made_read[r]
             elif steps is not None:
                 as_read = (list(map(as_read[0].__getitem__, steps)), list(map(as_read[1].__getitem__, steps)))
             columns = (list(enc.codes[r]), list(as_read[0]), list(as_read[1]))

@@ -157,7 +157,8 @@ def test_the_limits_table_in_language_md_states_limits_py() -> None:
     page = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
     table = page[page.index("### Limits"):page.index("## `ppdsl fmt`")]
     for number in (limits.MAX_RANKS, limits.MAX_STAGES, limits.MAX_MICROBATCHES, limits.MAX_ACTIONS,
-                   limits.MAX_EXPANDED_ACTIONS, limits.MAX_WIDTH, limits.MAX_STEPS, limits.MAX_PICTURE_CELLS):
+                   limits.DEFAULT_MAX_STEPS, limits.DEFAULT_MAX_PICTURE_STEPS, limits.DEFAULT_MAX_LOWERED_STEPS,
+                   limits.MAX_WIDTH, limits.MAX_STEPS, limits.MAX_PICTURE_CELLS):
         assert f"{number:,}" in table, number
     for number in (limits.MIN_COST, limits.MAX_COST, limits.MAX_QUANTITY, limits.MAX_MEMORY, limits.MAX_SECONDS):
         assert f"{number:g}".replace("e+", "e").replace("e-0", "e-").replace("e0", "e") in table, number
@@ -183,7 +184,7 @@ def test_a_costs_argument_too_long_for_a_file_name_is_a_usage_error(capsys: pyte
     assert code == 2 and "neither costs such as" in err and "internal error" not in err and len(err) < 300
 
 
-# ---- what a small file may ask for: limits.max_steps ------------------------------------------
+# ---- what a command takes: limits.DEFAULT_MAX_STEPS and --max-steps ------------------------
 
 def _pps(tmp_path: Path, text: str, name: str = "in.pps") -> Path:
     f = tmp_path / name
@@ -191,46 +192,124 @@ def _pps(tmp_path: Path, text: str, name: str = "in.pps") -> Path:
     return f
 
 
-@pytest.mark.parametrize("command", ["lint", "show", "simulate", "fmt", "expand"])
+READERS = ("lint", "show", "simulate", "fmt", "expand", "convert")
+
+
+def _argv(command: str, f: Path, tmp_path: Path) -> list[str]:
+    extra = {"fmt": ["--check"], "convert": [str(tmp_path / "out.csv")]}.get(command, [])
+    return [command, str(f), *extra]
+
+
+@pytest.mark.parametrize("command", READERS)
 def test_a_generator_asking_for_millions_of_steps_is_refused_at_once(tmp_path: Path, command: str,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     # scripts/fuzz.py: 48 bytes of `use v_min()` at 4 x 65,536 ran past 30 s in lint (1.5M steps).
-    f = _pps(tmp_path, "pipeline ranks=4 microbatches=65536\nuse v_min()\n")
+    f = _pps(tmp_path, "pipeline ranks=4 microbatches=524288\nuse v_min()\n")
     start = time.process_time()
-    code, out, err = run(capsys, command, *(["--check"] if command == "fmt" else []), str(f))
+    code, out, err = run(capsys, *_argv(command, f, tmp_path))
     assert time.process_time() - start < 2
     assert code == 1 and "internal error" not in err
-    assert (f"{f}:2:1: error[PPS015]: ranks=4 x microbatches=65536 makes up to 1,572,864 steps, more than "
-            f"a file of 48 bytes may ask for (at most {limits.MAX_EXPANDED_ACTIONS:,})") in out + err
-    assert "ppdsl expand --max-steps N" in out + err
+    limit = limits.DEFAULT_MAX_PICTURE_STEPS if command == "show" else limits.DEFAULT_MAX_STEPS
+    # 4 ranks x 2 stages x 524,288 microbatches x (F, I, W): the count is exact, not an estimate.
+    assert f"{f}:2:1: error[PPS015]: `v_min` makes 12,582,912 steps, more than the limit of {limit:,}" in out + err
+    assert "`--max-steps 12582912` takes them" in out + err
 
 
-def test_a_generator_is_counted_exactly_after_it_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # 6 x 16 x 2000 = 192,000 is within three times the bound, so zb1p runs; it makes 96,000.
-    f = _pps(tmp_path, "pipeline ranks=16 microbatches=2000\nuse zb1p()\n")
-    code, out, _ = run(capsys, "lint", str(f))
+@pytest.mark.parametrize("command", READERS)
+def test_every_command_takes_max_steps(tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    f = _pps(tmp_path, "pipeline ranks=1 microbatches=16\nuse 1f1b()\n")  # 32 steps
+    code, out, err = run(capsys, command, "--max-steps", "31", *_argv(command, f, tmp_path)[1:])
+    assert code == 1, err
+    assert "`1f1b` makes 32 steps, more than the limit of 31" in out + err
+    code, out, err = run(capsys, command, "--max-steps", "32", *_argv(command, f, tmp_path)[1:])
+    assert code == 0, out + err
+    assert run(capsys, command, "--max-steps", "0", str(f))[0] == 2
+    assert run(capsys, command, "--max-steps", str(limits.MAX_ACTIONS + 1), str(f))[0] == 2
+
+
+def test_lowering_takes_fewer_steps_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # scripts/fuzz.py: `expand --comms` of 65,536 ranks x 4 microbatches (524,288 steps) ran past 60 s.
+    f = _pps(tmp_path, "pipeline ranks=2 microbatches=70000\nuse 1f1b()\n")  # 280,000 steps
+    assert run(capsys, "expand", str(f), "-o", str(tmp_path / "x.pps"))[0] == 0
+    code, out, err = run(capsys, "expand", "--comms", str(f), "-o", str(tmp_path / "y.pps"))
     assert code == 1
-    assert "error[PPS015]: `zb1p` makes 96,000 steps, more than a file of 47 bytes may ask for (at most 65,536)" in out
-    # Under the bound, the same generator is fine: the bound is exact, not the estimate.
-    f = _pps(tmp_path, "pipeline ranks=16 microbatches=1365\nuse zb1p()\n")
-    assert run(capsys, "lint", str(f))[0] == 0
+    assert (f"`1f1b` makes 280,000 steps, more than the limit of {limits.DEFAULT_MAX_LOWERED_STEPS:,}"
+            in out + err)
+    assert run(capsys, "expand", "--comms", "--max-steps", "280000", str(f), "-o", str(tmp_path / "y.pps"))[0] == 0
 
 
-def test_a_range_asking_for_more_than_the_bound_is_refused_where_it_is(tmp_path: Path,
+def test_many_ranks_count_as_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # scripts/fuzz.py: 65,536 ranks x 2 microbatches (262,144 steps) took 6 s in `show --svg`:
+    # a rank costs as much as 16 steps, whatever it holds.
+    f = _pps(tmp_path, "pipeline ranks=65536 microbatches=2\nuse gpipe()\n")
+    start = time.process_time()
+    code, out, err = run(capsys, "show", str(f), "--svg", str(tmp_path / "o.svg"))
+    assert time.process_time() - start < 1
+    assert code == 1
+    assert (f"{f}:1:10: error[PPS015]: 65,536 ranks count as 1,048,576 steps (16 a rank: each has its tables, "
+            f"lane and lines), more than the limit of {limits.DEFAULT_MAX_PICTURE_STEPS:,}") in err
+    assert "`--max-steps 1048576` takes them" in err
+    assert run(capsys, "lint", "--max-steps", "1048576", str(f))[0] == 0
+    csv = tmp_path / "wide.csv"
+    csv.write_text("0F0,0B0\n" * 40_000)  # 40,000 ranks: 640,000 as steps
+    code, out, _ = run(capsys, "lint", str(csv))
+    assert code == 1 and "40,000 ranks count as 640,000 steps" in out
+
+
+def test_run_takes_max_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The file is refused before any process (or paddle) starts.
+    f = _pps(tmp_path, "pipeline ranks=1 microbatches=16\nuse 1f1b()\n")
+    code, out, err = run(capsys, "run", "--max-steps", "31", str(f))
+    assert code == 1, err
+    assert "`1f1b` makes 32 steps, more than the limit of 31" in out + err
+
+
+def test_a_trillion_steps_are_refused_at_once_with_the_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = _pps(tmp_path, "pipeline ranks=65536 microbatches=1048576\nuse interleaved_1f1b(virtual=8)\n")
+    start = time.process_time()
+    code, out, _ = run(capsys, "lint", "--max-steps", str(limits.MAX_ACTIONS), str(f))
+    assert time.process_time() - start < 1
+    assert code == 1
+    assert "`interleaved_1f1b` makes 1,099,511,627,776 steps, more than the limit of 20,000,000" in out
+    assert "no command takes more than 20,000,000 steps" in out
+
+
+def test_a_generator_under_the_limit_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 16 x 2000 x (F, I, W) = 96,000: refused under a limit of 95,999, taken at 96,000.
+    f = _pps(tmp_path, "pipeline ranks=16 microbatches=2000\nuse zb1p()\n")
+    code, out, _ = run(capsys, "lint", "--max-steps", "95999", str(f))
+    assert code == 1
+    assert "error[PPS015]: `zb1p` makes 96,000 steps, more than the limit of 95,999" in out
+    assert run(capsys, "lint", "--max-steps", "96000", str(f))[0] == 0
+
+
+def test_a_range_asking_for_more_than_the_limit_is_refused_where_it_is(tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     f = _pps(tmp_path, "pipeline ranks=1 microbatches=70000\nrank 0: 0F{0..69999} 0B{0..69999}\n")
-    code, out, _ = run(capsys, "lint", str(f))
+    code, out, _ = run(capsys, "lint", "--max-steps", "100000", str(f))
     assert code == 1
-    assert f"{f}:2:9: error[PPS015]: more steps than a file of 70 bytes may ask for (at most 65,536)" in out
+    assert f"{f}:2:22: error[PPS015]: the rows make 140,000 steps, more than the limit of 100,000" in out
+    assert "`--max-steps 140000` takes them" in out
 
 
-def test_expand_max_steps_writes_a_file_every_command_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    big = _pps(tmp_path, "pipeline ranks=2 microbatches=20000\nuse 1f1b()\n", "big.pps")
-    assert run(capsys, "expand", str(big), "-o", str(tmp_path / "x.pps"))[0] == 1
-    code, _, err = run(capsys, "expand", "--max-steps", "80000", str(big), "-o", str(tmp_path / "full.pps"))
+def test_a_written_out_file_needs_the_same_max_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    big = _pps(tmp_path, "pipeline ranks=2 microbatches=20000\nuse 1f1b()\n", "big.pps")  # 80,000 steps
+    assert run(capsys, "expand", "--max-steps", "79999", str(big), "-o", str(tmp_path / "x.pps"))[0] == 1
+    code, _, err = run(capsys, "expand", str(big), "-o", str(tmp_path / "full.pps"))
     assert code == 0, err
+    # Its bytes buy it nothing: the rows are counted (all of them, to the end) as a generator is.
+    code, out, _ = run(capsys, "lint", "--max-steps", "50000", str(tmp_path / "full.pps"))
+    assert code == 1 and "the rows make 80,000 steps, more than the limit of 50,000" in out
     assert run(capsys, "lint", str(tmp_path / "full.pps"))[0] == 0
-    assert run(capsys, "expand", "--max-steps", "-3", str(big))[0] == 2
+
+
+def test_a_csv_past_the_limit_is_refused_with_its_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "big.csv"
+    f.write_text("\n".join(",".join(f"{r}{k}{m}" for m in range(251) for k in "FB") for r in (0, 1)) + "\n")
+    for command in ("lint", "show", "simulate"):
+        code, out, err = run(capsys, command, "--max-steps", "1000", str(f))
+        assert code == 1, err
+        assert f"{f}:1:1: error[PPS015]: the file holds 1,004 actions, more than the limit of 1,000" in out + err
 
 
 def test_the_limits_example_in_language_md(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -240,7 +319,7 @@ def test_the_limits_example_in_language_md(tmp_path: Path, monkeypatch: pytest.M
     from conftest import ROOT
 
     page = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
-    block = re.search(r"```console\n(\$ ppdsl lint big\.pps\n.*?)```", page, flags=re.S)
+    block = re.search(r"```console\n(\$ ppdsl lint --max-steps 100000 big\.pps\n.*?)```", page, flags=re.S)
     assert block
     source = re.search(r"where `big.pps` is `(.*?)` and `(.*?)`", page)
     assert source
@@ -261,36 +340,10 @@ def test_the_public_parse_applies_every_bound() -> None:
     with pytest.raises(ppdsl.PpsError) as info:
         ppdsl.parse("pipeline ranks=2 microbatches=2048 stages=2048 placement=loop\nrank 0: 0F2047\n")
     assert info.value.diagnostics[0].code == "PPS015"
-    # max_steps: a small text asks for a bounded number of steps.
+    # DEFAULT_MAX_STEPS, or steps_limit.
     with pytest.raises(ppdsl.PpsError) as info:
-        ppdsl.parse("pipeline ranks=64 microbatches=1024\nuse 1f1b()\n")
-    assert info.value.diagnostics[0].code == "PPS015"
-    assert ppdsl.parse("pipeline ranks=64 microbatches=1024\nuse 1f1b()\n",
-                       steps_limit=limits.MAX_ACTIONS).action_count == 131_072
-
-
-def test_max_steps_is_the_larger_of_the_bound_and_the_bytes() -> None:
-    assert limits.max_steps(0) == limits.MAX_EXPANDED_ACTIONS
-    assert limits.max_steps(10 * 2**20) == 10 * 2**20 // limits.BYTES_PER_STEP
-    assert limits.max_steps(limits.MAX_FILE_BYTES) == limits.MAX_ACTIONS
-
-
-@pytest.mark.slow
-def test_a_picture_of_too_many_steps_is_refused_before_it_is_drawn(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    # Found by scripts/fuzz.py: `show` of a 900 KB CSV of 192,000 actions took 6.7 s of CPU.
-    from ppdsl.cli.show_cmd import MAX_PICTURE_STEPS
-
-    assert MAX_PICTURE_STEPS == limits.MAX_EXPANDED_ACTIONS
-    f = tmp_path / "big.csv"
-    microbatches = MAX_PICTURE_STEPS // 4 + 1  # 2 ranks x (F, B) each: just past the bound
-    f.write_text("\n".join(",".join(f"{r}{k}{m}" for m in range(microbatches) for k in "FB") for r in (0, 1)) + "\n")
-    for extra in ([], ["--svg", str(tmp_path / "o.svg")], ["--html", str(tmp_path / "o.html")]):
-        start = time.process_time()
-        code, out, err = run(capsys, "show", str(f), "--no-color", *extra)
-        assert code == 2, err
-        assert f"{2 * 2 * microbatches:,} actions are too many for a picture (at most 65,536)" in err
-        assert time.process_time() - start < 5
-    assert not (tmp_path / "o.svg").exists()
-    code, _, err = run(capsys, "show", str(f), "--trace", str(tmp_path / "o.json"))
-    assert (tmp_path / "o.json").stat().st_size > 0, err
+        ppdsl.parse("pipeline ranks=64 microbatches=16384\nuse 1f1b()\n")
+    assert info.value.diagnostics[0].message == "`1f1b` makes 2,097,152 steps, more than the limit of 500,000"
+    assert ppdsl.parse("pipeline ranks=64 microbatches=1024\nuse 1f1b()\n").action_count == 131_072
+    with pytest.raises(ppdsl.PpsError):
+        ppdsl.parse("pipeline ranks=64 microbatches=1024\nuse 1f1b()\n", steps_limit=131_071)

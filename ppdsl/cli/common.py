@@ -15,7 +15,7 @@ from attrs import evolve
 
 from ..diagnostics import Diagnostic, UsageError, render_text
 from ..english import plural
-from ..limits import MAX_MEMORY
+from ..limits import DEFAULT_MAX_LOWERED_STEPS, DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_MEMORY
 from ..load import read_bytes
 
 def _source_lines(path: str) -> list[str]:
@@ -140,6 +140,15 @@ def number(low: float, high: float, low_inclusive: bool = False) -> Callable[[st
         return value
 
     return convert
+
+
+def add_max_steps(p: argparse.ArgumentParser, default: int = DEFAULT_MAX_STEPS, lowered: str = "") -> None:
+    """`--max-steps N`: every command that reads a schedule takes it (limits.DEFAULT_MAX_STEPS);
+    unset it is None, and the command's default applies (`lowered`: when that one differs)."""
+    also = f"; {DEFAULT_MAX_LOWERED_STEPS:,} {lowered}" if lowered else ""
+    p.add_argument("--max-steps", type=whole_number(1, MAX_ACTIONS), metavar="N",
+                   help=f"read a program of up to N steps, generated or written out (default {default:,}{also}: "
+                        f"a few seconds of this command; at most {MAX_ACTIONS:,})")
 
 
 positive_number = number(0, MAX_MEMORY)  # --max-memory: only compared, so only finite matters

@@ -14,13 +14,14 @@ from ..formats.torch_csv import write_csv
 from ..ir import Program
 from ..load import format_of, load_program
 from ..syntax.printer import print_program
-from .common import fold_alike, print_diagnostics, refuse_overwriting, write_output
+from .common import add_max_steps, fold_alike, print_diagnostics, refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", metavar="IN", help=".pps or .csv")
     p.add_argument("output", metavar="OUT", help=".pps or .csv ('-' for stdout, with --to)")
     p.add_argument("--dialect", choices=("current", "legacy"), help="dialect of a CSV input (default: detected)")
+    add_max_steps(p)
     p.add_argument("--write-dialect", choices=("current", "legacy"), default="current",
                    help="dialect of a CSV output (default: current)")
     p.add_argument("--to", choices=("pps", "csv"), help="output format when OUT has no telling extension")
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if target is None:
         raise UsageError("writing to stdout needs --to pps or --to csv")
     refuse_overwriting(args.input, args.output)
-    program = load_program(args.input, dialect=args.dialect)
+    program = load_program(args.input, dialect=args.dialect, steps_limit=args.max_steps)
     if target == "csv":
         text, warnings = write_csv(program, args.write_dialect)
     else:

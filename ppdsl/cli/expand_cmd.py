@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 
 from ..diagnostics import UsageError
-from ..limits import MAX_ACTIONS, MAX_EXPANDED_ACTIONS
+from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import load_program
 from ..syntax.printer import print_program
-from .common import refuse_overwriting, whole_number, write_output
+from .common import add_max_steps, refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,14 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fuse", action="store_true", help="with --comms: batch adjacent sends and receives of a rank")
     p.add_argument("--comm-model", choices=("rendezvous", "grouped", "buffered"), default="rendezvous",
                    help="with --fuse: the model the batches must stay deadlock-free under")
-    p.add_argument("--max-steps", type=whole_number(1, MAX_ACTIONS), metavar="N",
-                   help=f"let a generator or ranges make up to N steps (default {MAX_EXPANDED_ACTIONS:,}, "
-                        "or one per 2 bytes of the file): the written-out output reads back in any command")
+    add_max_steps(p, lowered="with --comms")
 
 
 def run(args: argparse.Namespace) -> int:
     refuse_overwriting(args.file, args.output)
-    program = load_program(args.file, dialect=args.dialect, steps_limit=args.max_steps)
+    default = DEFAULT_MAX_LOWERED_STEPS if args.comms else None
+    program = load_program(args.file, dialect=args.dialect, steps_limit=args.max_steps or default)
     if args.fuse and not args.comms:
         raise UsageError("--fuse needs --comms")
     if args.comms:

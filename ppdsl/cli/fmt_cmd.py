@@ -14,13 +14,14 @@ from pathlib import Path
 
 from ..diagnostics import PpsError, UsageError
 from ..load import format_of, read_text
-from .common import print_diagnostics, write_output
+from .common import add_max_steps, print_diagnostics, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help=".pps files to format ('-' reads stdin, writes stdout)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any file would change")
     p.add_argument("--diff", action="store_true", help="print a unified diff instead of writing")
+    add_max_steps(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         try:
             text = read_text(path)
-            formatted = format_text(text, path)
+            formatted = format_text(text, path, args.max_steps)
         except PpsError as exc:
             print_diagnostics(exc.diagnostics)
             status = max(status, 1)

@@ -21,7 +21,7 @@ from ..english import plural
 from ..explain import explain, unknown_code
 from ..load import load_program
 from ..semantics import MODELS
-from .common import positive_number, print_diagnostics, whole_number
+from .common import add_max_steps, positive_number, print_diagnostics, whole_number
 
 DEFAULT_MAX_ERRORS = 50
 
@@ -37,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-errors", type=whole_number(0), metavar="N",
                    help=f"show at most N diagnostics per file, then a count of the rest "
                         f"(default {DEFAULT_MAX_ERRORS} for text, all for json; 0: all)")
+    add_max_steps(p)
     p.add_argument("--explain", metavar="CODE", help="print what a diagnostic code (any PPSnnn, any case) means and how to fix it")
 
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
         try:
-            found = check(load_program(path), args.comm_model, args.max_memory)
+            found = check(load_program(path, steps_limit=args.max_steps), args.comm_model, args.max_memory)
         except PpsError as exc:
             found = list(exc.diagnostics)
         except UsageError as exc:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import UsageError
 from ..english import plural
-from ..limits import MAX_COST, MAX_SECONDS, MAX_STEPS
+from ..limits import DEFAULT_MAX_LOWERED_STEPS, MAX_COST, MAX_SECONDS, MAX_STEPS
 from ..runtime.framework import FRAMEWORKS, PADDLE
-from .common import number, whole_number
+from .common import add_max_steps, number, whole_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Program
@@ -60,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "deferring the Linear layers' weight gradients to W")
     p.add_argument("--threads", type=int, metavar="N",
                    help="intra-op threads per local rank (default: cores / ranks, at least 1)")
+    add_max_steps(p, DEFAULT_MAX_LOWERED_STEPS)
     p.add_argument("--logs", metavar="DIR", help="keep each rank's log in DIR")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
@@ -69,7 +70,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
 
 
-def _programs(files: list[str], model: CommModel) -> list[Program]:
+def _programs(files: list[str], model: CommModel, steps_limit: int | None = None) -> list[Program]:
     """Each file loaded, linted under `model`, lowered and compiled for every rank."""
     from ..load import load_program
     from ..runtime.plan import compile_rank
@@ -77,7 +78,7 @@ def _programs(files: list[str], model: CommModel) -> list[Program]:
 
     programs: list[Program] = []
     for file in files:
-        program = load_program(file)
+        program = load_program(file, steps_limit=steps_limit)
         program = prepare(program, model)
         for rank in range(program.ranks):
             compile_rank(program, rank)
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             model = comm_model_of(backend_from_env(args.framework))
         else:
             model = CommModel.RENDEZVOUS  # local processes talk over gloo
-        programs = _programs(args.file, model)
+        programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
         if not distributed:
             _warn_oversubscription(programs[0].ranks, args.threads)
         from ..runtime.models import check_contract, check_forms

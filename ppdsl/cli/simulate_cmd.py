@@ -15,12 +15,13 @@ from ..costs import CostError, resolve
 from ..diagnostics import Diagnostic, PpsError, UsageError
 from ..english import plural
 from ..ir import Program
-from ..load import load_program
+from ..limits import DEFAULT_MAX_LOWERED_STEPS
+from ..load import check_steps, load_program
 from ..lower import needs_lowering
 from ..semantics import CommModel
 from ..simulate import (Simulation, applying_to, simulate, stuck_diagnostic, stuck_summary, wait_text,
                         waiting_forever)
-from .common import SHOWN_DIAGNOSTICS, print_diagnostics, refuse_overwriting, write_output
+from .common import SHOWN_DIAGNOSTICS, add_max_steps, print_diagnostics, refuse_overwriting, write_output
 
 MODELS = tuple(m.value for m in CommModel)
 # How many ranks' waits the report of a stuck schedule lists (JSON has them all).
@@ -40,6 +41,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help=".pps or .csv schedules (two or more: compared)")
     add_common(p)
+    add_max_steps(p, lowered="with a profile's measured messages")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.add_argument("--critical-path", action="store_true", help="list every step of the critical path")
     p.add_argument("-o", "--output", metavar="OUT", help="write the report here instead of stdout")
@@ -48,21 +50,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def load_and_simulate(path: str, args: argparse.Namespace,
                       refuse: Callable[[Program], None] | None = None) -> Simulation:
     """Load one file and simulate it with the command line's costs and model."""
-    return simulate_file(path, args.costs, args.comm_model, args.dialect, refuse)
+    return simulate_file(path, args.costs, args.comm_model, args.dialect, refuse, args.max_steps)
 
 
 def simulate_file(path: str, costs_specs: list[str], comm_model: str, dialect: str | None = None,
-                  refuse: Callable[[Program], None] | None = None) -> Simulation:
+                  refuse: Callable[[Program], None] | None = None, steps_limit: int | None = None) -> Simulation:
     """The one simulation of a file `ppdsl simulate` prints (and `ppdsl run --profile` quotes).
 
     With measured message times (a runtime profile), a compute-only program is lowered first,
     as `ppdsl run` runs it: sends and receives then take time on both ranks, as measured.
     `refuse` sees the program before anything is simulated (and raises to stop there)."""
-    program: Program = load_program(path, dialect=dialect)
+    program: Program = load_program(path, dialect=dialect, steps_limit=steps_limit)
     if refuse is not None:
         refuse(program)
     costs = resolve(program, costs_specs)
     lowered = costs.measured_comm and needs_lowering(program)
+    if lowered and steps_limit is None:
+        check_steps(program, path, DEFAULT_MAX_LOWERED_STEPS, "lowered first (the profile measured messages), it holds")
     if lowered:
         from ..check import lower_checked
 

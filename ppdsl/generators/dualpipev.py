@@ -102,11 +102,25 @@ def build(ranks: int, microbatches: int, args: Mapping[str, ArgValue]) -> Built:
     return Built(tuple(rank_row(r, ranks, microbatches) for r in range(ranks)), stages, v_shape(ranks, stages))
 
 
+def steps(ranks: int, microbatches: int, args: Mapping[str, ArgValue], inference: bool) -> int:
+    """What `build` makes, phase by phase summed over the ranks (an overlapped pair is one step):
+    9 steps per rank of phases 1, 3, 5 and 7 for each rank below it, 5 of phases 2, 6 and 8 for
+    it and each rank above, two per round of phase 4, and the last rank's unoverlapped pair."""
+    p, m = ranks, microbatches
+    if inference:
+        return 2 * p * m  # a forward per stage and microbatch
+    below = p * (p - 1) // 2  # sum over r of p - r - 1
+    upto = p * (p + 1) // 2  # sum over r of r + 1
+    rounds = max(0, p * (m - 2 * p) + upto)  # sum over r of m - 2p + r + 1 (never negative when m >= 2p)
+    return 9 * below + 5 * upto + 2 * rounds + (1 if m - p > 0 else 0)
+
+
 SPEC = GeneratorSpec(
     name="dualpipev",
     summary="DeepSeek's DualPipe cut in half: overlapped forward/backward pairs (aFm;bBn) on a V",
     placement="v, 2 stages per rank",
     build=build,
+    steps=steps,
     reference="DeepSeek-V3 Technical Report (2024) and deepseek-ai/DualPipe (DualPipeV); "
               "PyTorch ScheduleDualPipeV",
 )

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from ..ir import Action, Kind, Step
 from ..placement import loop
-from .registry import ArgValue, Built, GeneratorSpec
+from .registry import ArgValue, Built, GeneratorSpec, every_slot
 
 
 def build(ranks: int, microbatches: int, args: Mapping[str, ArgValue]) -> Built:
@@ -27,6 +27,7 @@ SPEC = GeneratorSpec(
     summary="all forwards, then all backwards",
     placement="loop, one stage per rank",
     build=build,
+    steps=every_slot(2),
     params=(),
     reference="Huang et al., GPipe (2019); Paddle ScheduleFThenB",
 )

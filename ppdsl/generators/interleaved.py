@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from ..ir import Kind, Step, make_action
 from ..placement import loop
-from .registry import ArgValue, Built, GeneratorSpec, Param, require
+from .registry import ArgValue, Built, GeneratorSpec, Param, every_slot, require
 
 
 def rounds_of(ranks: int, microbatches: int) -> tuple[int, int]:
@@ -79,6 +79,7 @@ SPEC = GeneratorSpec(
     summary="Megatron's interleaved 1F1B with `virtual` stages per rank (Paddle ScheduleVPP)",
     placement="loop, `virtual` stages per rank",
     build=build,
+    steps=every_slot(2, virtual="virtual"),
     params=(Param("virtual", int, 2, "model chunks (stages) per rank", minimum=1),),
     reference="Narayanan et al., Efficient Large-Scale Language Model Training (2021), sec. 2.2; "
               "Paddle ScheduleVPP (paddle/distributed/auto_parallel/pipelining/schedules.py)",

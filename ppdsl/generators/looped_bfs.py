@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from ..ir import Kind, Step, make_action
 from ..placement import loop
-from .registry import ArgValue, Built, GeneratorSpec, Param
+from .registry import ArgValue, Built, GeneratorSpec, Param, every_slot
 
 
 def rank_row(rank: int, ranks: int, microbatches: int, virtual: int) -> tuple[Step, ...]:
@@ -36,6 +36,7 @@ SPEC = GeneratorSpec(
     summary="breadth-first over the `virtual` local stages of each rank",
     placement="loop, `virtual` stages per rank",
     build=build,
+    steps=every_slot(2, virtual="virtual"),
     params=(Param("virtual", int, 2, "stages per rank", minimum=1),),
     reference="Lamy-Poirier, Breadth-First Pipeline Parallelism (MLSys 2023); PyTorch ScheduleLoopedBFS",
 )

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from ..ir import Action, Kind, Step
 from ..placement import loop
-from .registry import ArgValue, Built, GeneratorSpec
+from .registry import ArgValue, Built, GeneratorSpec, every_slot
 
 
 def rank_row(rank: int, ranks: int, microbatches: int) -> tuple[Step, ...]:
@@ -33,5 +33,6 @@ SPEC = GeneratorSpec(
     summary="warm-up, one forward one backward, cool-down",
     placement="loop, one stage per rank",
     build=build,
+    steps=every_slot(2),
     reference="Narayanan et al., Efficient Large-Scale Language Model Training (2021); Paddle Schedule1F1B",
 )

@@ -2,7 +2,8 @@
 
 A generator is a small module that exposes `SPEC`, a `GeneratorSpec`. Its `build` receives the
 header's ranks and microbatches plus already type-checked arguments (defaults filled in) and
-returns compute-only rows. Constraint violations are raised as `GeneratorError` naming the
+returns compute-only rows; its `steps` says how many steps those rows hold, exactly, without
+building them (the parser refuses a program past its limit before it exists). Constraint violations are raised as `GeneratorError` naming the
 argument, so the parser can point at it.
 """
 
@@ -47,6 +48,21 @@ class Built:
 
 
 Build = Callable[[int, int, Mapping[str, ArgValue]], Built]
+# (ranks, microbatches, checked arguments, inference) -> the steps `build` makes, counted in
+# O(ranks) at most: never sized by anything.
+Count = Callable[[int, int, Mapping[str, ArgValue], bool], int]
+
+
+def every_slot(per_slot: int, stages_per_rank: int = 1, virtual: str | None = None) -> Count:
+    """The count of a generator that gives every (stage, microbatch) `per_slot` actions in
+    training (F and B: 2; F, I and W: 3) and one forward in inference, on `stages_per_rank`
+    stages a rank, or as many as its argument `virtual` says."""
+
+    def count(ranks: int, microbatches: int, args: Mapping[str, ArgValue], inference: bool) -> int:
+        stages = ranks * (int(args[virtual]) if virtual is not None else stages_per_rank)
+        return stages * microbatches * (1 if inference else per_slot)
+
+    return count
 
 
 @frozen
@@ -55,6 +71,8 @@ class GeneratorSpec:
     summary: str
     placement: str
     build: Build
+    # None: counted only once built (the search, which has a bound of its own).
+    steps: Count | None
     params: tuple[Param, ...] = ()
     aliases: tuple[str, ...] = ()
     reference: str = ""
@@ -130,6 +148,14 @@ def expand(name: str, ranks: int, microbatches: int, args: Mapping[str, object],
     if inference:
         built = Built(tuple(forwards_only(row) for row in built.rows), built.stages, built.placement)
     return built
+
+
+def count(name: str, ranks: int, microbatches: int, args: Mapping[str, object], inference: bool = False) -> int | None:
+    """The steps `expand` would make, without making them (None where only building tells);
+    raises GeneratorError as `expand` does for an unknown generator or a bad argument."""
+    spec = lookup(name)
+    values = check_arguments(spec, args)
+    return None if spec.steps is None else spec.steps(ranks, microbatches, values, inference)
 
 
 def forwards_only(row: tuple[Step, ...]) -> tuple[Step, ...]:

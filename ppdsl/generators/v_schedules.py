@@ -29,7 +29,7 @@ from ..memory import peak_memory
 from ..placement import v_shape
 from ..semantics import Timing, execute
 from . import greedy
-from .registry import ArgValue, Built, GeneratorSpec
+from .registry import ArgValue, Built, GeneratorSpec, every_slot
 
 # The squeeze tries each earlier free slot of a warm-up or cool-down action and prices the
 # rank's whole grid each time: work that grows with ranks x slots x grid. Past this many grid
@@ -211,6 +211,7 @@ SPECS = (
         summary="V schedule with about half of 1F1B's activation memory",
         placement="v, 2 stages per rank",
         build=_builder(half_block, half_budget),
+        steps=every_slot(3, stages_per_rank=2),
         reference=REFERENCE,
     ),
     GeneratorSpec(
@@ -218,6 +219,7 @@ SPECS = (
         summary="V schedule with about a third of 1F1B's activation memory",
         placement="v, 2 stages per rank",
         build=_builder(min_block, min_budget),
+        steps=every_slot(3, stages_per_rank=2),
         reference=REFERENCE,
     ),
 )

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from ..ir import Kind, Step, make_action
 from ..placement import v_shape
-from .registry import ArgValue, Built, GeneratorSpec
+from .registry import ArgValue, Built, GeneratorSpec, every_slot
 
 
 def rank_row(rank: int, ranks: int, microbatches: int) -> tuple[Step, ...]:
@@ -101,6 +101,7 @@ SPEC = GeneratorSpec(
     summary="zero-bubble V schedule: split backward, 2 stages per rank in a V, 1F1B's memory",
     placement="v, 2 stages per rank",
     build=build,
+    steps=every_slot(3, stages_per_rank=2),
     reference="Qi et al., Zero Bubble Pipeline Parallelism (ICLR 2024), sec. 6 (ZB-V); "
               "PyTorch ScheduleZBVZeroBubble",
 )

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from ..ir import Kind, Step, make_action
 from ..placement import loop
 from . import greedy
-from .registry import ArgValue, Built, GeneratorSpec
+from .registry import ArgValue, Built, GeneratorSpec, every_slot
 
 
 def zb1p_row(rank: int, ranks: int, microbatches: int) -> tuple[Step, ...]:
@@ -60,6 +60,7 @@ SPECS = (
         summary="zero bubble H1: backward split into I and W, W deferred, 1F1B's peak memory",
         placement="loop, one stage per rank",
         build=build_zb1p,
+        steps=every_slot(3),
         reference=REFERENCE,
     ),
     GeneratorSpec(
@@ -67,6 +68,7 @@ SPECS = (
         summary="zero bubble H2: 2p activations in flight, no idle step inside a rank when F=I=W",
         placement="loop, one stage per rank",
         build=build_zb2p,
+        steps=every_slot(3),
         reference=REFERENCE,
     ),
 )

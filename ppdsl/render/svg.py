@@ -53,7 +53,7 @@ def render_svg(sim: Simulation, timeline: Timeline, title: str, width: int = 120
     left, right_margin = 64, 16
     top = 68
     plot_w = max(200, width - left - right_margin)
-    end = timeline.end if timeline.end > 0 else 1.0
+    end = timeline.end - timeline.origin if timeline.end > timeline.origin else 1.0  # the width of time drawn
     scale = plot_w / end
     plot_h = ranks * (lane + gap) - gap
     kinds = kinds_in(timeline)
@@ -81,21 +81,22 @@ def render_svg(sim: Simulation, timeline: Timeline, title: str, width: int = 120
         y = top + r * (lane + gap)
         out.append(f'<rect x="{left}" y="{y}" width="{plot_w:.1f}" height="{lane}" fill="#f4f4f4"/>')
         if lane >= 10 or r % max(1, ranks // 16) == 0:
-            out.append(f'<text x="{left - 8}" y="{y + lane / 2 + 4:.1f}" text-anchor="end">rank {r}</text>')
+            out.append(f'<text x="{left - 8}" y="{y + lane / 2 + 4:.1f}" text-anchor="end">rank {timeline.rank_of(r)}</text>')
     t = 0.0
     while t <= end + 1e-9:
         x = left + t * scale
         out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{top + plot_h + 4}" stroke="#dddddd" stroke-width="1"/>')
-        out.append(f'<text x="{x:.1f}" y="{top + plot_h + 18}" text-anchor="middle" fill="#555">{_num(t)}</text>')
+        out.append(f'<text x="{x:.1f}" y="{top + plot_h + 18}" text-anchor="middle" fill="#555">{_num(float(f"{timeline.origin + t:.6g}"))}</text>')
         t += step
-    mx = left + sim.makespan * scale
+    mx = left + min(max(sim.makespan - timeline.origin, 0.0), end) * scale
     out.append(f'<line x1="{mx:.1f}" y1="{top - 8}" x2="{mx:.1f}" y2="{top + plot_h + 6}" stroke="#333" '
                f'stroke-width="1.5" stroke-dasharray="4 3"/>')
     out.append(f'<text x="{mx:.1f}" y="{top - 10}" text-anchor="end" fill="#333" font-size="10">makespan '
                f'{_num(sim.makespan)}</text>')
     # The steps.
     for s in timeline.slots:
-        out.append(_slot(s, left, top, lane, gap, scale, chunks, interactive))
+        out.append(_slot(s, left - timeline.origin * scale, top, lane, gap, scale, chunks, interactive,
+                         timeline.rank_of(s.rank)))
     # Legend.
     x, y = left, legend_y
     for c in kinds:
@@ -129,7 +130,9 @@ def render_svg(sim: Simulation, timeline: Timeline, title: str, width: int = 120
     return "\n".join(out) + "\n"
 
 
-def _slot(s: Slot, left: float, top: float, lane: int, gap: int, scale: float, chunks: int, interactive: bool) -> str:
+def _slot(s: Slot, left: float, top: float, lane: int, gap: int, scale: float, chunks: int, interactive: bool,
+          rank: int) -> str:
+    """One step; `left` is where time 0 would be, `rank` the rank its lane draws."""
     x = left + s.start * scale
     w = max(s.duration * scale, 1.0)
     y = top + s.rank * (lane + gap)
@@ -142,7 +145,7 @@ def _slot(s: Slot, left: float, top: float, lane: int, gap: int, scale: float, c
         stroke, sw = RED, 2.5
         if s.status == "stuck":
             fill, text_fill = "#fde0e0", RED
-    tip = (f"rank {s.rank} step {s.step}: {s.text}\nstart {_num(s.start)}  end {_num(s.end)}  "
+    tip = (f"rank {rank} step {s.step}: {s.text}\nstart {_num(s.start)}  end {_num(s.end)}  "
            f"duration {_num(s.duration)}" + ("" if s.status == "ok" else f"\n{s.status.upper()}") +
            (f"\n{s.note}" if s.note else ""))
     attrs = ""

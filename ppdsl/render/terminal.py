@@ -67,23 +67,24 @@ def layout(sim: Simulation, timeline: Timeline, width: int, fill: str = " "
     # cells in all, or four per step in a larger schedule (costs 1e-9 and 1e12 in one
     # schedule): then a coarser quantum, and steps shorter than a cell are not drawn.
     cells = max(MAX_PICTURE_CELLS, 4 * len(timeline.slots))
-    quantum = max(min(durations), timeline.end * max(timeline.ranks, 1) / cells)
+    span = timeline.end - timeline.origin
+    quantum = max(min(durations), span * max(timeline.ranks, 1) / cells)
     full = max_chunks(sim) > 1
     texts = [_label(s, full) for s in timeline.slots]
     labels = [len(t) for t, s in zip(texts, timeline.slots) if s.duration >= quantum * 0.999]
     cell = min(max(labels, default=2) + 1, 12)
-    columns = max(1, math.ceil(timeline.end / quantum - 1e-9))
+    columns = max(1, math.ceil(span / quantum - 1e-9))
     lanes: list[list[tuple[str, Slot | None]]] = [[] for _ in range(timeline.ranks)]
     for s, text in zip(timeline.slots, texts):  # in step order per rank
         if s.duration <= 0:
             continue  # a free send/receive takes no room; the legend says so
         lane = lanes[s.rank]
-        c0 = int(s.start / quantum + 1e-9)
+        c0 = int((s.start - timeline.origin) / quantum + 1e-9)
         if c0 < len(lane):
             if s.duration < quantum * 0.999:
                 continue  # a step shorter than a cell never pushes the ones after it
             c0 = len(lane)  # rounding put two steps in one cell: keep both, in order
-        c1 = max(c0 + 1, int(round(s.end / quantum)))
+        c1 = max(c0 + 1, int(round((s.end - timeline.origin) / quantum)))
         lane.extend([(" " * cell, None)] * (c0 - len(lane)))
         span = (c1 - c0) * cell
         label = text[: span - 1]
@@ -95,34 +96,58 @@ def layout(sim: Simulation, timeline: Timeline, width: int, fill: str = " "
     return lanes, quantum, cell
 
 
-def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = None, colour: bool | None = None) -> str:
-    """The picture as text (with ANSI colours when `colour` and rich allow)."""
-    width = width or terminal_width()
-    rich = _rich()
-    use_colour = rich is not None and (colour if colour is not None else not os.environ.get("NO_COLOR"))
-    lanes, quantum, cell = layout(sim, timeline, width, " " if use_colour else PLAIN_FILL)
-    gutter = len(f"rank {timeline.ranks - 1} ") + 1
-    per_page = max(1, (width - gutter) // cell)
-    columns = len(lanes[0]) if lanes else 0
-    chunks = max_chunks(sim)
+# The steps past which the picture is the overview without trying the full one (which lays out
+# every step: seconds for a few hundred thousand).
+MAX_LAID_OUT = 50_000
+
+
+def heading(sim: Simulation, title: str) -> str:
+    """The picture's first line: its figures, or where a stuck schedule stops instead."""
     p = sim.program
     figures = f"makespan {_num(sim.makespan)}, bubble {100 * sim.bubble_ratio:.1f}%, " if sim.completed else ""
-    head = (f"{title}: {figures}{plural(p.ranks, 'rank')} x {plural(p.microbatches, 'microbatch')}, {sim.comm_model}"
+    return (f"{title}: {figures}{plural(p.ranks, 'rank')} x {plural(p.microbatches, 'microbatch')}, {sim.comm_model}"
             + ("" if sim.completed else f"  {stuck_summary(sim)}"))
-    out_lines: list[Any] = [head]
+
+
+def gutter_of(timeline: Timeline) -> int:
+    return max((len(f"rank {timeline.rank_of(r)} ") for r in range(timeline.ranks)), default=7) + 1
+
+
+def use_colour(colour: bool | None) -> bool:
+    return _rich() is not None and (colour if colour is not None else not os.environ.get("NO_COLOR"))
+
+
+def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = None, colour: bool | None = None,
+           max_lines: int | None = None) -> str | None:
+    """The picture as text (with ANSI colours when `colour` and rich allow): every step, in
+    pages; None when that takes more than `max_lines` lines (`overview` draws those)."""
+    width = width or terminal_width()
+    if max_lines is not None and len(timeline.slots) > MAX_LAID_OUT:
+        return None
+    rich = _rich()
+    coloured = use_colour(colour)
+    lanes, quantum, cell = layout(sim, timeline, width, " " if coloured else PLAIN_FILL)
+    gutter = gutter_of(timeline)
+    per_page = max(1, (width - gutter) // cell)
+    columns = len(lanes[0]) if lanes else 0
+    pages = math.ceil(columns / per_page)
+    if max_lines is not None and pages * (timeline.ranks + 2) + 4 > max_lines:
+        return None
+    chunks = max_chunks(sim)
+    out_lines: list[Any] = [heading(sim, title)]
     for page in range(0, columns, per_page):
         stop = min(columns, page + per_page)
         ruler = [" "] * ((stop - page) * cell)
         tick = max(1, math.ceil(8 / cell))
         for c in range(page, stop, tick):
-            mark = _num(c * quantum)
+            mark = _num(timeline.origin + c * quantum)
             pos = (c - page) * cell
             if pos + len(mark) <= len(ruler):
                 ruler[pos:pos + len(mark)] = list(mark)
         out_lines.append(" " * gutter + "".join(ruler).rstrip())
         for r, lane in enumerate(lanes):
-            name = f"rank {r}".ljust(gutter - 1) + "|"
-            if use_colour:
+            name = f"rank {timeline.rank_of(r)}".ljust(gutter - 1) + "|"
+            if coloured:
                 text = rich.text.Text(name)
                 for chunk, slot in lane[page:stop]:
                     text.append(chunk, style=_style(slot, chunks) if slot is not None else "")
@@ -133,7 +158,7 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
             out_lines.append("")
     legend = "  ".join(f"{_short_legend(c)}={CATEGORIES[c]}" for c in kinds_in(timeline))
     notes = [f"legend: {legend}; 1 cell = {plural(quantum, 'time unit', _num(quantum))}"]
-    if not use_colour and any(c1 - c0 > 1 for c0, c1 in _spans(lanes)):
+    if not coloured and any(c1 - c0 > 1 for c0, c1 in _spans(lanes)):
         notes[0] += f"; `{PLAIN_FILL}` continues the step before it"
     free = sum(s.duration <= 0 for s in timeline.slots if s.category in ("SEND", "RECV", "BATCH"))
     if free:
@@ -148,7 +173,15 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
         if len(timeline.problems) > MAX_PROBLEM_LINES:
             notes.append(f"  ... and {len(timeline.problems) - MAX_PROBLEM_LINES} more")
     out_lines.extend(notes)
-    if use_colour:
+    if max_lines is not None and len(out_lines) > max_lines:
+        return None
+    return to_text(out_lines, coloured)
+
+
+def to_text(out_lines: list[Any], coloured: bool) -> str:
+    """Lines of str or rich Text as the terminal gets them."""
+    if coloured:
+        rich = _rich()
         console = rich.console.Console(width=10**6, force_terminal=True, color_system="auto", no_color=False,
                                        highlight=False, soft_wrap=True, record=False, file=_Sink())
         with console.capture() as cap:

@@ -8,9 +8,9 @@ which never ran ("unreached"), and which a diagnostic points at ("error").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from ..costs import shares_of
 from ..diagnostics import Diagnostic
@@ -116,6 +116,30 @@ class Timeline:
     end: float  # the right edge: makespan, or beyond it when unreached steps are laid out
     makespan: float
     problems: tuple[str, ...]  # one line per stuck rank or diagnostic, for captions
+    # A crop (`crop`): the time at the left edge, and the rank each lane draws (lane i holds
+    # the slots whose `rank` is i); () is every rank from 0.
+    origin: float = 0.0
+    names: tuple[int, ...] = ()
+
+    def rank_of(self, lane: int) -> int:
+        return self.names[lane] if self.names else lane
+
+
+def crop(timeline: Timeline, ranks: Sequence[int] | None = None, start: float | None = None,
+         end: float | None = None) -> Timeline:
+    """The part of `timeline` on `ranks` (in that order) between `start` and `end`: its slots,
+    cut to the window, keep their steps and times; their `rank` is the lane that draws them."""
+    lane_of = {r: i for i, r in enumerate(ranks if ranks is not None else range(timeline.ranks))}
+    t0 = 0.0 if start is None else start
+    t1 = timeline.end if end is None else end
+
+    def inside(s: Slot) -> bool:  # overlaps the window (a step that takes no time: lies in it)
+        return s.end > t0 and s.start < t1 if s.end > s.start else t0 <= s.start <= t1
+
+    kept = [evolve(s, rank=lane_of[s.rank], start=max(s.start, t0), end=min(s.end, t1))
+            for s in timeline.slots if s.rank in lane_of and inside(s)]
+    return Timeline(len(lane_of), tuple(kept), t1, timeline.makespan, timeline.problems, t0,
+                    tuple(lane_of))
 
 
 def build(sim: Simulation, diagnostics: Iterable[Diagnostic] = ()) -> Timeline:

@@ -22,6 +22,7 @@ from attrs import frozen
 
 from ..diagnostics import PpsError, UsageError
 from ..english import plural
+from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import load_program
 from ..semantics import CommModel
 from . import models
@@ -39,6 +40,7 @@ class RunConfig:
 
     files: tuple[str, ...]
     steps: int = 5
+    max_steps: int | None = None  # the program's, as `--max-steps` (limits.DEFAULT_MAX_STEPS)
     model: str | None = None
     data: str | None = None
     loss: str | None = None
@@ -92,7 +94,7 @@ class Setup:
                 f"{d.path}:{d.line}:{d.column}: [{d.code}] {d.message}" for d in exc.diagnostics)
 
     def _build(self, cfg: RunConfig, file: str, rank: int, world: int, model: CommModel) -> None:
-        program = load_program(file)
+        program = load_program(file, steps_limit=cfg.max_steps)
         if program.ranks != world:
             raise SetupFailure(f"{file} is written for {plural(program.ranks, 'rank')} but {plural(world, 'process')} {'was' if world == 1 else 'were'} started")
         self.program = prepare(program, model)
@@ -265,7 +267,7 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
 def run_from_args(args: Any) -> int:
     if getattr(args, "threads", None) and "PPDSL_THREADS" not in os.environ:  # under Paddle's launcher
         os.environ["PPDSL_THREADS"] = str(args.threads)
-    cfg = RunConfig(files=tuple(args.file), steps=args.steps, model=args.model, data=args.data, loss=args.loss,
+    cfg = RunConfig(files=tuple(args.file), steps=args.steps, max_steps=getattr(args, "max_steps", None) or DEFAULT_MAX_LOWERED_STEPS, model=args.model, data=args.data, loss=args.loss,
                     optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
                     verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads,
                     split_backward=not args.no_split_backward, framework=getattr(args, "framework", PADDLE))

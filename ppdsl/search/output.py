@@ -12,7 +12,7 @@ from attrs import evolve
 
 from ..check import check
 from ..costs import CostModel
-from ..limits import MAX_EXPANDED_ACTIONS
+from ..limits import DEFAULT_MAX_STEPS
 from ..lower import lower
 from ..simulate import simulate
 from ..syntax.printer import print_program
@@ -68,9 +68,9 @@ def header_comment(found: Found, costs: CostModel) -> str:
 
 
 def to_text(found: Found, costs: CostModel) -> str:
-    # Ranges and zips ask for steps without bytes: past what a small file may ask for
-    # (limits.max_steps), one token a step, so that every command reads the output back.
-    compact = found.program.action_count <= MAX_EXPANDED_ACTIONS
+    # Ranges where every command reads them by default (limits.DEFAULT_MAX_STEPS); past that,
+    # one token a step.
+    compact = found.program.action_count <= DEFAULT_MAX_STEPS
     return print_program(found.program, header_comment(found, costs), compact=compact)
 
 

@@ -29,6 +29,7 @@ SPEC = GeneratorSpec(
     summary="the shortest schedule `ppdsl search` finds under a memory limit and the file's costs",
     placement="loop or v (shape=loop|v|auto)",
     build=_no_build,
+    steps=None,
     params=(Param("max_memory", float, 0.0, "peak activations per rank, in microbatches of a rank's share"),
             Param("shape", str, "auto", "loop (1 stage a rank), v (2) or auto (both)", choices=tuple(SHAPES))),
     reference="docs/search.md",

@@ -59,9 +59,10 @@ def _line_of(item: Tree[Token] | Token) -> int:
     return item.meta.line if isinstance(item, Tree) else (item.line or 1)
 
 
-def format_text(text: str, path: str = "<input>") -> str:
-    """The canonical form of `text`. Raises PpsError when the text does not parse."""
-    parse(text, path)  # full validation first: never rewrite a file into something else
+def format_text(text: str, path: str = "<input>", steps_limit: int | None = None) -> str:
+    """The canonical form of `text`. Raises PpsError when the text does not parse (within
+    `steps_limit` steps, as `parse`)."""
+    parse(text, path, steps_limit)  # full validation first: never rewrite a file into something else
     if not text.endswith("\n"):
         text += "\n"
     tree = lark_parser().parse(text)

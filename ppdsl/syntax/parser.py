@@ -28,7 +28,8 @@ from ..english import did_you_mean, plural
 from ..generators import registry
 from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, steps_from_codes
 from ..gcpause import no_gc
-from ..limits import MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS, MAX_STAGES, max_steps
+from ..limits import (DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS,
+                      MAX_STAGES, STEPS_PER_RANK, ranks_past, steps_help)
 from . import scan
 from .errors import lark_error_to_diagnostic, word_at
 from .grammar import lark_parser
@@ -117,15 +118,35 @@ class _Builder:
             width = (node.meta.end_column - col) if node.meta.end_line == line else 1
         return self.error(code, message, line, col, width, help, rank)
 
-    def too_many(self, what: str) -> str:
-        size = plural(len(self.text.encode("utf-8", "surrogatepass")), "byte")
-        return f"{what} than a file of {size} may ask for (at most {self.steps_limit:,})"
+    def too_many(self, node: Tree[Token] | Token, made: str, count: int, at_least: bool = False) -> _Fail:
+        """PPS015 at `node`: the program makes `count` steps, past the limit; the help gives the
+        `--max-steps` that takes them (or says that none does)."""
+        return _Fail(self.at(node, "PPS015", f"{made} {'at least ' if at_least else ''}{count:,} steps, more than "
+                                             f"the limit of {self.steps_limit:,}", help=steps_help(count)))
 
-    def past_the_limit(self) -> str:
-        if self.steps_limit >= MAX_ACTIONS:
-            return "split the schedule: use fewer ranks, microbatches or virtual stages"
-        return ("ask for fewer, or write the rows out (`ppdsl expand --max-steps N FILE -o FULL.pps`): "
-                "a written-out file may hold more (docs/language.md#limits)")
+    def steps_in(self, item: Tree[Token] | Token, bounds: scan.Bounds) -> int:
+        """The steps `item` makes, counted without making them (ScanError where it would fail)."""
+        if isinstance(item, Tree):  # zip
+            return sum(self.steps_in(tok, bounds) for tok in item.children)
+        real = self.real(item)
+        assert isinstance(real, Token)
+        if real.type == "ACTIONS":
+            return sum(scan.steps_in(word, bounds) for word in str(real).split())
+        if real.type == "OVERLAP":
+            return scan.steps_in(str(real)[1:].split(";")[0].strip(), bounds)
+        return 1 if real.type == "BATCH" else scan.steps_in(str(real), bounds)
+
+    def steps_after(self, rows: list[Tree[Token]], row: int, item: int, bounds: scan.Bounds) -> tuple[int, bool]:
+        """The steps the items after `rows[row].children[item]` make, and whether some could not
+        be counted (a malformed range: the parse stops at it, and the count is a lower bound)."""
+        total, short = 0, False
+        for r, tree in enumerate(rows[row:]):
+            for child in tree.children[item + 1 if r == 0 else 1:]:
+                try:
+                    total += self.steps_in(child, bounds)
+                except scan.ScanError:
+                    short = True
+        return total, short
 
     # -- statements ------------------------------------------------------------------------
     def options(self, node: Tree[Token], allowed: dict[str, str] | None, what: str) -> tuple[dict[str, Value], dict[str, Span]]:
@@ -362,6 +383,10 @@ class _Builder:
         microbatches = self.int_option(values, spans, "microbatches", 1, MAX_MICROBATCHES)
         stages = self.int_option(values, spans, "stages", 1, MAX_STAGES)
         assert ranks is not None and microbatches is not None
+        too_many_ranks = ranks_past(ranks, self.steps_limit)
+        if too_many_ranks is not None:
+            raise _Fail(self.at_span(spans["ranks"], "PPS015", too_many_ranks,
+                                     help=steps_help(STEPS_PER_RANK * ranks)))
         mode = values.get("mode", "train")
         if mode not in ("train", "inference"):
             raise _Fail(self.at_span(spans["mode"], "PPS012", f"`mode` is train or inference, not `{mode}`"))
@@ -445,7 +470,7 @@ class _Builder:
         spans: list[Span | None] = [None] * ranks
         texts: list[str | None] = [None] * ranks
         total = 0
-        for row in rows:
+        for row_index, row in enumerate(rows):
             rank_tok = row.children[0]
             assert isinstance(rank_tok, Token)
             rank = scan.number(str(rank_tok))
@@ -462,12 +487,14 @@ class _Builder:
             steps: list[Step] = []
             pos: list[Segment] = []
             self.known = ([], [])
-            for item in row.children[1:]:
+            for item_index, item in enumerate(row.children[1:], 1):
                 self.item(item, bounds, steps, pos)
-                # Checked per item, not per row: one row of ranges can ask for any number of steps.
-                if total + len(steps) + (len(self.known[0]) if self.known else 0) > self.steps_limit:
-                    raise _Fail(self.at(self.real(item), "PPS015", self.too_many("more steps"),
-                                        help=self.past_the_limit()))
+                # Checked per item, not per row: one row of ranges can ask for any number of
+                # steps. Past the limit the rest is counted, not made, for the exact count.
+                so_far = total + len(steps) + (len(self.known[0]) if self.known else 0)
+                if so_far > self.steps_limit:
+                    rest, short = self.steps_after(rows, row_index, item_index, bounds)
+                    raise self.too_many(self.real(item), "the rows make", so_far + rest, short)
             if self.known is not None:  # plain runs only: kept as integers, no steps made
                 total += len(self.known[0])
                 read[rank] = self.known
@@ -609,8 +636,7 @@ class _Builder:
                 self.note(self.error(err.code, err.message, tok.line or line, col + err.offset, err.width, err.help))
                 return
             if sum(len(items) for _, _, items in members) > self.steps_limit:
-                raise _Fail(self.at(tok, "PPS015", self.too_many("a zip of more steps"),
-                                    help=self.past_the_limit()))
+                raise self.too_many(tok, "the zip makes", self.steps_in(node, bounds))
         try:
             scan.zip_lengths(members)
         except scan.ScanError as err:
@@ -642,6 +668,12 @@ class _Builder:
         # A stage found on several rows is left on its first rank; the checker reports the rest.
         return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages)), stages
 
+    def generator_error(self, err: registry.GeneratorError, name_tok: Token, arg_spans: dict[str, Span]) -> _Fail:
+        """A generator's problem, under the argument it names (else under the generator's name)."""
+        if err.argument is not None and err.argument in arg_spans:
+            return _Fail(self.at_span(arg_spans[err.argument], err.code, err.message, err.help))
+        return _Fail(self.at(name_tok, err.code, err.message, err.help))
+
     def generate(self, use: Tree[Token], ranks: int, microbatches: int, stages: int | None,
                  explicit: tuple[int, ...] | None, header_spans: dict[str, Span], inference: bool,
                  placement_name: str | None, costs: tuple[tuple[str, float], ...] = ()
@@ -649,20 +681,14 @@ class _Builder:
         name_tok = use.children[0]
         assert isinstance(name_tok, Token)
         args, arg_spans = self.options(use, None, "generator")
-        # A generator writes at most 6 actions per rank and microbatch (two stages a rank in a
-        # V, each F, I and W), and its whole-number arguments (virtual stages, chunks) multiply
-        # that: refuse before building rather than run for hours. (An upper bound: with 2, a V
-        # schedule made three times MAX_ACTIONS.)
-        factors = [v for v in args.values() if isinstance(v, int) and v > 1]
-        estimate = ranks * microbatches * GENERATED_PER_RANK_AND_MICROBATCH
-        for v in factors:
-            estimate *= v
-        # Built only when it may fit (a generator makes at least a third of the estimate in
-        # training), and counted exactly after.
-        if estimate > min(MAX_ACTIONS, 3 * self.steps_limit):
-            shown = " x ".join([f"ranks={ranks}", f"microbatches={microbatches}", *(str(v) for v in factors)])
-            raise _Fail(self.at(use, "PPS015", self.too_many(f"{shown} makes up to {estimate:,} steps, more"),
-                                help=self.past_the_limit()))
+        try:
+            # Counted exactly before it is built: past the limit, nothing is made.
+            count = None if str(name_tok) == "search" else registry.count(str(name_tok), ranks, microbatches,
+                                                                           dict(args), inference)
+        except registry.GeneratorError as err:
+            raise self.generator_error(err, name_tok, arg_spans) from None
+        if count is not None and count > self.steps_limit:
+            raise self.too_many(use, f"`{name_tok}` makes", count)
         try:
             if str(name_tok) == "search":
                 # The search is a pass, not a registered generator: it reads the file's costs.
@@ -675,9 +701,7 @@ class _Builder:
             else:
                 built = registry.expand(str(name_tok), ranks, microbatches, dict(args), inference)
         except registry.GeneratorError as err:
-            if err.argument is not None and err.argument in arg_spans:
-                raise _Fail(self.at_span(arg_spans[err.argument], err.code, err.message, err.help)) from None
-            raise _Fail(self.at(name_tok, err.code, err.message, err.help)) from None
+            raise self.generator_error(err, name_tok, arg_spans) from None
         if "stages" in header_spans and stages != built.stages:
             raise _Fail(self.at_span(header_spans["stages"], "PPS011",
                                      f"`{name_tok}` makes {plural(built.stages, 'stage')} but the header says stages={stages}"))
@@ -692,14 +716,11 @@ class _Builder:
                                      help="drop `placement=` (the generator places its stages), "
                                           "or use a generator that makes this shape"))
         made = sum(map(len, built.rows))
-        if made > self.steps_limit:
-            raise _Fail(self.at(use, "PPS015", self.too_many(f"`{name_tok}` makes {made:,} steps, more"),
-                                help=self.past_the_limit()))
+        if made > self.steps_limit:  # the search: counted once found
+            raise self.too_many(use, f"`{name_tok}` makes", made)
         generated = Generated(registry.canonical_name(str(name_tok)), tuple(sorted(args.items())))  # type: ignore[arg-type]
         return built.rows, built.stages, built.placement, generated
 
-
-GENERATED_PER_RANK_AND_MICROBATCH = 6
 
 # The start of a row's line (as `rank INT ":"` lexes; other spellings are left to Lark), and
 # what a run set aside is replaced with: one ACTIONS word.
@@ -745,15 +766,15 @@ def _line_starts(text: str, word: str) -> Iterator[int]:
 def parse(text: str, path: str = "<input>", steps_limit: int | None = None, whole_runs: bool = True) -> Program:
     """Parse `.pps` text. Raises `PpsError` with located diagnostics on any problem.
 
-    The program may have at most `steps_limit` steps (default: what a text of this size may
-    ask for, `limits.max_steps`; at most `limits.MAX_ACTIONS`). `whole_runs=False` reads every
-    run through Lark and word by word, never whole (`scan.PlainRuns`): the same program and
-    the same diagnostics, slower; the tests compare the two."""
+    The program may have at most `steps_limit` steps (default `limits.DEFAULT_MAX_STEPS`; at most
+    `limits.MAX_ACTIONS`). `whole_runs=False` reads every run through Lark and word by word, never
+    whole (`scan.PlainRuns`): the same program and the same diagnostics, slower; the tests
+    compare the two."""
     # Editors on Windows may start a file with a byte-order mark; columns count from after it.
     text = text.removeprefix("\ufeff")
     if not text.endswith("\n"):
         text += "\n"
-    limit = max_steps(len(text.encode("utf-8", "surrogatepass"))) if steps_limit is None else min(steps_limit, MAX_ACTIONS)
+    limit = min(DEFAULT_MAX_STEPS if steps_limit is None else steps_limit, MAX_ACTIONS)
     builder = _Builder(text, path, limit, whole_runs)
     # Hundreds of thousands of small immutable objects: generational GC would rescan them all
     # several times over for nothing.

@@ -477,6 +477,18 @@ def expand_ranged(word: str, offset: int, bounds: Bounds) -> list[Action]:
     return [make_action(stages, kind, micros)]
 
 
+def steps_in(word: str, bounds: Bounds) -> int:
+    """How many steps `expand_word` makes of `word`, without making them: the length of its
+    range (ScanError where the range is malformed or out of bounds)."""
+    m = _PART_RE.match(word) if "{" in word else None
+    if m is None:
+        return 1
+    parts = [_range(m.group(1), word, 0, bounds[0], "stage")]
+    if m.group(3) is not None:
+        parts.append(_range(m.group(3), word, 0, bounds[1], "microbatch"))
+    return max((len(r) for r in parts if isinstance(r, range)), default=1)
+
+
 def expand_word(word: str, offset: int, bounds: Bounds) -> list[Action]:
     return expand_ranged(word, offset, bounds) if "{" in word else [parse_word(word, offset, bounds)]
 

@@ -40,7 +40,7 @@ SCHEDULES = ROOT / "schedules"
 SLOW_SECONDS = 5.0          # CPU seconds on an input under 1 MB (issue 14)
 WALL_SECONDS = 60.0         # a worker past this is killed: a hang (the machine may be loaded)
 MEMORY_BYTES = 3 * 2**30    # address space of a worker
-# A small file may ask for only so many steps (limits.max_steps), so every slow input is a
+# A program has only so many steps unless a flag says more (limits.DEFAULT_MAX_STEPS), so every slow input is a
 # defect; its program's size is reported with it.
 MAX_INPUT = 900_000  # bytes: the time rule is for inputs under 1 MB
 

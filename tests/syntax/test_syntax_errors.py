@@ -79,7 +79,8 @@ CASES = [
     ("PPS014", H + "rank 0: <0SEND_F7>\n", 2, 10),
     ("PPS015", "pipeline ranks=100000 microbatches=4\n", 1, 10),
     ("PPS015", "pipeline ranks=2 microbatches=2000000\n", 1, 18),
-    ("PPS015", "pipeline ranks=60000 microbatches=1000000\nuse gpipe()\n", 2, 1),
+    ("PPS015", "pipeline ranks=600 microbatches=1000000\nuse gpipe()\n", 2, 1),
+    ("PPS015", "pipeline ranks=60000 microbatches=1\nuse gpipe()\n", 1, 10),  # 16 steps a rank
     ("PPS015", "pipeline ranks=64 microbatches=1024\nuse interleaved_1f1b(virtual=100000)\n", 2, 1),
     ("PPS016", "pipeline ranks=2 microbatches=1 stages=4\nrank 0: 0F0\nrank 1: 1F0\n", 1, 33),
     ("PPS016", "pipeline ranks=2 microbatches=1\nrank 0: 0F0\nrank 1: 2F0\n", 1, 10),
@@ -146,14 +147,18 @@ def test_billion_element_range_is_refused_fast_without_allocating(token: str) ->
     assert peak < 5 * 2**20, f"peak {peak / 2**20:.1f} MiB"
 
 
-def test_too_many_steps_in_one_row_is_refused_while_reading_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ppdsl.syntax import parser as parser_mod
+def test_too_many_steps_in_one_row_is_refused_while_reading_it() -> None:
+    def first(text: str) -> Diagnostic:
+        with pytest.raises(PpsError) as info:
+            parse(text, "bad.pps", steps_limit=1000)
+        return info.value.diagnostics[0]
 
-    monkeypatch.setattr(parser_mod, "max_steps", lambda size: 1000)
-    d = first_error("pipeline ranks=1 microbatches=600\nrank 0: 0F{0..599} 0B{0..599} 0F0\n")
+    d = first("pipeline ranks=1 microbatches=600\nrank 0: 0F{0..599} 0B{0..599} 0F0\n")
     assert (d.code, d.line, d.column) == ("PPS015", 2, 20)
-    d = first_error("pipeline ranks=1 microbatches=600\nrank 0: [0F{0..599} 0B{0..599}]\n")
+    assert d.message == "the rows make 1,201 steps, more than the limit of 1,000"  # counted to the end
+    d = first("pipeline ranks=1 microbatches=600\nrank 0: [0F{0..599} 0B{0..599}]\n")
     assert (d.code, d.line) == ("PPS015", 2)
+    assert d.message == "the zip makes 1,200 steps, more than the limit of 1,000"
 
 
 # ---- files: PPS000 and unreadable paths -------------------------------------------------

@@ -179,7 +179,8 @@ def test_a_csv_row_of_canonical_cells_is_read_whole_and_the_same() -> None:
 
 
 def test_a_set_aside_run_past_the_step_limit_is_underlined_whole() -> None:
-    careful, whole = careful_and_whole("pipeline ranks=1 microbatches=4\nrank 0: 0F0 0F1 0F2 0F3\n", steps_limit=3)
+    run = " ".join(f"0F{m}" for m in range(20))  # 20 steps; the limit takes 16 (one rank counts as 16)
+    careful, whole = careful_and_whole(f"pipeline ranks=1 microbatches=20\nrank 0: {run}\n", steps_limit=16)
     assert careful == whole
     assert isinstance(whole, list) and whole[0]["code"] == "PPS015"
-    assert (whole[0]["line"], whole[0]["column"], whole[0]["end_column"]) == (2, 9, 9 + len("0F0 0F1 0F2 0F3"))
+    assert (whole[0]["line"], whole[0]["column"], whole[0]["end_column"]) == (2, 9, 9 + len(run))
