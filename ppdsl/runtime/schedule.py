@@ -371,7 +371,7 @@ class PipelineSchedule:
                                 lambda grads: self._dy.__setitem__(key, grads))
 
     def _message(self, op: P.Op) -> None:
-        self.wire.run(self._exchange(op), op.label)
+        self.wire.run(self._exchange(op))
 
     def _batch(self, op: P.Op) -> None:
         self.wire.run_batch([self._exchange(part) for part in op.parts], op.label)

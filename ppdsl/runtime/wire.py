@@ -45,6 +45,7 @@ class Exchange:
 
     # Built when posted, not when the exchange is made: a label numbers its message among the
     # sends on its link in the order they go out.
+    label: str  # the action's, for the watchdog and for errors
     head: Callable[[], list[Message]] = lambda: []
     body: Callable[[], list[Message]] = lambda: []
     finish: Then = None
@@ -72,12 +73,12 @@ class Wire:
         self.labels = False
 
     # --- running exchanges ---------------------------------------------------------------
-    def run(self, exchange: Exchange, label: str) -> None:
+    def run(self, exchange: Exchange) -> None:
         """One action: its messages one after another, each blocking."""
         for message in exchange.head():
-            self._post(message, label)
+            self._post(message, exchange.label)
         for message in exchange.body():
-            self._post(message, label)
+            self._post(message, exchange.label)
         if exchange.finish is not None:
             exchange.finish()
 
@@ -86,7 +87,7 @@ class Wire:
         `rendezvous` ones (gloo) run each member in written order."""
         if self.transport.model is not comm_model_of("nccl") or len(exchanges) == 1:
             for exchange in exchanges:
-                self.run(exchange, label)
+                self.run(exchange)
             return
         heads = [m for e in exchanges for m in e.head()]
         self._post_together(heads, label)
@@ -118,7 +119,7 @@ class Wire:
         key = (op.stage, op.microbatch)
         where = f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}"
         fw = self.fw
-        exchange = Exchange()
+        exchange = Exchange(op.label)
         if (op.code, key) not in self._sent:
             try:
                 meta = V.describe(fw, value, self.plan.training, where)
@@ -151,11 +152,11 @@ class Wire:
             label = [(True, self._labelled(op), op.peer, None)] if self.labels else []
             return label + [(True, t, op.peer, None) for t in tensors]
 
-        return Exchange(body=data)
+        return Exchange(op.label, body=data)
 
     def recv_f(self, op: P.Op, done: Callable[[Any], None]) -> Exchange:
         key = (op.stage, op.microbatch)
-        exchange = Exchange()
+        exchange = Exchange(op.label)
         if key not in self._incoming:
             header = self._header_buffer()
             exchange.head = lambda: [(False, header, op.peer, lambda: self._read_incoming(op, header))]
@@ -180,7 +181,7 @@ class Wire:
                 label.append((False, header, op.peer, lambda: self._unlabelled(op, header)))
             return label + [(False, b, op.peer, None) for b in buffers]
 
-        return Exchange(body=data, finish=lambda: done(buffers))
+        return Exchange(op.label, body=data, finish=lambda: done(buffers))
 
     # --- headers and the shapes agreed on the first step ---------------------------------
     def _same_shapes(self, op: P.Op, tensors: list[Any]) -> None:

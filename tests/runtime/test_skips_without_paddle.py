@@ -4,6 +4,7 @@ and run the rest: none fails to collect."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -35,4 +36,5 @@ def test_runtime_tests_skip_cleanly_without_paddle() -> None:
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "error" not in out.lower(), out
-    assert "1 passed, 2 skipped" in out, out  # test_threads runs; the two paddle files skip whole
+    # test_threads runs (it needs no paddle); the two paddle files skip whole.
+    assert re.search(r"\b[1-9]\d* passed, 2 skipped", out), out
