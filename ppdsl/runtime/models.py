@@ -187,9 +187,9 @@ def build_stage(stage_index: int, num_stages: int, *, seed: int = 0, framework: 
     shapes = [(WIDTH, WIDTH)] * LAYERS_PER_STAGE + ([(WIDTH, 1)] if stage_index == num_stages - 1 else [])
     weights, biases = [], []
     for fan_in, fan_out in shapes:
-        bound = 1.0 / np.sqrt(fan_in)  # PyTorch's default Linear init
+        bound = np.sqrt(6.0 / (fan_in + fan_out))  # Xavier-uniform, zero bias: Paddle's default Linear init
         weights.append(rng.uniform(-bound, bound, (fan_in, fan_out)).astype(DTYPE))
-        biases.append(rng.uniform(-bound, bound, fan_out).astype(DTYPE))
+        biases.append(np.zeros(fan_out, dtype=DTYPE))
     tanh = [True] * LAYERS_PER_STAGE + [False] * (len(shapes) - LAYERS_PER_STAGE)
     return get_framework(framework).mlp(weights, biases, tanh)
 

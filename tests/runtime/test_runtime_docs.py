@@ -8,6 +8,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from ppdsl.cli import build_parser
 from ppdsl.cli.run_cmd import memory_line
 
@@ -70,3 +72,22 @@ def test_the_split_warning_is_the_one_the_schedule_gives() -> None:
     assert "overrides Linear.forward, so its weight gradient " in source
     assert ("ppdsl run: warning: rank 0: stage 0: layer 0 (ScaledLinear) overrides Linear.forward, so its weight "
             "gradient cannot be deferred to W; it is computed with the input gradient in I\n") in DOC
+
+
+@pytest.mark.slow
+def test_the_first_run_shown_is_what_run_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("paddle")
+    import os
+
+    from ppdsl.cli import main
+
+    shown = re.search(r"ppdsl run: schedules/1f1b.pps: 20 steps, (loss \S+ -> \S+),", DOC)
+    assert shown, "docs/runtime.md shows no summary of the first run"
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        code = main(["run", "schedules/1f1b.pps", "-q"])
+    finally:
+        os.chdir(cwd)
+    out = capsys.readouterr().out
+    assert code == 0 and f"20 steps, {shown.group(1)}," in out, out
