@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from ..diagnostics import PpsError, UsageError
-from ..load import format_of, read_text
+from ..files import read_text
+from ..load import format_of
 from .common import add_max_steps, print_diagnostics, write_output
 
 

@@ -12,7 +12,7 @@ from ppdsl.codes import CODES
 from ppdsl.diagnostics import Diagnostic, PpsError, UsageError
 from ppdsl.formats.torch_csv import read_csv, write_csv
 from ppdsl.load import load_program
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 H = "pipeline ranks=2 microbatches=4\n"  # line 1 of most cases below
 
@@ -251,11 +251,11 @@ def test_common_mistakes_get_specific_messages(text: str, message: str, help_par
 
 
 def test_endless_file_is_refused_without_reading_it_all(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ppdsl import load
+    from ppdsl import files
 
     if not Path("/dev/zero").exists():
         pytest.skip("no /dev/zero here")
-    monkeypatch.setattr(load, "MAX_FILE_BYTES", 1 << 20)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 1 << 20)
     start = time.perf_counter()
     with pytest.raises(UsageError, match="larger than"):
         load_program("/dev/zero")
