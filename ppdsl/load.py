@@ -40,7 +40,7 @@ def load_program(path: str, fmt: str | None = None, dialect: str | None = None,
 def parse(text: str, path: str = "<input>", steps_limit: int | None = None) -> Program:
     """`.pps` text -> Program, within every bound of `limits` (the public `ppdsl.parse`).
     Raises PpsError with located diagnostics."""
-    from .syntax.parser import parse as parse_pps
+    from .expansion import parse as parse_pps
 
     program = parse_pps(text, path, steps_limit)
     check_slots(program, path)
