@@ -260,3 +260,13 @@ def test_endless_file_is_refused_without_reading_it_all(monkeypatch: pytest.Monk
     with pytest.raises(UsageError, match="larger than"):
         load_program("/dev/zero")
     assert time.perf_counter() - start < 5
+
+
+def test_a_use_line_problem_is_told_with_the_lines_read_around_it() -> None:
+    # The parser notes a refused line and reads on; the `use` line, run above it, adds its own.
+    for text, expected in [("use gpipe(virtual=2)\ncosts F=@\n", [("PPS021", 2, 11), ("PPS001", 3, 9)]),
+                           ("costs F=@\nuse gpipe(virtual=2)\n", [("PPS001", 2, 9), ("PPS021", 3, 11)]),
+                           ("use gpipe()\ncosts F=@\n", [("PPS001", 3, 9)])]:
+        with pytest.raises(PpsError) as info:
+            parse("pipeline ranks=4 microbatches=8\n" + text)
+        assert [(d.code, d.line, d.column) for d in info.value.diagnostics] == expected, text
