@@ -34,7 +34,7 @@ from ppdsl.check import check  # noqa: E402
 from ppdsl.ir import Kind, Program, actions_of  # noqa: E402
 from ppdsl.limits import MAX_ACTIONS  # noqa: E402
 from ppdsl.lower import lower  # noqa: E402
-from ppdsl.syntax.parser import parse  # noqa: E402
+from ppdsl.expansion import parse  # noqa: E402
 
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ def worker(args: argparse.Namespace) -> None:
     import paddle.distributed as dist
 
     from ppdsl.runtime.schedule import PipelineSchedule
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     dist.init_parallel_env()
     rank = dist.get_rank()
@@ -85,7 +85,7 @@ def main() -> int:
 
     from ppdsl.runtime.preflight import prepare
     from ppdsl.semantics import CommModel
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = prepare(parse(PROGRAM.format(m=args.microbatches), "<bench>"), CommModel.RENDEZVOUS)
     ranks = run_ranks(__file__, program, ["--worker", "--width", str(args.width), "--batch", str(args.batch),

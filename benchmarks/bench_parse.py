@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ppdsl.ir import Program  # noqa: E402
 from ppdsl.limits import MAX_ACTIONS  # noqa: E402
 from ppdsl.lower import lower  # noqa: E402
-from ppdsl.syntax.parser import parse  # noqa: E402
+from ppdsl.expansion import parse  # noqa: E402
 from ppdsl.syntax.printer import print_program  # noqa: E402
 
 RANKS, MICROBATCHES, VIRTUAL = 64, 1024, 2

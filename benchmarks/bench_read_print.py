@@ -41,7 +41,7 @@ from ppdsl.gcpause import no_gc
 from ppdsl.ir import Program
 from ppdsl.limits import MAX_ACTIONS
 from ppdsl.load import check_slots
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 from ppdsl.syntax.printer import print_program
 
 

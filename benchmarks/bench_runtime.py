@@ -46,7 +46,7 @@ def worker(args: argparse.Namespace) -> None:
     from ppdsl.runtime.profile import local_actions
     from ppdsl.runtime.schedule import PipelineSchedule
     from ppdsl.semantics import CommModel
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     from paddle.distributed import fleet
 
@@ -165,7 +165,7 @@ def main() -> int:
     from ppdsl.runtime.preflight import prepare
     from ppdsl.semantics import CommModel
     from ppdsl.simulate import simulate
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = prepare(parse(PROGRAM.format(m=args.microbatches), "<bench>"), CommModel.RENDEZVOUS)
     argv = ["--worker", "--width", str(args.width), "--batch", str(args.batch), "--microbatches",

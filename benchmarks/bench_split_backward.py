@@ -51,7 +51,7 @@ def worker(args: argparse.Namespace) -> None:
     from ppdsl.runtime.schedule import PipelineSchedule
     from ppdsl.runtime.worker import apply_threads
     from ppdsl.semantics import CommModel
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     apply_threads(get_framework("paddle"))
     dist.init_parallel_env()
@@ -119,7 +119,7 @@ def main() -> int:
     from ppdsl.runtime.launcher import cores, threads_per_rank
     from ppdsl.runtime.preflight import prepare
     from ppdsl.semantics import CommModel
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = prepare(parse("pipeline ranks=2 microbatches=8\nuse gpipe()\n", "<bench>"), CommModel.RENDEZVOUS)
     threads = threads_per_rank(2, args.threads)[0]

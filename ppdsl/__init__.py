@@ -39,7 +39,7 @@ __all__ = [
 def __getattr__(name: str) -> typing.Any:
     # `parse` imports Lark, a tenth of a second or more: commands that read only CSV files
     # (and `import ppdsl` itself) do without it until a .pps text is parsed. It is the one of
-    # `load`, which applies every bound (`syntax.parser.parse` leaves out `check_slots`).
+    # `load`, which applies every bound (`expansion.parse` leaves out `check_slots`).
     if name == "parse":
         from .load import parse
 

@@ -39,6 +39,7 @@ from attrs import field, frozen
 
 from .diagnostics import Diagnostic, PpsError, UsageError
 from .english import plural
+from .files import read_text
 from .ir import Kind, Overlap, Program
 from .limits import MAX_COST, MAX_QUANTITY, MAX_STAGES, MIN_COST
 from .semantics import Timing
@@ -409,8 +410,6 @@ def load_costs(spec: str, stages: int) -> CostModel:
     A bad inline value is a usage error (exit 2); a bad profile file is a problem in an input
     file (PpsError located in it, exit 1).
     """
-    from .load import read_text
-
     if not spec.strip():
         raise UsageError("--costs: empty; give costs such as F=1,B=2,comm=0.1 or a .json profile file")
     looks_like_file = spec.endswith(".json") or ("=" not in spec)

@@ -4,76 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .diagnostics import Diagnostic, PpsError, UsageError
+from .diagnostics import Diagnostic, PpsError
 from .english import plural
+from .files import read_text
 from .ir import Program
-from .limits import DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_FILE_BYTES, MAX_SPARSE_SLOTS, STEPS_PER_RANK, ranks_past, steps_help
+from .limits import DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_SPARSE_SLOTS, STEPS_PER_RANK, ranks_past, steps_help
 
 FORMATS = (".pps", ".csv")
-
-
-# Standard input can be read once; what was read is kept, with the stream it came from, so
-# that a second reader (the excerpt under a diagnostic, a second `-`) sees the same text.
-_STDIN: list[tuple[object, bytes]] = []
-
-
-def read_bytes(path: str) -> bytes:
-    """A file's bytes (or standard input's for `-`), at most MAX_FILE_BYTES. I/O problems raise
-    UsageError (exit 2)."""
-    too_big = UsageError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
-    if path == "-":
-        import sys
-
-        if not _STDIN or _STDIN[0][0] is not sys.stdin:
-            _STDIN[:] = [(sys.stdin, sys.stdin.buffer.read(MAX_FILE_BYTES + 1))]
-        data = _STDIN[0][1]
-        if len(data) > MAX_FILE_BYTES:
-            raise too_big
-        return data
-    p = Path(path)
-    try:
-        if p.is_dir():
-            raise UsageError(f"{path}: is a directory")
-        # Read at most one byte past the limit: /dev/zero or a pipe has no size to check first.
-        with p.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise too_big
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except PermissionError:
-        raise UsageError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror or exc}") from None
-    return data
-
-
-def _looks_utf16(data: bytes) -> bool:
-    """A UTF-16 byte-order mark, or ASCII text with every other byte NUL (UTF-16 without one)."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return True
-    head = data[:200]
-    return len(head) >= 4 and (head[1::2].count(0) >= len(head) // 2 - 1 or head[0::2].count(0) >= len(head) // 2 - 1)
-
-
-def read_text(path: str) -> str:
-    """A file's text. I/O problems raise UsageError (exit 2); binary data raises PPS000 (exit 1)."""
-    data = read_bytes(path)
-    nul = data.find(b"\0")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        nul = exc.start if nul < 0 else min(nul, exc.start)
-    if nul >= 0:
-        line = data.count(b"\n", 0, nul) + 1
-        column = nul - (data.rfind(b"\n", 0, nul) + 1) + 1
-        if _looks_utf16(data):
-            raise PpsError([Diagnostic("PPS000", "UTF-16 text, not UTF-8", path, line, column,
-                                       help="save the file as UTF-8 (PowerShell's `>` writes UTF-16; "
-                                            "`iconv -f UTF-16 -t UTF-8` converts it)")])
-        raise PpsError([Diagnostic("PPS000", "binary data, not a UTF-8 text file", path, line, column,
-                                   help=".pps and .csv schedules are plain UTF-8 text")])
-    return text.removeprefix("\ufeff")
 
 
 def format_of(path: str, forced: str | None = None) -> str:
@@ -103,7 +40,7 @@ def load_program(path: str, fmt: str | None = None, dialect: str | None = None,
 def parse(text: str, path: str = "<input>", steps_limit: int | None = None) -> Program:
     """`.pps` text -> Program, within every bound of `limits` (the public `ppdsl.parse`).
     Raises PpsError with located diagnostics."""
-    from .syntax.parser import parse as parse_pps
+    from .expansion import parse as parse_pps
 
     program = parse_pps(text, path, steps_limit)
     check_slots(program, path)

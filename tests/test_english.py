@@ -11,7 +11,7 @@ from ppdsl.cli import main
 from ppdsl.diagnostics import PpsError
 from ppdsl.english import plural
 from ppdsl.formats.torch_csv import read_csv, write_csv
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 
 @pytest.mark.parametrize("count, noun, shown, expected", [

@@ -129,7 +129,7 @@ def test_generators_with_many_ranks_and_one_microbatch_are_quick(tmp_path: Path,
                                                                   generator: str) -> None:
     # issue 14: `ranks=65535` + `use zb2p()` under `fmt --check` stuck in generators/greedy.py;
     # zbv padded every rank to 2*ranks-1 microbatches (4e9 steps).
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     start = time.process_time()
     program = parse(f"pipeline ranks=30000 microbatches=1\nuse {generator}()\n", steps_limit=limits.MAX_ACTIONS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ppdsl.encoding import encode
 from ppdsl.memory import peaks_from_codes, profile
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 
 def test_an_overlapped_pair_allocates_before_it_frees() -> None:

@@ -16,7 +16,7 @@ from attrs import evolve
 from ..diagnostics import Diagnostic, UsageError, render_text
 from ..english import plural
 from ..limits import DEFAULT_MAX_LOWERED_STEPS, DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_MEMORY
-from ..load import read_bytes
+from ..files import read_bytes
 
 def _source_lines(path: str) -> list[str]:
     """The lines of an input as the parser counts them (only `\n` ends a line), undecodable

@@ -53,7 +53,7 @@ def read_back(program: Program, text: str, target: str, source: str, warned: boo
     output that would not read back, or would read back to other steps, is refused (PPS031
     error, nothing written) so that `convert` of its output always works."""
     from ..formats.torch_csv import read_csv
-    from ..syntax.parser import parse
+    from ..expansion import parse
 
     def refuse(why: str) -> PpsError:
         return PpsError([Diagnostic("PPS031", f"not written: the {target.upper()} would {why}", source,

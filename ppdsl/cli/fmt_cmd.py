@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from ..diagnostics import PpsError, UsageError
-from ..load import format_of, read_text
+from ..files import read_text
+from ..load import format_of
 from .common import add_max_steps, print_diagnostics, write_output
 
 
@@ -25,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..syntax.formatter import format_text  # Lark: imported by the command that needs it
+    from ..expansion import parse  # Lark: imported by the command that needs it
+    from ..syntax.formatter import format_text
 
     status = 0
     for path in args.files:
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         try:
             text = read_text(path)
-            formatted = format_text(text, path, args.max_steps)
+            formatted = format_text(text, path, args.max_steps, parse)
         except PpsError as exc:
             print_diagnostics(exc.diagnostics)
             status = max(status, 1)

@@ -3,8 +3,10 @@
 A generator is a small module that exposes `SPEC`, a `GeneratorSpec`. Its `build` receives the
 header's ranks and microbatches plus already type-checked arguments (defaults filled in) and
 returns compute-only rows; its `steps` says how many steps those rows hold, exactly, without
-building them (the parser refuses a program past its limit before it exists). Constraint violations are raised as `GeneratorError` naming the
-argument, so the parser can point at it.
+building them (a program past its limit is refused before it exists). A generator that reads
+more of the file than its sizes (the search reads the `costs` line) builds from the whole
+`Context` instead (`build_in`). Constraint violations are raised as `GeneratorError` naming the
+argument, so the `use` line's expansion (`ppdsl/expansion.py`) can point at it.
 """
 
 from __future__ import annotations
@@ -47,7 +49,19 @@ class Built:
     placement: tuple[int, ...]
 
 
+@frozen
+class Context:
+    """What a `use` line's generator runs with besides its arguments: the header's sizes and
+    mode, and the file's `costs` line."""
+
+    ranks: int
+    microbatches: int
+    inference: bool = False
+    costs: tuple[tuple[str, float], ...] = ()
+
+
 Build = Callable[[int, int, Mapping[str, ArgValue]], Built]
+BuildIn = Callable[[Context, Mapping[str, ArgValue]], Built]
 # (ranks, microbatches, checked arguments, inference) -> the steps `build` makes, counted in
 # O(ranks) at most: never sized by anything.
 Count = Callable[[int, int, Mapping[str, ArgValue], bool], int]
@@ -76,6 +90,9 @@ class GeneratorSpec:
     params: tuple[Param, ...] = ()
     aliases: tuple[str, ...] = ()
     reference: str = ""
+    # Set where the generator reads more than the sizes (the search: the costs line); `build`
+    # is then the same generator without what the file adds.
+    build_in: BuildIn | None = None
 
 
 # Explicit, in the order `ppdsl` lists them.
@@ -105,10 +122,12 @@ def canonical_name(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def lookup(name: str) -> GeneratorSpec:
-    spec = REGISTRY.get(canonical_name(name))
+def lookup(name: str, table: Mapping[str, GeneratorSpec] | None = None) -> GeneratorSpec:
+    """The generator `name` (or an alias) in `table` (default: the registry's own)."""
+    table = REGISTRY if table is None else table
+    spec = table.get(canonical_name(name))
     if spec is None:
-        names = sorted([*REGISTRY, *ALIASES])
+        names = sorted([*table, *ALIASES])
         raise GeneratorError("PPS020", f"unknown generator `{name}`", help=f"{did_you_mean(name, names)}known: {', '.join(names)}")
     return spec
 
@@ -140,12 +159,19 @@ def expand(name: str, ranks: int, microbatches: int, args: Mapping[str, object],
     For an inference program the generator's schedule is kept with its backward work removed:
     the forwards keep their relative order, which is all a forward-only run needs.
     """
-    spec = lookup(name)
+    return run(lookup(name), Context(ranks, microbatches, inference), args)
+
+
+def run(spec: GeneratorSpec, context: Context, args: Mapping[str, object]) -> Built:
+    """Run `spec` in `context`; raise GeneratorError (PPS021-022) on any problem."""
     values = check_arguments(spec, args)
-    built = spec.build(ranks, microbatches, values)
-    if len(built.rows) != ranks or len(built.placement) != built.stages:  # pragma: no cover - generator bug
+    if spec.build_in is not None:
+        built = spec.build_in(context, values)
+    else:
+        built = spec.build(context.ranks, context.microbatches, values)
+    if len(built.rows) != context.ranks or len(built.placement) != built.stages:  # pragma: no cover - generator bug
         raise AssertionError(f"generator {spec.name} built a malformed program")
-    if inference:
+    if context.inference:
         built = Built(tuple(forwards_only(row) for row in built.rows), built.stages, built.placement)
     return built
 
@@ -153,9 +179,12 @@ def expand(name: str, ranks: int, microbatches: int, args: Mapping[str, object],
 def count(name: str, ranks: int, microbatches: int, args: Mapping[str, object], inference: bool = False) -> int | None:
     """The steps `expand` would make, without making them (None where only building tells);
     raises GeneratorError as `expand` does for an unknown generator or a bad argument."""
-    spec = lookup(name)
+    return steps_of(lookup(name), Context(ranks, microbatches, inference), args)
+
+
+def steps_of(spec: GeneratorSpec, context: Context, args: Mapping[str, object]) -> int | None:
     values = check_arguments(spec, args)
-    return None if spec.steps is None else spec.steps(ranks, microbatches, values, inference)
+    return None if spec.steps is None else spec.steps(context.ranks, context.microbatches, values, context.inference)
 
 
 def forwards_only(row: tuple[Step, ...]) -> tuple[Step, ...]:

@@ -1,5 +1,8 @@
 """`use search(max_memory=L)` in a `.pps` file: the schedule the search finds, as generated rows.
 
+A generator like the others (`SPEC`), listed with them where a `use` line is expanded
+(`ppdsl/expansion.py`); it builds from the whole context, for it reads the file's costs line.
+
 Deterministic (the search's budget is counted in candidates, never in seconds) and cached in
 this process by its inputs (size, limit, shape and the file's `costs` line), so a file that
 is linted, simulated and run in one process is searched once.
@@ -10,39 +13,29 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-from ..costs import CostError, CostModel
-from ..generators.registry import Built, GeneratorError, GeneratorSpec, Param, check_arguments, require
+from typing import TYPE_CHECKING
+
+from ..generators.registry import ArgValue, Built, Context, GeneratorError, GeneratorSpec, Param, require
 from ..limits import MAX_SEARCH_ACTIONS
-from .driver import Found, search
-from .output import finish
+
+if TYPE_CHECKING:
+    from ..costs import CostModel
 
 NAME = "search"
 SHAPES = {"loop": "1", "v": "2", "auto": "auto"}
 
 
-def _no_build(ranks: int, microbatches: int, args: Mapping[str, object]) -> Built:  # pragma: no cover
-    raise AssertionError("search is expanded by expand_use, with the file's costs")
+def build_in(context: Context, values: Mapping[str, ArgValue]) -> Built:
+    """The rows for `use search(...)` (its arguments checked, defaults filled in); problems are
+    GeneratorErrors (PPS015, PPS022) naming the argument (told under it where the file writes it)."""
+    # The search and the costs are imported by a file that uses them: this module is imported
+    # wherever a `use` line may be expanded (ppdsl/expansion.py), for every .pps file.
+    from ..costs import CostError, CostModel
 
-
-SPEC = GeneratorSpec(
-    name=NAME,
-    summary="the shortest schedule `ppdsl search` finds under a memory limit and the file's costs",
-    placement="loop or v (shape=loop|v|auto)",
-    build=_no_build,
-    steps=None,
-    params=(Param("max_memory", float, 0.0, "peak activations per rank, in microbatches of a rank's share"),
-            Param("shape", str, "auto", "loop (1 stage a rank), v (2) or auto (both)", choices=tuple(SHAPES))),
-    reference="docs/search.md",
-)
-
-
-def expand_use(ranks: int, microbatches: int, args: Mapping[str, object],
-               costs: tuple[tuple[str, float], ...]) -> Built:
-    """The rows for `use search(...)`; problems are GeneratorErrors (PPS022) naming the argument."""
-    values = check_arguments(SPEC, args)
+    ranks, microbatches, costs = context.ranks, context.microbatches, context.costs
     limit = float(values["max_memory"])
     require(limit > 0, "`search` needs `max_memory=L`, a positive number of microbatches of a rank's share",
-            "max_memory" if "max_memory" in args else None, help="e.g. use search(max_memory=3)")
+            "max_memory", help="e.g. use search(max_memory=3)")
     actions = 2 * ranks * microbatches * 3
     if actions > MAX_SEARCH_ACTIONS:
         raise GeneratorError("PPS015", f"ranks={ranks} x microbatches={microbatches} is {actions:,} actions to "
@@ -55,18 +48,21 @@ def expand_use(ranks: int, microbatches: int, args: Mapping[str, object],
     shape = SHAPES[str(values["shape"])]
     per_stage = any("_s" in key for key, _ in costs)
     require(not per_stage or shape != "auto", "with per-stage costs on the costs line, say which stages they number: "
-            "shape=loop (one stage a rank) or shape=v (two)", "shape" if "shape" in args else None,
+            "shape=loop (one stage a rank) or shape=v (two)", "shape",
             help="e.g. use search(max_memory=3, shape=v)")
     try:
         model.check_stages(ranks * (1 if shape == "1" else 2))
     except CostError as exc:
-        raise GeneratorError("PPS022", f"the costs line: {exc.message}", "shape" if "shape" in args else None) from None
+        raise GeneratorError("PPS022", f"the costs line: {exc.message}", "shape") from None
     return _cached(ranks, microbatches, limit, shape, costs, model)
 
 
 @functools.lru_cache(maxsize=32)
 def _cached(ranks: int, microbatches: int, limit: float, shape: str, key: tuple[tuple[str, float], ...],
             costs: CostModel) -> Built:
+    from .driver import Found, search
+    from .output import finish
+
     # Per-stage keys on a file's costs line number the program's own stages.
     result = search(ranks, microbatches, costs, limit, shape, cuts=ranks * (2 if shape == "2" else 1), exact=False)
     if not isinstance(result, Found):
@@ -74,3 +70,21 @@ def _cached(ranks: int, microbatches: int, limit: float, shape: str, key: tuple[
                              f"{result.smallest:g}", "max_memory")
     found = finish(result, costs)
     return Built(found.program.rows, found.program.stages, found.program.placement)
+
+
+def _without_costs(ranks: int, microbatches: int, values: Mapping[str, ArgValue]) -> Built:
+    """The search where no costs line is given (the default costs)."""
+    return build_in(Context(ranks, microbatches), values)
+
+
+SPEC = GeneratorSpec(
+    name=NAME,
+    summary="the shortest schedule `ppdsl search` finds under a memory limit and the file's costs",
+    placement="loop or v (shape=loop|v|auto)",
+    build=_without_costs,
+    steps=None,
+    params=(Param("max_memory", float, 0.0, "peak activations per rank, in microbatches of a rank's share"),
+            Param("shape", str, "auto", "loop (1 stage a rank), v (2) or auto (both)", choices=tuple(SHAPES))),
+    reference="docs/search.md",
+    build_in=build_in,
+)

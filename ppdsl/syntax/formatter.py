@@ -8,11 +8,12 @@ normalised. The result parses to the same program and formatting it again change
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from lark import Token, Tree
 
 from .grammar import lark_parser
-from .parser import HEADER_OPTIONS, parse
+from .parser import HEADER_OPTIONS, read
 
 _COMMENT_RE = re.compile(r"#[^\n]*")
 _RANGE_RE = re.compile(r"\{\s*(\d+)\s*\.\.\s*(\d+)\s*\}")
@@ -59,10 +60,12 @@ def _line_of(item: Tree[Token] | Token) -> int:
     return item.meta.line if isinstance(item, Tree) else (item.line or 1)
 
 
-def format_text(text: str, path: str = "<input>", steps_limit: int | None = None) -> str:
-    """The canonical form of `text`. Raises PpsError when the text does not parse (within
-    `steps_limit` steps, as `parse`)."""
-    parse(text, path, steps_limit)  # full validation first: never rewrite a file into something else
+def format_text(text: str, path: str = "<input>", steps_limit: int | None = None,
+                validate: Callable[[str, str, int | None], object] = read) -> str:
+    """The canonical form of `text`. Raises PpsError when `validate` refuses the text (within
+    `steps_limit` steps); the default reads it but runs no `use` line, which
+    `expansion.parse` does (`ppdsl fmt` passes it)."""
+    validate(text, path, steps_limit)  # full validation first: never rewrite a file into something else
     if not text.endswith("\n"):
         text += "\n"
     tree = lark_parser().parse(text)

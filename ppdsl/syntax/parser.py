@@ -21,12 +21,11 @@ from lark import Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
 from .. import placement as placement_mod
-from attrs import evolve
+from attrs import evolve, field, frozen
 
 from ..diagnostics import Diagnostic, PpsError, sorted_unique
 from ..english import did_you_mean, plural
-from ..generators import registry
-from ..ir import IDLE, KIND_BY_NAME, Batch, Generated, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, steps_from_codes
+from ..ir import IDLE, KIND_BY_NAME, Batch, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, steps_from_codes
 from ..gcpause import no_gc
 from ..limits import (DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS,
                       MAX_STAGES, STEPS_PER_RANK, ranks_past, steps_help)
@@ -45,6 +44,42 @@ HEADER_OPTIONS = {
     "mode": "train (default) or inference (forward only)",
 }
 
+
+
+@frozen
+class UseLine:
+    """A `use NAME(ARG=VALUE, ...)` line as written: what runs it (`ppdsl/expansion.py`) tells a
+    generator's problem under the argument it names, else under the name."""
+
+    name: str
+    name_span: Span
+    arguments: tuple[tuple[str, Value], ...]
+    argument_spans: dict[str, Span]
+    span: Span  # the whole line (`end_column` None when it goes on past its first line)
+
+
+@frozen
+class Unexpanded:
+    """A file whose rows a `use` line makes, read up to that line: the header as checked (sizes
+    within their bounds, a placement that fits them) and the line, for the expansion to run."""
+
+    path: str
+    text: str = field(repr=False)
+    header: Span
+    options: dict[str, Span]  # where the header writes each option
+    ranks: int
+    microbatches: int
+    stages: int | None  # None: the generator's count
+    placement: tuple[int, ...] | None  # the header's, when it gives one
+    placement_name: str | None  # `placement=loop` or `=v`: a shape taken at the generator's count
+    mode: str
+    memory: float | None
+    costs: tuple[tuple[str, float], ...]
+    use: UseLine
+    steps_limit: int
+    # Errors noted while reading that did not stop it (a line Lark refused): told with the
+    # expansion's own, or alone once it succeeds.
+    found: tuple[Diagnostic, ...] = ()
 
 
 class _Fail(Exception):
@@ -224,8 +259,8 @@ class _Builder:
         out.append(text[copied:])
         return "".join(out)
 
-    def build(self) -> Program:
-        program: Program | None = None
+    def build(self) -> Program | Unexpanded:
+        program: Program | Unexpanded | None = None
         try:
             tree = self.tree()
             if self.found and not any(isinstance(t, Tree) and t.data == "header" for t in tree.children):
@@ -236,6 +271,8 @@ class _Builder:
             self.found.extend(fail.diagnostics)
         except LarkError as exc:  # pragma: no cover - Lark raises UnexpectedInput for bad text
             self.found.append(self.error("PPS002", str(exc), 1, 1))
+        if isinstance(program, Unexpanded):  # its errors are told with the expansion's
+            return evolve(program, found=tuple(sorted_unique(self.found)))
         if self.found or program is None:
             raise PpsError(self.reported()) from None
         return program
@@ -341,7 +378,7 @@ class _Builder:
             else:
                 return []  # `rank N:` itself is malformed
 
-    def program(self, tree: Tree[Token]) -> Program:
+    def program(self, tree: Tree[Token]) -> Program | Unexpanded:
         header: Tree[Token] | None = None
         costs: Tree[Token] | None = None
         use: Tree[Token] | None = None
@@ -408,20 +445,17 @@ class _Builder:
             cost_items = tuple((k, float(v)) for k, v in cvalues.items())  # type: ignore[arg-type]
 
         header_span = Span(header.meta.line, header.meta.column, header.meta.end_column)
-        generated: Generated | None = None
         if use is not None:
             named = values.get("placement")
-            built_rows, stages, final_placement, generated = self.generate(
-                use, ranks, microbatches, stages, explicit_placement, spans, mode == "inference",
-                named if isinstance(named, str) else None, cost_items)
-            smap = SourceMap(self.path, self.text, header_span, tuple(Span(use.meta.line, use.meta.column) for _ in built_rows),
-                             tuple(None for _ in built_rows), spans)
-        else:
-            built_rows, step_pos, row_spans = self.rows(rows, ranks, microbatches, stages)
-            if self.found:  # the rows' errors are all noted: nothing is made of broken rows
-                raise _Fail()
-            final_placement, stages = self.resolve_placement(explicit_placement, built_rows, ranks, stages, spans)
-            smap = SourceMap(self.path, self.text, header_span, row_spans, step_pos, spans)
+            return Unexpanded(self.path, self.text, header_span, spans, ranks, microbatches, stages, explicit_placement,
+                              named if isinstance(named, str) else None, str(mode),
+                              float(memory) if memory is not None else None, cost_items, self.use_line(use),
+                              self.steps_limit)
+        built_rows, step_pos, row_spans = self.rows(rows, ranks, microbatches, stages)
+        if self.found:  # the rows' errors are all noted: nothing is made of broken rows
+            raise _Fail()
+        final_placement, stages = self.resolve_placement(explicit_placement, built_rows, ranks, stages, spans)
+        smap = SourceMap(self.path, self.text, header_span, row_spans, step_pos, spans)
         program = Program(
             ranks=ranks,
             stages=stages,
@@ -431,10 +465,18 @@ class _Builder:
             mode=mode,  # type: ignore[arg-type]
             memory_limit=float(memory) if memory is not None else None,
             costs=cost_items,
-            generated=generated,
             source=smap,
         )
         return program
+
+    def use_line(self, use: Tree[Token]) -> UseLine:
+        name = use.children[0]
+        assert isinstance(name, Token)
+        line, column = name.line or 1, name.column or 1
+        args, arg_spans = self.options(use, None, "generator")
+        meta = use.meta
+        return UseLine(str(name), Span(line, column, column + len(name)), tuple(args.items()), arg_spans,
+                       Span(meta.line, meta.column, meta.end_column if meta.end_line == meta.line else None))
 
     def header_placement(self, values: dict[str, Value], spans: dict[str, Span], ranks: int,
                          stages: int | None) -> tuple[int, ...] | None:
@@ -668,59 +710,6 @@ class _Builder:
         # A stage found on several rows is left on its first rank; the checker reports the rest.
         return tuple(min(seen[s]) if s in seen else s % ranks for s in range(stages)), stages
 
-    def generator_error(self, err: registry.GeneratorError, name_tok: Token, arg_spans: dict[str, Span]) -> _Fail:
-        """A generator's problem, under the argument it names (else under the generator's name)."""
-        if err.argument is not None and err.argument in arg_spans:
-            return _Fail(self.at_span(arg_spans[err.argument], err.code, err.message, err.help))
-        return _Fail(self.at(name_tok, err.code, err.message, err.help))
-
-    def generate(self, use: Tree[Token], ranks: int, microbatches: int, stages: int | None,
-                 explicit: tuple[int, ...] | None, header_spans: dict[str, Span], inference: bool,
-                 placement_name: str | None, costs: tuple[tuple[str, float], ...] = ()
-                 ) -> tuple[tuple[tuple[Step, ...], ...], int, tuple[int, ...], Generated]:
-        name_tok = use.children[0]
-        assert isinstance(name_tok, Token)
-        args, arg_spans = self.options(use, None, "generator")
-        try:
-            # Counted exactly before it is built: past the limit, nothing is made.
-            count = None if str(name_tok) == "search" else registry.count(str(name_tok), ranks, microbatches,
-                                                                           dict(args), inference)
-        except registry.GeneratorError as err:
-            raise self.generator_error(err, name_tok, arg_spans) from None
-        if count is not None and count > self.steps_limit:
-            raise self.too_many(use, f"`{name_tok}` makes", count)
-        try:
-            if str(name_tok) == "search":
-                # The search is a pass, not a registered generator: it reads the file's costs.
-                from ..search.use import expand_use
-
-                built = expand_use(ranks, microbatches, dict(args), costs)
-                if inference:
-                    built = registry.Built(tuple(registry.forwards_only(r) for r in built.rows), built.stages,
-                                           built.placement)
-            else:
-                built = registry.expand(str(name_tok), ranks, microbatches, dict(args), inference)
-        except registry.GeneratorError as err:
-            raise self.generator_error(err, name_tok, arg_spans) from None
-        if "stages" in header_spans and stages != built.stages:
-            raise _Fail(self.at_span(header_spans["stages"], "PPS011",
-                                     f"`{name_tok}` makes {plural(built.stages, 'stage')} but the header says stages={stages}"))
-        if placement_name is not None and "stages" not in header_spans:
-            # A named shape without `stages=` takes the generator's stage count.
-            explicit = placement_mod.NAMED[placement_name](ranks, built.stages)
-        if explicit is not None and explicit != built.placement:
-            given = f"`placement={placement_name}`" if placement_name else "the header's placement"
-            raise _Fail(self.at_span(header_spans["placement"], "PPS011",
-                                     f"`{name_tok}` places its {plural(built.stages, 'stage')} as {list(built.placement)}, "
-                                     f"not as {given} ({list(explicit)})",
-                                     help="drop `placement=` (the generator places its stages), "
-                                          "or use a generator that makes this shape"))
-        made = sum(map(len, built.rows))
-        if made > self.steps_limit:  # the search: counted once found
-            raise self.too_many(use, f"`{name_tok}` makes", made)
-        generated = Generated(registry.canonical_name(str(name_tok)), tuple(sorted(args.items())))  # type: ignore[arg-type]
-        return built.rows, built.stages, built.placement, generated
-
 
 # The start of a row's line (as `rank INT ":"` lexes; other spellings are left to Lark), and
 # what a run set aside is replaced with: one ACTIONS word.
@@ -763,8 +752,11 @@ def _line_starts(text: str, word: str) -> Iterator[int]:
         at = text.find("\n" + word, at + 1)
 
 
-def parse(text: str, path: str = "<input>", steps_limit: int | None = None, whole_runs: bool = True) -> Program:
-    """Parse `.pps` text. Raises `PpsError` with located diagnostics on any problem.
+def read(text: str, path: str = "<input>", steps_limit: int | None = None, whole_runs: bool = True
+         ) -> Program | Unexpanded:
+    """Read `.pps` text: the program its rows spell out, or the file up to its `use` line (which
+    `expansion.expand` runs; `expansion.parse` does both). Raises `PpsError` with located
+    diagnostics on any problem.
 
     The program may have at most `steps_limit` steps (default `limits.DEFAULT_MAX_STEPS`; at most
     `limits.MAX_ACTIONS`). `whole_runs=False` reads every run through Lark and word by word, never

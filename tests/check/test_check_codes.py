@@ -7,7 +7,7 @@ import pytest
 from ppdsl.check import RULE_OF_CODE, check
 from ppdsl.codes import CODES
 from ppdsl.ir import Action, Batch, Kind, Program
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 H2 = "pipeline ranks=2 microbatches=2\n"
 

@@ -6,7 +6,7 @@ import re
 
 from conftest import ROOT
 from ppdsl.check import check
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 PAGE = ROOT / "docs" / "comm-models.md"
 

@@ -19,7 +19,7 @@ from ppdsl.ir import Action, Batch, Kind, Program
 from ppdsl.encoding import Encoded, Links, in_label_order
 from ppdsl.lower import lower
 from ppdsl.semantics import MODELS, execute
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 OUT_OF_ORDER = """pipeline ranks=2 microbatches=2
 rank 0: 0F0 0F1 0SEND_F1 0SEND_F0 0RECV_B0 0B0 0RECV_B1 0B1

@@ -17,7 +17,7 @@ import pytest
 from ppdsl.check import check
 from ppdsl.ir import Action, Kind, Program, Step, actions_of
 from ppdsl.lower import lower
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 GENERATORS = [
     "1f1b()", "gpipe()", "interleaved_1f1b(virtual=2)", "looped_bfs(virtual=2)", "zb1p()", "zbv()", "dualpipev()",

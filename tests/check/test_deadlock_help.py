@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 from ppdsl.check import check, moves
 from ppdsl.diagnostics import Diagnostic
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 BOTH_RECEIVE_FIRST = ("pipeline ranks=2 microbatches=2\n"
                       "rank 0: 0F0 0SEND_F0 0F1 0RECV_B0 0SEND_F1 0B0 0RECV_B1 0B1\n"

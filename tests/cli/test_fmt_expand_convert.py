@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from ppdsl.cli import main
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 GOOD = "pipeline ranks=2 microbatches=2\nrank 0: 0F{0..1} 0B{0..1}\nrank 1: 1F0 1B0 1F1 1B1\n"
 UGLY = "pipeline  microbatches=2 ranks=2\nrank 0:  0F{ 0..1 }   0B{0..1}\nrank 1: 1F0 1B0 1F1 1B1\n"

@@ -39,3 +39,13 @@ def test_help_still_lists_every_command(tmp_path: Path) -> None:
     assert "search" in subprocess.run([sys.executable, "-m", "ppdsl", "--help"], capture_output=True, text=True,
                                       timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     assert {"ppdsl.cli.lint_cmd", "ppdsl.cli.search_cmd", "ppdsl.cli.simulate_cmd"} <= modules
+
+
+def test_a_pps_file_imports_the_search_only_when_it_uses_it(tmp_path: Path) -> None:
+    # ppdsl/expansion.py lists the search with the generators; its driver waits for a `use search`.
+    (tmp_path / "a.pps").write_text("pipeline ranks=2 microbatches=2\nuse 1f1b()\n")
+    (tmp_path / "b.pps").write_text("pipeline ranks=2 microbatches=2\nuse search(max_memory=2)\n")
+    code, modules = _imported(tmp_path, "expand", "a.pps")
+    assert code == 0 and "ppdsl.expansion" in modules and "ppdsl.search.driver" not in modules
+    code, modules = _imported(tmp_path, "expand", "b.pps")
+    assert code == 0 and "ppdsl.search.driver" in modules

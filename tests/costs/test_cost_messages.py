@@ -10,7 +10,7 @@ from conftest import SCHEDULES
 from ppdsl.check import check
 from ppdsl.cli import main
 from ppdsl.costs import CostError, parse_inline
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -12,7 +12,7 @@ import pytest
 from ppdsl.diagnostics import PpsError
 from ppdsl.formats.torch_csv import CurrentDialect, LegacyDialect, detect_dialect, read_csv, write_csv
 from ppdsl.ir import Kind, Overlap
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 from ppdsl.syntax.printer import print_program
 
 # file -> (dialect, ranks, stages, microbatches, placement)

@@ -14,7 +14,7 @@ from ppdsl.diagnostics import PpsError
 from ppdsl.formats import torch_csv
 from ppdsl.formats.torch_csv import read_csv, write_csv
 from ppdsl.ir import IDLE, Action, Batch, Kind, Overlap, make_action
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 from ppdsl.syntax.printer import ActionText, print_program
 
 LONG = "9" * 300

@@ -84,7 +84,7 @@ def seed_texts() -> dict[str, list[str]]:
     cost strings and profiles."""
     from ppdsl.costs import profile_json
     from ppdsl.formats.torch_csv import write_csv
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     pps = [p.read_text() for p in sorted(SCHEDULES.glob("*.pps"))]
     pps += [f"pipeline ranks={r} microbatches={m}\nuse {g}()\n" for g in GENERATORS for r, m in ((2, 4), (4, 8))]

@@ -15,7 +15,7 @@ from ppdsl.encoding import Encoded, Links
 from ppdsl.ir import Kind, Program, actions_of
 from ppdsl.lower import lower
 from ppdsl.semantics import MODELS
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 GENERATORS = ["1f1b()", "gpipe()", "interleaved_1f1b(virtual=2)", "looped_bfs(virtual=2)", "zb1p()", "zbv()",
               "dualpipev()", "v_half()"]

@@ -91,7 +91,7 @@ def test_lowering_refuses_comm_programs_and_broken_ones() -> None:
     import pytest
 
     from ppdsl.diagnostics import PpsError
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     with pytest.raises(PpsError) as exc:
         lower(parse("pipeline ranks=2 microbatches=1\nrank 0: 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n"))
@@ -107,7 +107,7 @@ def test_lowering_refuses_comm_programs_and_broken_ones() -> None:
 
 
 def test_lowering_keeps_overlaps_and_drops_idles() -> None:
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=2 microbatches=2 stages=4 placement=v\n"
                     "rank 0: 0F0 _ 0F1 3F0 3B0 (3F1;0B0) 3B1 0B1\n"
@@ -125,7 +125,7 @@ IDLE_CSV = "0F0,0F1,,,0B0,0B1\n,1F0,1B0,1F1,1B1\n"
 def test_lowered_rows_are_kept_as_integers_and_are_the_actions_they_stand_for() -> None:
     from ppdsl.encoding import read_rows
     from ppdsl.formats.torch_csv import read_csv
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
     from ppdsl.syntax.printer import print_program
 
     made = [parse("pipeline ranks=4 microbatches=6\nuse interleaved_1f1b(virtual=2)\n"),
@@ -165,7 +165,7 @@ def test_a_receive_comes_just_before_the_compute_that_needs_it(seed: int, ranks:
 
 
 def test_zb1p_at_two_ranks_sends_the_next_forward_before_it_waits_for_a_gradient() -> None:
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     rows = [[str(a) for step in row for a in actions_of(step)]
             for row in lower(parse("pipeline ranks=2 microbatches=4\nuse zb1p()\n")).rows]

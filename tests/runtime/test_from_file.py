@@ -50,7 +50,7 @@ def test_stages_are_placed_by_their_index_or_by_the_file() -> None:
 
     from ppdsl.runtime import SetupError
     from ppdsl.runtime.from_file import stage_layers
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=2 microbatches=4\nuse interleaved_1f1b(virtual=2)\n", "<t>")
     assert program.stages_of(1) == (1, 3)
@@ -69,7 +69,7 @@ def test_one_rank_runs_in_a_plain_process_without_any_group() -> None:
     import paddle
 
     from ppdsl.runtime import ScheduleFromFile
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=1 microbatches=2 stages=2 placement=[0,0]\n"
                     "rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1\n", "<t>")

@@ -134,7 +134,7 @@ def test_a_step_runs_with_the_cyclic_collector_paused_unless_asked_not_to(pause:
     import gc
 
     from ppdsl.runtime.schedule import PipelineSchedule
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=1 microbatches=2\nrank 0: 0F0 0I0 0F1 0I1 0W1 0W0\n")
     stage = _SeesTheCollector()
@@ -157,7 +157,7 @@ def test_a_profile_leaves_its_own_memory_counting_out_of_every_action(monkeypatc
 
     from ppdsl.runtime.memory import LiveMemory
     from ppdsl.runtime.schedule import PipelineSchedule
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     now = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: now[0])

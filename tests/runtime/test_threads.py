@@ -58,7 +58,7 @@ def test_run_warns_before_it_starts_a_rank(capsys: pytest.CaptureFixture[str]) -
 def test_a_one_rank_program_says_one_rank() -> None:
     from ppdsl.diagnostics import UsageError
     from ppdsl.runtime.plan import compile_rank
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0\n", "one.pps")
     with pytest.raises(UsageError, match=r"^rank 1 is outside this program's 1 rank$"):

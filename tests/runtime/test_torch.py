@@ -149,7 +149,7 @@ def test_one_rank_two_stages_in_a_plain_process() -> None:
     import torch
 
     from ppdsl.runtime import PipelineSchedule
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=1 microbatches=2 stages=2 placement=[0,0]\n"
                     "rank 0: 0F0 1F0 0F1 1F1 1I0 1W0 0B0 1B1 0B1\n", "<t>")
@@ -175,7 +175,7 @@ def test_a_stage_of_the_other_framework_is_refused() -> None:
     import torch
 
     from ppdsl.runtime import PipelineSchedule, SetupError
-    from ppdsl.syntax.parser import parse
+    from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=1 microbatches=1 stages=2 placement=[0,0]\nrank 0: 0F0 1F0 1B0 0B0\n", "<t>")
     with pytest.raises(SetupError, match="stage 1: expected a torch.nn.Module, got str"):

@@ -213,3 +213,21 @@ def test_milp_proves_a_small_case_optimal() -> None:
 def test_without_the_milp_the_method_says_heuristic_only() -> None:
     found = search(3, 3, UNIT, 2, exact=False)
     assert isinstance(found, Found) and "MILP" not in found.method
+
+
+def test_the_search_is_a_generator_like_the_others() -> None:
+    # One table for `use` lines; the search runs in the file's context (its costs line) like
+    # any generator, and `build` is the same search where the file has no costs line.
+    from ppdsl.expansion import GENERATORS, parse
+    from ppdsl.generators import registry
+
+    spec = GENERATORS["search"]
+    assert set(registry.REGISTRY) < set(GENERATORS)
+    header = "pipeline ranks=2 microbatches=4\n"
+    plain = parse(header + "use search(max_memory=2)\n")
+    costed = parse(header + "costs B=4\nuse search(max_memory=2)\n")
+    built = registry.run(spec, registry.Context(2, 4, costs=(("B", 4.0),)), {"max_memory": 2})
+    assert built.rows == tuple(costed.rows) and built.placement == costed.placement
+    assert spec.build(2, 4, registry.check_arguments(spec, {"max_memory": 2})).rows == tuple(plain.rows)
+    inference = registry.run(spec, registry.Context(2, 4, inference=True), {"max_memory": 2})
+    assert all(a.kind.name == "F" for row in inference.rows for a in row)

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT
 from ppdsl.cli import main
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 PAGE = ROOT / "docs" / "search.md"
 EXAMPLE = ROOT / "docs" / "examples" / "search_8x16_m7.pps"

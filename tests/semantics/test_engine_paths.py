@@ -20,7 +20,7 @@ from ppdsl.encoding import encode
 from ppdsl.ir import IDLE, Action, Kind, Program, Step
 from ppdsl.lower import lower
 from ppdsl.semantics import MODELS, Timing, completes, execute, steps_are_an_order
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 CALLS = ["1f1b()", "gpipe()", "interleaved_1f1b(virtual=2)", "zb1p()", "dualpipev()", "v_half()"]
 

@@ -9,7 +9,7 @@ from ppdsl.costs import CostModel
 from ppdsl.ir import Action, Kind, Program, actions_of
 from ppdsl.lower import lower
 from ppdsl.simulate import simulate
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 FROM = {Kind.F: -1, Kind.B: 1, Kind.I: 1}  # where each compute kind's input comes from
 

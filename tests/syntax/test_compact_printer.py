@@ -7,7 +7,7 @@ import pytest
 
 from ppdsl.generators import registry
 from ppdsl.ir import Program
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 from ppdsl.syntax.printer import compact_row, print_program
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 from ppdsl.codes import CODES
 from ppdsl.syntax.formatter import format_text
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 PAGE = ROOT / "docs" / "language.md"
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ppdsl.diagnostics import PpsError
 from ppdsl.ir import IDLE, Action, Batch, Kind, Overlap, Program, Step
 from ppdsl.syntax.formatter import format_text
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 from ppdsl.syntax.printer import print_program
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

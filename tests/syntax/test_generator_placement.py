@@ -9,7 +9,7 @@ import pytest
 
 from ppdsl.cli import main
 from ppdsl.diagnostics import PpsError
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 
 @pytest.mark.parametrize("header, use, placement", [

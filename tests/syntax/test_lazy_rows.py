@@ -15,7 +15,7 @@ from ppdsl.formats.torch_csv import read_csv, write_csv
 from ppdsl.ir import IDLE, LazyRows, Program, make_action, Kind, row_length, trailing_idle
 from ppdsl.load import check_slots
 from ppdsl.syntax import scan
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 from ppdsl.syntax.printer import print_program
 
 STAGES, MICROBATCHES = 4, 5

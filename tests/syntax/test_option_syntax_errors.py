@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ppdsl.diagnostics import PpsError
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 
 @pytest.mark.parametrize("line, message, column, help", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ppdsl.ir import IDLE, Action, Batch, Kind, Overlap, Program
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 from ppdsl.syntax.printer import print_program
 
 F, B = Kind.F, Kind.B

@@ -9,7 +9,7 @@ import pytest
 from ppdsl.cli import main
 from ppdsl.diagnostics import Diagnostic, PpsError
 from ppdsl.limits import MAX_REPORTED_ERRORS
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 
 def errors(text: str, whole_runs: bool = True) -> list[Diagnostic]:

@@ -12,7 +12,7 @@ from ppdsl.codes import CODES
 from ppdsl.diagnostics import Diagnostic, PpsError, UsageError
 from ppdsl.formats.torch_csv import read_csv, write_csv
 from ppdsl.load import load_program
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 
 H = "pipeline ranks=2 microbatches=4\n"  # line 1 of most cases below
 
@@ -251,12 +251,22 @@ def test_common_mistakes_get_specific_messages(text: str, message: str, help_par
 
 
 def test_endless_file_is_refused_without_reading_it_all(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ppdsl import load
+    from ppdsl import files
 
     if not Path("/dev/zero").exists():
         pytest.skip("no /dev/zero here")
-    monkeypatch.setattr(load, "MAX_FILE_BYTES", 1 << 20)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 1 << 20)
     start = time.perf_counter()
     with pytest.raises(UsageError, match="larger than"):
         load_program("/dev/zero")
     assert time.perf_counter() - start < 5
+
+
+def test_a_use_line_problem_is_told_with_the_lines_read_around_it() -> None:
+    # The parser notes a refused line and reads on; the `use` line, run above it, adds its own.
+    for text, expected in [("use gpipe(virtual=2)\ncosts F=@\n", [("PPS021", 2, 11), ("PPS001", 3, 9)]),
+                           ("costs F=@\nuse gpipe(virtual=2)\n", [("PPS001", 2, 9), ("PPS021", 3, 11)]),
+                           ("use gpipe()\ncosts F=@\n", [("PPS001", 3, 9)])]:
+        with pytest.raises(PpsError) as info:
+            parse("pipeline ranks=4 microbatches=8\n" + text)
+        assert [(d.code, d.line, d.column) for d in info.value.diagnostics] == expected, text

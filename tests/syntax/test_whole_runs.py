@@ -13,7 +13,7 @@ from ppdsl.formats.torch_csv import CurrentDialect, LegacyDialect, _Reader, read
 from ppdsl.ir import IDLE, KIND_BY_NAME, Kind, LazyRows, Program
 from ppdsl.limits import MAX_MICROBATCHES, MAX_STAGES
 from ppdsl.syntax import scan
-from ppdsl.syntax.parser import parse
+from ppdsl.expansion import parse
 from ppdsl.syntax.printer import ActionText, print_program
 
 STAGES, MICROBATCHES = 4, 5
