@@ -1,7 +1,9 @@
 """The activation memory model, the one the checker (PPS301) and the simulator share.
 
-A forward `F(s,m)` makes one activation of stage s live (weighted per stage when weights are
-given); the backward that consumes it frees it: `B(s,m)`, or `W(s,m)` when the backward is
+The unit is one microbatch's activations of a rank's whole share of the model: a forward
+`F(s,m)` makes its stage's share live, 1/v when the rank of s holds v stages (`rank_weights`:
+a V chunk counts 1/2, so 1F1B and ZB-V both peak at p, as the zero-bubble papers count), or
+the stage's weight when weights are given. The backward that consumes it frees it: `B(s,m)`, or `W(s,m)` when the backward is
 split, since the weight gradient still needs the saved inputs. In an overlapped pair the
 forward allocates before the backward frees, so both count at that step. Peaks are measured
 per rank in step order, which is the order a rank allocates in whatever the timing.
@@ -21,6 +23,24 @@ from attrs import frozen
 
 from .encoding import B, Encoded, F, I, W, encode
 from .ir import Program
+
+
+UNIT = "microbatches of a rank's activations"  # what every printed peak and limit counts
+# A limit is compared after adding weights such as 1/3 a few thousand times: absorb the rounding.
+EPSILON = 1e-9
+
+
+def rank_weights(placement: Sequence[int], ranks: int | None = None) -> list[float]:
+    """Per stage, its share of its rank's layers (1/v when the rank holds v stages)."""
+    held = [0] * (max(placement, default=-1) + 1 if ranks is None else ranks)
+    for r in placement:
+        held[r] += 1
+    return [1.0 / held[r] for r in placement]
+
+
+def over(peak: float, limit: float) -> bool:
+    """Whether `peak` exceeds `limit` by more than the rounding of summed fractions."""
+    return peak > limit + EPSILON
 
 
 @frozen
@@ -65,6 +85,8 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool) -> Seq
             else:
                 sign = []
     # Without any `I`, no backward is split: a `W` frees nothing (sign 0).
+    if weights is None and len(set(enc.placement)) < len(enc.placement):
+        weights = rank_weights(enc.placement)  # some rank holds several stages: each counts its share
     per_sm = [1.0] * (enc.stages * M) if weights is None else [float(w) for w in weights for _ in range(M)]
     if sign:
         if weights is None:
@@ -127,8 +149,15 @@ def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryP
 
 
 def peak_memory(program: Program, weights: Sequence[float] | None = None) -> tuple[float, ...]:
-    """Peak live activations per rank."""
+    """Peak live activations per rank, in `UNIT` (or in the weights' unit when given)."""
     return profile(program, weights).peak
+
+
+def peak_stage_activations(program: Program) -> tuple[int, ...]:
+    """Peak live (stage, microbatch) activations per rank, each 1 whatever its share: what
+    `ppdsl run --profile` counts (one graph per stage and microbatch), v times `UNIT` on a
+    rank of v stages."""
+    return tuple(int(p) for p in profile(program, [1.0] * program.stages).peak)
 
 
 def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: bool = False
