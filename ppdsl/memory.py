@@ -1,10 +1,11 @@
-"""The activation memory model, the one the checker (PPS301) and the simulator share.
+"""The activation memory model, the one the checker (PPS301), the simulator and the search share.
 
-The unit is one microbatch's activations of a rank's whole share of the model: a forward
-`F(s,m)` makes its stage's share live, 1/v when the rank of s holds v stages (`rank_weights`:
-a V chunk counts 1/2, so 1F1B and ZB-V both peak at p, as the zero-bubble papers count), or
-the stage's weight when weights are given. The backward that consumes it frees it: `B(s,m)`, or `W(s,m)` when the backward is
-split, since the weight gradient still needs the saved inputs. In an overlapped pair the
+The unit is one microbatch's activations of a rank's whole share of the model (`UNIT`): a
+forward `F(s,m)` makes its stage's share live, 1/v when the rank of s holds v stages
+(`rank_weights`: a V chunk counts 1/2, so 1F1B and ZB-V both peak at p, as the zero-bubble
+papers count), or the stage's weight when weights are given. The backward that consumes it
+frees it: `B(s,m)`, or `W(s,m)` when the backward is split, since the weight gradient still
+needs the saved inputs. In an overlapped pair the
 forward allocates before the backward frees, so both count at that step. Peaks are measured
 per rank in step order, which is the order a rank allocates in whatever the timing.
 

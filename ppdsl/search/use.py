@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from ..costs import CostError, CostModel
 from ..generators.registry import Built, GeneratorError, GeneratorSpec, Param, check_arguments, require
 from ..limits import MAX_SEARCH_ACTIONS
+from ..memory import UNIT
 from .driver import Found, search
 from .output import finish
 
@@ -71,6 +72,6 @@ def _cached(ranks: int, microbatches: int, limit: float, shape: str, key: tuple[
     result = search(ranks, microbatches, costs, limit, shape, cuts=ranks * (2 if shape == "2" else 1), exact=False)
     if not isinstance(result, Found):
         raise GeneratorError("PPS022", f"no schedule fits max_memory={limit:g}: the smallest feasible is "
-                             f"{result.smallest:g}", "max_memory")
+                             f"{result.smallest:g} ({UNIT})", "max_memory")
     found = finish(result, costs)
     return Built(found.program.rows, found.program.stages, found.program.placement)

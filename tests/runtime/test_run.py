@@ -43,7 +43,8 @@ def _verified(out: str, files: list[str]) -> None:
 def _memory_as_predicted(out: str, files: list[str], ranks: int) -> None:
     """Each rank's measured peak of live graphs (one per stage and microbatch) is the checker's, file by file."""
     for f in files:
-        found = re.findall(rf"{re.escape(f)}: rank (\d+): peak (\d+) live graphs, one per stage and microbatch \(checker predicts (\d+)\)", out)
+        found = re.findall(rf"{re.escape(f)}: rank (\d+): peak (\d+) live graphs, one per stage and microbatch "
+                           r"\(checker predicts (\d+)\)", out)
         assert sorted(int(r) for r, _, _ in found) == list(range(ranks)), f"{f}: no memory lines:\n{out}"
         assert all(a == b for _, a, b in found), f"{f}: measured != predicted: {found}"
 
