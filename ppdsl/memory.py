@@ -16,6 +16,7 @@ each step), `peaks_from_codes` only the peaks, by prefix sums over the codes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from itertools import accumulate, compress, repeat
 from operator import and_, eq, rshift
@@ -86,8 +87,6 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool) -> Seq
             else:
                 sign = []
     # Without any `I`, no backward is split: a `W` frees nothing (sign 0).
-    if weights is None and len(set(enc.placement)) < len(enc.placement):
-        weights = rank_weights(enc.placement)  # some rank holds several stages: each counts its share
     per_sm = [1.0] * (enc.stages * M) if weights is None else [float(w) for w in weights for _ in range(M)]
     if sign:
         if weights is None:
@@ -108,6 +107,18 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool) -> Seq
     return out
 
 
+def _unit(placement: Sequence[int], weights: Sequence[float] | None) -> tuple[Sequence[float] | None, float]:
+    """(weights for `_deltas`, factor for what it sums). In `UNIT` on ranks that all hold v
+    stages, count stage activations (integers, the fast path) and divide the sums by v;
+    on uneven ranks, weigh each stage by `rank_weights`."""
+    if weights is not None:
+        return weights, 1.0
+    held = set(Counter(placement).values())
+    if len(held) == 1:
+        return None, 1.0 / held.pop()
+    return rank_weights(placement), 1.0
+
+
 def _check_weights(program: Program, weights: Sequence[float] | None) -> None:
     if weights is not None and len(weights) != program.stages:
         raise ValueError(f"memory weights give {len(weights)} stages, the program has {program.stages}")
@@ -121,6 +132,7 @@ def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryP
     peaks: list[float] = []
     peak_steps: list[int | None] = []
     lives: list[tuple[float, ...]] = []
+    weights, scale = _unit(program.placement, weights)
     for rank, deltas in enumerate(_deltas(enc, weights, trusted=False)):
         n = len(program.rows[rank])
         # Per step: what it allocates and what it frees (an overlapped pair does both).
@@ -143,9 +155,9 @@ def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryP
                 peak, peak_step = live, step
             live -= freed[step]
             after.append(live)
-        peaks.append(peak)
+        peaks.append(peak * scale)
         peak_steps.append(peak_step)
-        lives.append(tuple(after))
+        lives.append(tuple(x * scale for x in after) if scale != 1.0 else tuple(after))
     return MemoryProfile(tuple(peaks), tuple(peak_steps), tuple(lives))
 
 
@@ -170,11 +182,12 @@ def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: boo
     if any(not is_batch for groups in enc.groups for is_batch, _ in groups.values()):
         return None
     out: list[tuple[float, int | None]] = []
+    weights, scale = _unit(enc.placement, weights)
     for rank, deltas in enumerate(_deltas(enc, weights, trusted)):
         live = list(accumulate(deltas))
         peak = max(live, default=0)
         if peak <= 0:
             out.append((0.0, None))
             continue
-        out.append((float(peak), enc.step_of(rank, live.index(peak))))
+        out.append((float(peak) * scale, enc.step_of(rank, live.index(peak))))
     return out

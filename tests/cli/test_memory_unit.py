@@ -126,3 +126,15 @@ def test_language_md_pps301_example_is_what_lint_prints(monkeypatch: pytest.Monk
     monkeypatch.chdir(ROOT)
     code, out = _printed(block.group(1).split()[1:], capsys)
     assert code == 1 and out.splitlines()[0] == block.group(2)
+
+
+def test_uneven_ranks_count_each_stage_as_its_share(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Rank 1 holds stages 1 and 2 (1/2 each), rank 0 stage 0 alone (1).
+    path = tmp_path / "uneven.pps"
+    path.write_text("pipeline ranks=2 microbatches=2 placement=[0,1,1]\n"
+                    "rank 0: 0F0 0F1 0B0 0B1\n"
+                    "rank 1: 1F0 2F0 2B0 1B0 1F1 2F1 2B1 1B1\n", encoding="utf-8")
+    code, out = _printed(["simulate", str(path), "--format", "json"], capsys)
+    assert code == 0 and json.loads(out)["peak_memory"] == [2.0, 1.0]
+    code, out = _printed(["lint", "--max-memory", "1", str(path)], capsys)
+    assert code == 1 and f"rank 0 holds 2 {UNIT}" in out and "rank 1" not in out
