@@ -40,6 +40,7 @@ from ppdsl.costs import CostModel  # noqa: E402
 from ppdsl.ir import Kind, Program, actions_of  # noqa: E402
 from ppdsl.limits import MAX_ACTIONS  # noqa: E402
 from ppdsl.lower import lower  # noqa: E402
+from ppdsl.memory import UNIT  # noqa: E402
 from ppdsl.simulate import simulate  # noqa: E402
 
 COSTS = CostModel((("F", 1.0), ("B", 2.0), ("comm", 0.1)))
@@ -126,7 +127,7 @@ def main() -> int:
             print(f"ppdsl {part:12} ({model:10}): {shown}  {n / best[(model, part)]:>10,.0f} actions/s  "
                   f"linearity {1e6 * per_action['quarter']:.2f} -> {1e6 * per_action['full']:.2f} us/action")
         print(f"    makespan {sim.makespan:g}, bubble {100 * sim.bubble_ratio:.2f}%, completed {sim.completed}, "
-              f"peak memory {max(sim.peak_memory):g}, critical path {len(sim.critical_path)} steps")
+              f"peak memory {max(sim.peak_memory):g} ({UNIT}), critical path {len(sim.critical_path)} steps")
     if args.no_torch:
         return 0
     plans = torch_plans(programs["full"], full)

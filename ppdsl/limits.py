@@ -55,7 +55,7 @@ MIN_COST: Final = 1e-9
 MAX_COST: Final = 1e12
 # `bytes` and `bandwidth` are counts, not times: a wider range, same rule for tiny values.
 MAX_QUANTITY: Final = 1e18
-# `memory` (live activations per rank) in a header or --max-memory: only compared, never
+# `memory` (live activations per rank, `ppdsl.memory.UNIT`) in a header or --max-memory: only compared, never
 # sized by, so the bound only keeps it a finite, printable number.
 MAX_MEMORY: Final = 1e30
 # `show` in a terminal: --width, and the cells drawn in all (ranks x columns; or 4 per step of

@@ -1,8 +1,11 @@
-"""The activation memory model, the one the checker (PPS301) and the simulator share.
+"""The activation memory model, the one the checker (PPS301), the simulator and the search share.
 
-A forward `F(s,m)` makes one activation of stage s live (weighted per stage when weights are
-given); the backward that consumes it frees it: `B(s,m)`, or `W(s,m)` when the backward is
-split, since the weight gradient still needs the saved inputs. In an overlapped pair the
+The unit is one microbatch's activations of a rank's whole share of the model (`UNIT`): a
+forward `F(s,m)` makes its stage's share live, 1/v when the rank of s holds v stages
+(`rank_weights`: a V chunk counts 1/2, so 1F1B and ZB-V both peak at p, as the zero-bubble
+papers count), or the stage's weight when weights are given. The backward that consumes it
+frees it: `B(s,m)`, or `W(s,m)` when the backward is split, since the weight gradient still
+needs the saved inputs. In an overlapped pair the
 forward allocates before the backward frees, so both count at that step. Peaks are measured
 per rank in step order, which is the order a rank allocates in whatever the timing.
 
@@ -13,6 +16,7 @@ each step), `peaks_from_codes` only the peaks, by prefix sums over the codes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from itertools import accumulate, compress, repeat
 from operator import and_, eq, rshift
@@ -21,6 +25,24 @@ from attrs import frozen
 
 from .encoding import B, Encoded, F, I, W, encode
 from .ir import Program
+
+
+UNIT = "microbatches of a rank's activations"  # what every printed peak and limit counts
+# A limit is compared after adding weights such as 1/3 a few thousand times: absorb the rounding.
+EPSILON = 1e-9
+
+
+def rank_weights(placement: Sequence[int], ranks: int | None = None) -> list[float]:
+    """Per stage, its share of its rank's layers (1/v when the rank holds v stages)."""
+    held = [0] * (max(placement, default=-1) + 1 if ranks is None else ranks)
+    for r in placement:
+        held[r] += 1
+    return [1.0 / held[r] for r in placement]
+
+
+def over(peak: float, limit: float) -> bool:
+    """Whether `peak` exceeds `limit` by more than the rounding of summed fractions."""
+    return peak > limit + EPSILON
 
 
 @frozen
@@ -85,6 +107,18 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool) -> Seq
     return out
 
 
+def _unit(placement: Sequence[int], weights: Sequence[float] | None) -> tuple[Sequence[float] | None, float]:
+    """(weights for `_deltas`, factor for what it sums). In `UNIT` on ranks that all hold v
+    stages, count stage activations (integers, the fast path) and divide the sums by v;
+    on uneven ranks, weigh each stage by `rank_weights`."""
+    if weights is not None:
+        return weights, 1.0
+    held = set(Counter(placement).values())
+    if len(held) == 1:
+        return None, 1.0 / held.pop()
+    return rank_weights(placement), 1.0
+
+
 def _check_weights(program: Program, weights: Sequence[float] | None) -> None:
     if weights is not None and len(weights) != program.stages:
         raise ValueError(f"memory weights give {len(weights)} stages, the program has {program.stages}")
@@ -98,6 +132,7 @@ def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryP
     peaks: list[float] = []
     peak_steps: list[int | None] = []
     lives: list[tuple[float, ...]] = []
+    weights, scale = _unit(program.placement, weights)
     for rank, deltas in enumerate(_deltas(enc, weights, trusted=False)):
         n = len(program.rows[rank])
         # Per step: what it allocates and what it frees (an overlapped pair does both).
@@ -120,15 +155,22 @@ def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryP
                 peak, peak_step = live, step
             live -= freed[step]
             after.append(live)
-        peaks.append(peak)
+        peaks.append(peak * scale)
         peak_steps.append(peak_step)
-        lives.append(tuple(after))
+        lives.append(tuple(x * scale for x in after) if scale != 1.0 else tuple(after))
     return MemoryProfile(tuple(peaks), tuple(peak_steps), tuple(lives))
 
 
 def peak_memory(program: Program, weights: Sequence[float] | None = None) -> tuple[float, ...]:
-    """Peak live activations per rank."""
+    """Peak live activations per rank, in `UNIT` (or in the weights' unit when given)."""
     return profile(program, weights).peak
+
+
+def peak_stage_activations(program: Program) -> tuple[int, ...]:
+    """Peak live (stage, microbatch) activations per rank, each 1 whatever its share: what
+    `ppdsl run --profile` counts (one graph per stage and microbatch), v times `UNIT` on a
+    rank of v stages."""
+    return tuple(int(p) for p in profile(program, [1.0] * program.stages).peak)
 
 
 def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: bool = False
@@ -140,11 +182,12 @@ def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: boo
     if any(not is_batch for groups in enc.groups for is_batch, _ in groups.values()):
         return None
     out: list[tuple[float, int | None]] = []
+    weights, scale = _unit(enc.placement, weights)
     for rank, deltas in enumerate(_deltas(enc, weights, trusted)):
         live = list(accumulate(deltas))
         peak = max(live, default=0)
         if peak <= 0:
             out.append((0.0, None))
             continue
-        out.append((float(peak), enc.step_of(rank, live.index(peak))))
+        out.append((float(peak) * scale, enc.step_of(rank, live.index(peak))))
     return out

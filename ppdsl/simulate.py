@@ -25,7 +25,7 @@ from .costs import DEFAULT, CostModel, shares_of
 from .diagnostics import Diagnostic
 from .english import plural
 from .ir import Action, Batch, Kind, Overlap, Program
-from .memory import MemoryProfile, peaks_from_codes, profile
+from .memory import UNIT, MemoryProfile, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path
 from .semantics import CommModel, Execution, Wait, execute, wait_cycle
 from .encoding import code_space, encode, kind_slice
@@ -161,6 +161,7 @@ class Simulation:
             "handoff_time": self.handoff_time,
             "idle": list(self.idle),
             "peak_memory": list(self.peak_memory),
+            "memory_unit": UNIT if self._weights is None else "the given memory weights",
             "costs": self.costs.describe(self.program.stages),
             "unit": self.costs.unit,
             "critical_path": [{"rank": p.rank, "step": p.step, "action": p.text, "start": p.start, "end": p.end}

@@ -1,8 +1,9 @@
 """PPS301, PPS302: do the live activations of each rank fit?
 
-Uses the one activation model, `ppdsl.memory` (shared with the simulator): an `F` makes one
-activation of its stage live (times the stage's weight), the `B` that consumes it frees it,
-or the `W` when the backward is split; an overlapped pair counts both.
+Uses the one activation model, `ppdsl.memory` (shared with the simulator and the search), in
+its unit: one microbatch's activations of a rank's whole share of the model. An `F` makes its
+stage's share live (1/v when the rank holds v stages), the `B` that consumes it frees it, or
+the `W` when the backward is split; an overlapped pair counts both.
 
 PPS301 - peak live activations on a rank exceed the limit (`memory=N` in the header, or
     `ppdsl lint --max-memory N`, which wins). The report names the rank and the step where
@@ -44,8 +45,8 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         peaks = list(zip(prof.peak, prof.peak_step))
     source = "--max-memory" if ctx.max_memory is not None else "the header's `memory`"
     for rank, (peak, step) in enumerate(peaks):
-        if peak > limit and step is not None:
-            yield ctx.diag("PPS301", f"rank {rank} holds {_number(peak)} live activations at step {step}, "
+        if memory.over(peak, limit) and step is not None:
+            yield ctx.diag("PPS301", f"rank {rank} holds {_number(peak)} {memory.UNIT} at step {step}, "
                            f"over the limit of {_number(limit)} ({source})", rank, step,
                            help="start fewer forwards before the first backward on this rank, or raise the limit")
 

@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rendezvous: gloo, blocking sends (default); grouped: NCCL, batches posted "
                         "together; buffered: sends never block")
     p.add_argument("--max-memory", type=positive_number, metavar="N",
-                   help="limit on live activations per rank (overrides the header's `memory`)")
+                   help="limit on live activations per rank, in microbatches of a rank's activations: a stage "
+                   "that is one of a rank's v stages counts 1/v (overrides the header's `memory`)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--max-errors", type=whole_number(0), metavar="N",
                    help=f"show at most N diagnostics per file, then a count of the rest "

@@ -218,7 +218,7 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
 def memory_line(m: dict[str, object], file: str = "") -> str:
     """One rank's measured memory next to the checker's prediction."""
     where = f"{file}: " if file else ""
-    line = (f"ppdsl run: {where}rank {m['rank']}: peak {m['peak_microbatches']} live microbatch graphs "
+    line = (f"ppdsl run: {where}rank {m['rank']}: peak {m['peak_microbatches']} live graphs, one per stage and microbatch "
             f"(checker predicts {m['predicted_microbatches']}), {_mib(m['peak_bytes'])} in tensors kept between actions")
     if "allocator_peak_bytes" in m:
         line += f", allocator peak {_mib(m['allocator_peak_bytes'])}"

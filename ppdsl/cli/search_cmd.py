@@ -5,8 +5,8 @@
   ppdsl search --ranks 4 --microbatches 8 --costs profile.json --max-memory 3 --format json
 
 --max-memory counts one microbatch's activations of a rank's whole share of the model (a V
-stage counts 1/2): the unit of the last column of schedules/README.md; the file written says
-the same limit in stage activations (its header `memory=`, what `ppdsl lint` checks). Costs
+stage counts 1/2), the unit of `ppdsl lint --max-memory`, `ppdsl simulate` and the header's
+`memory=` (the file written carries the limit there). Costs
 as for `ppdsl simulate` (inline or a profile from `ppdsl run --profile`); per-stage keys
 name one stage a rank (or two, from a V run) and are carried over to the other shape.
 Exit 0 found, 1 infeasible (the smallest feasible limit is printed), 2 usage. Progress goes
@@ -23,6 +23,7 @@ import sys
 from ..costs import DEFAULT, load_costs
 from ..diagnostics import UsageError
 from ..limits import MAX_MICROBATCHES, MAX_RANKS, MAX_SEARCH_ACTIONS
+from ..memory import UNIT
 from ..search.driver import Found, search
 from ..search.output import finish, to_json, to_text
 from ..search.problem import cuts_of
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, required=True, metavar="P", help="pipeline ranks")
     p.add_argument("--microbatches", type=int, required=True, metavar="M", help="microbatches per step")
     p.add_argument("--max-memory", type=float, required=True, metavar="L",
-                   help="peak activations per rank, in microbatches of a rank's whole share of the model")
+                   help="peak activations per rank, in microbatches of a rank's activations (its whole share of the model)")
     p.add_argument("--costs", metavar="SPEC", help="F=1,B=2,comm=0.1 (F_s0=..., per stage) or a .json profile "
                    "(default: F=1, I=W=1, free messages)")
     p.add_argument("--stages-per-rank", choices=("1", "2", "auto"), default="auto",
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             print(json.dumps({"found": False, "limit": result.limit, "smallest_feasible": result.smallest}))
         print(f"ppdsl search: no schedule fits --max-memory {result.limit:g}: the smallest feasible limit is "
-              f"{result.smallest:g} (one microbatch of a rank's share)", file=sys.stderr)
+              f"{result.smallest:g} ({UNIT})", file=sys.stderr)
         return 1
     found = finish(result, costs)
     text = to_text(found, costs)
@@ -95,5 +96,5 @@ def run(args: argparse.Namespace) -> int:
         against = f"; best named generator {named.name}: {named.makespan:.6g}" if named is not None else ""
         proof = "proven optimal" if found.optimal else "not proven optimal"
         print(f"makespan {found.makespan:.6g}, bubble {found.bubble:.1%}, peak memory {found.peak:.6g} "
-              f"(limit {found.limit:g}){against}; {proof}; wrote {args.output}")
+              f"(limit {found.limit:g}; {UNIT}){against}; {proof}; wrote {args.output}")
     return 0

@@ -18,6 +18,7 @@ from ..ir import Program
 from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import check_steps, load_program
 from ..lower import needs_lowering
+from ..memory import UNIT
 from ..semantics import CommModel
 from ..simulate import (Simulation, applying_to, simulate, stuck_diagnostic, stuck_summary, wait_text,
                         waiting_forever)
@@ -169,6 +170,10 @@ def _path_summary(sim: Simulation, full: bool) -> list[str]:
             "  (--critical-path lists every step)"]
 
 
+# Every peak printed, in the checker's unit (`ppdsl.memory`), said once per report.
+MEMORY_NOTE = f"peak memory: {UNIT} (a stage that is one of a rank's v stages counts 1/v)"
+
+
 def report(path: str, sim: Simulation, full_path: bool = False, status_note: str = "") -> str:
     p = sim.program
     lines = [f"{path}: {plural(p.ranks, 'rank')}, {plural(p.stages, 'stage')}, {plural(p.microbatches, 'microbatch')}, "
@@ -194,6 +199,7 @@ def report(path: str, sim: Simulation, full_path: bool = False, status_note: str
     for r in range(p.ranks):
         rows.append([str(r), num(sim.busy[r]), num(sim.comm[r]), num(sim.idle[r]), num(sim.peak_memory[r])])
     lines.extend(_table(rows))
+    lines.append(MEMORY_NOTE)
     lines.extend(_path_summary(sim, full_path))
     return "\n".join(lines) + "\n"
 
@@ -227,6 +233,7 @@ def compare(sims: list[tuple[str, Simulation]]) -> str:
                                        else "-" for _, s in sims])
     costs = {_costs_line(s) for _, s in sims}
     foot = [next(iter(costs))] if len(costs) == 1 else [f"{path}: {_costs_line(s)}" for path, s in sims]
+    foot.append(MEMORY_NOTE)
     if any(s.handoff_time for _, s in sims):
         foot.append("comm time: sends and receives, and a compute-only file's hand-offs between ranks in flight")
     foot.extend(f"{path}: {stuck_summary(s)}" for path, s in sims if not s.completed)

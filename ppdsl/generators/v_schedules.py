@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from ..ir import Kind, Program, Step, make_action
-from ..memory import peak_memory
+from ..memory import peak_stage_activations
 from ..placement import v_shape
 from ..semantics import Timing, execute
 from . import greedy
@@ -183,7 +183,7 @@ def _priced(p: int, m: int, rows: tuple[tuple[Step, ...], ...]) -> tuple[float, 
     """(makespan under unit cost per chunk, peak chunk activations); inf when it cannot finish."""
     program = Program(p, 2 * p, m, v_shape(p, 2 * p), rows)
     run = execute(program, "rendezvous", Timing())
-    return (run.makespan if run.completed else math.inf), max(peak_memory(program))
+    return (run.makespan if run.completed else math.inf), max(peak_stage_activations(program))
 
 
 def _builder(block: Callable[[int], list[Offsets]], budget: Callable[[int], int]

@@ -21,7 +21,7 @@ import statistics
 from typing import Any
 
 from ..costs import profile_json
-from ..memory import peak_memory
+from ..memory import peak_stage_activations
 from .watchdog import Reporter
 
 _LABEL = re.compile(r"^(\d+)([A-Z_]+?)(\d+)?$")
@@ -77,7 +77,7 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
     for entry in mine:
         entry["rank"] = rank
     memory = {"rank": rank, "peak_microbatches": sched.memory.peak_graphs,
-              "predicted_microbatches": int(peak_memory(sched.program)[rank]),
+              "predicted_microbatches": peak_stage_activations(sched.program)[rank],
               "peak_bytes": sched.memory.peak_bytes}
     allocator = sched.fw.allocator_peak_bytes()
     if allocator is not None:

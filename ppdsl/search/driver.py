@@ -22,12 +22,13 @@ from attrs import frozen
 
 from ..costs import CostModel
 from ..ir import Kind, Program, Step, make_action
+from ..memory import EPSILON
 from .exact import MAX_PAIRS, pairs, solve
 from .exact import available as exact_available
 from .listsched import FWD, GRAD, Order, Policy, default_limits, random_policy, run
 from .local import improve
 from .named import NamedResult, best_fitting, named_results, seed_rows
-from .problem import EPSILON, Problem, cuts_of, make_problem
+from .problem import Problem, cuts_of, make_problem
 from .replay import peaks, replay
 
 # Candidates priced per shape, and how many action-steps that may cost at most (a big pipeline

@@ -20,7 +20,8 @@ from collections import deque
 
 from attrs import frozen
 
-from .problem import EPSILON, Problem
+from ..memory import EPSILON
+from .problem import Problem
 
 FWD, GRAD, WGT = 0, 1, 2  # the slot of an action code
 NEVER = float("inf")  # the arrival time of an input whose producer is not scheduled yet

@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from .problem import EPSILON, Problem
+from ..memory import EPSILON
+from .problem import Problem
 from .replay import finish_times, peaks
 
 Rows = list[list[int]]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from ..costs import CostModel, shares_of
+from ..costs import CostModel
 from ..generators import registry
 from ..ir import Action, Kind, Program
 from ..simulate import simulate
+from ..memory import EPSILON
 from .listsched import FWD, GRAD, WGT
-from .problem import EPSILON, Problem, cuts_of, reshape
+from .problem import Problem, cuts_of, reshape
 
 # Arguments a generator is tried with besides its defaults (the search's shapes hold <= 2 stages a rank).
 VARIANTS: dict[str, tuple[dict[str, object], ...]] = {"interleaved_1f1b": ({"virtual": 2},),
@@ -45,8 +46,7 @@ def named_results(ranks: int, microbatches: int, costs: CostModel, cuts: int | N
             except registry.GeneratorError:
                 continue
             program = Program(ranks, built.stages, microbatches, built.placement, built.rows)
-            weights = [1.0 / n for n in shares_of(program)]
-            sim = simulate(program, reshape(costs, cuts, built.stages), memory_weights=weights)
+            sim = simulate(program, reshape(costs, cuts, built.stages))
             if sim.completed:
                 out.append(NamedResult(spec.name, program, sim.makespan, max(sim.peak_memory)))
     out.sort(key=lambda n: (n.makespan, n.peak, n.name))

@@ -17,7 +17,8 @@ from ..lower import lower
 from ..simulate import simulate
 from ..syntax.printer import print_program
 from .driver import Found
-from .problem import EPSILON, rank_weights, reshape, stage_limit
+from ..memory import UNIT, over
+from .problem import reshape
 
 
 def _number(x: float) -> str:
@@ -27,9 +28,9 @@ def _number(x: float) -> str:
 def finish(found: Found, costs: CostModel) -> Found:
     """The result with its program carrying the header's memory limit and the costs, verified."""
     costs = reshape(costs, found.cuts, found.program.stages)
-    program = found.program.evolve(memory_limit=stage_limit(found.limit, found.stages_per_rank),
+    program = found.program.evolve(memory_limit=found.limit,
                                    costs=tuple(costs.items))
-    sim = simulate(program, costs, memory_weights=rank_weights(program.placement, program.ranks))
+    sim = simulate(program, costs)
     if not sim.completed or abs(sim.makespan - found.makespan) > 1e-6 * max(1.0, found.makespan):
         raise AssertionError(f"search priced {found.makespan} but the simulator says {sim.makespan}")
     errors = [d for d in check(program) if d.is_error]
@@ -38,7 +39,7 @@ def finish(found: Found, costs: CostModel) -> Found:
     if errors:
         raise AssertionError(f"a found schedule fails the checker: {errors[0].code} {errors[0].message}")
     peak = max(sim.peak_memory)
-    if peak > found.limit + EPSILON:
+    if over(peak, found.limit):
         raise AssertionError(f"a found schedule holds {peak} over the limit {found.limit}")
     return evolve(found, program=program, bubble=sim.bubble_ratio, peak=peak)
 
@@ -49,9 +50,7 @@ def header_comment(found: Found, costs: CostModel) -> str:
     lines = [
         f"found by `ppdsl search` ({found.candidates} candidates priced)",
         f"makespan {_number(found.makespan)}, bubble {found.bubble:.1%}, peak memory {_number(found.peak)} "
-        f"(limit {_number(found.limit)})",
-        f"memory unit: one microbatch's activations of a rank's whole share of the model "
-        f"(header memory={_number(stage_limit(found.limit, found.stages_per_rank))} counts stage activations)",
+        f"(limit {_number(found.limit)}; {UNIT}, as the header's memory=)",
         f"costs: {given}" + (f" (unit: {costs.unit})" if costs.unit != "unit" else "") + f"; shape: {shape}",
     ]
     if found.named is not None:
@@ -82,6 +81,7 @@ def to_json(found: Found, output: str | None) -> dict[str, object]:
         "bubble_ratio": found.bubble,
         "peak_memory": found.peak,
         "limit": found.limit,
+        "memory_unit": UNIT,
         "stages_per_rank": found.stages_per_rank,
         "method": found.method,
         "optimal": found.optimal,

@@ -1,23 +1,18 @@
 """What a search is asked: the pipeline's shape, each action's duration, the memory limit.
 
-Memory is counted in the unit a user reasons about: one microbatch's activations of a rank's
-whole share of the model. A stage of a rank that holds v stages keeps 1/v of that, so a V
-schedule's chunk counts 1/2 (the weighting of `schedules/README.md`'s last column). The
-checker's `--max-memory` counts stage activations instead; `stage_limit` converts.
+Memory is counted in `ppdsl.memory`'s unit, the checker's and the simulator's: one
+microbatch's activations of a rank's whole share of the model (a V chunk counts 1/2).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from attrs import frozen
 
 from ..costs import DEFAULT, CostModel
 from ..ir import Kind
+from ..memory import rank_weights
 from ..placement import loop, v_shape
 
-# A limit is compared after adding weights such as 1/3 a few thousand times: absorb the rounding.
-EPSILON = 1e-9
 
 
 @frozen
@@ -42,7 +37,7 @@ class Problem:
 
     @property
     def weight(self) -> tuple[float, ...]:
-        return tuple(1.0 / self.stages_per_rank for _ in self.placement)
+        return tuple(rank_weights(self.placement, self.ranks))
 
     def with_split(self, split: bool) -> Problem:
         return Problem(self.ranks, self.microbatches, self.placement, self.cost, self.comm, self.limit, split)
@@ -65,19 +60,6 @@ def make_problem(ranks: int, microbatches: int, stages_per_rank: int, limit: flo
     table = reshape(costs, cuts, stages).table(stages, [stages_per_rank] * stages)
     cost = tuple((row[Kind.F], row[Kind.I], row[Kind.W], row[Kind.B]) for row in table)
     return Problem(ranks, microbatches, placement, cost, costs.message_time, limit, split)
-
-
-def stage_limit(limit: float, stages_per_rank: int) -> float:
-    """The same limit in stage activations, the unit of `ppdsl lint --max-memory`."""
-    return limit * stages_per_rank
-
-
-def rank_weights(placement: Sequence[int], ranks: int) -> list[float]:
-    """Per stage, its share of its rank's layers (1/v when the rank holds v stages)."""
-    held = [0] * ranks
-    for r in placement:
-        held[r] += 1
-    return [1.0 / held[r] for r in placement]
 
 
 def cuts_of(costs: CostModel, ranks: int) -> int | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..generators.registry import ArgValue, Built, Context, GeneratorError, GeneratorSpec, Param, require
 from ..limits import MAX_SEARCH_ACTIONS
+from ..memory import UNIT
 
 if TYPE_CHECKING:
     from ..costs import CostModel
@@ -67,7 +68,7 @@ def _cached(ranks: int, microbatches: int, limit: float, shape: str, key: tuple[
     result = search(ranks, microbatches, costs, limit, shape, cuts=ranks * (2 if shape == "2" else 1), exact=False)
     if not isinstance(result, Found):
         raise GeneratorError("PPS022", f"no schedule fits max_memory={limit:g}: the smallest feasible is "
-                             f"{result.smallest:g}", "max_memory")
+                             f"{result.smallest:g} ({UNIT})", "max_memory")
     found = finish(result, costs)
     return Built(found.program.rows, found.program.stages, found.program.placement)
 

@@ -40,7 +40,7 @@ HEADER_OPTIONS = {
     "microbatches": "number of microbatches per step; required",
     "stages": "number of model stages (default: from the placement, the rows, or ranks)",
     "placement": "stage -> rank map: loop, v, or a list such as [0,1,1,0]",
-    "memory": "limit on live activations per rank (checked by `ppdsl lint`)",
+    "memory": "limit on live activations per rank, in microbatches of a rank's activations (checked by `ppdsl lint`)",
     "mode": "train (default) or inference (forward only)",
 }
 

@@ -43,7 +43,7 @@ EXAMPLES: dict[str, tuple[str, int | None, int | None, tuple[str, ...], dict[str
                "rank 1: 1RECV_F0 1RECV_F1 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1\n", 1, 0,
                ("out of order", "`0SEND_F1`", "`1RECV_F0`", "microbatch 0 of stage 1"), {}),
     "PPS301": ("pipeline ranks=1 microbatches=4 memory=2\nrank 0: 0F0 0F1 0F2 0B0 0B1 0B2 0F3 0B3\n", 0, 2,
-               ("rank 0", "3 live activations", "step 2", "limit of 2"), {}),
+               ("rank 0", "3 microbatches of a rank's activations", "step 2", "limit of 2"), {}),
     "PPS302": ("pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0\n", None, None, ("2 memory weights", "1 stage"),
                {"memory_weights": [1.0, 2.0]}),
     "PPS401": ("pipeline ranks=1 microbatches=3\nrank 0: 0F1 0F0 0F2 0B0 0B1 0B2\n", 0, 1, ("`0F0` comes after `0F1`",), {}),

@@ -41,9 +41,10 @@ def _verified(out: str, files: list[str]) -> None:
 
 
 def _memory_as_predicted(out: str, files: list[str], ranks: int) -> None:
-    """Each rank's measured peak of live microbatch graphs is the checker's, file by file."""
+    """Each rank's measured peak of live graphs (one per stage and microbatch) is the checker's, file by file."""
     for f in files:
-        found = re.findall(rf"{re.escape(f)}: rank (\d+): peak (\d+) live microbatch graphs \(checker predicts (\d+)\)", out)
+        found = re.findall(rf"{re.escape(f)}: rank (\d+): peak (\d+) live graphs, one per stage and microbatch "
+                           r"\(checker predicts (\d+)\)", out)
         assert sorted(int(r) for r, _, _ in found) == list(range(ranks)), f"{f}: no memory lines:\n{out}"
         assert all(a == b for _, a, b in found), f"{f}: measured != predicted: {found}"
 
