@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,21 @@ def launcher_env() -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+def run_together(commands: Sequence[list[str]], cwd: Path, timeout: float) -> tuple[list[int], list[str]]:
+    """Start `commands` side by side (one launcher per "node"), wait for all of them within
+    `timeout` seconds, and kill what is left: (exit statuses, combined outputs)."""
+    procs = [subprocess.Popen(c, env=launcher_env(), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for c in commands]
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    return [p.returncode for p in procs], outputs
 
 
 def rank_result(log_dir: Path, rank: int) -> Any:

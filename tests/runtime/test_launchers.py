@@ -26,6 +26,7 @@ LAUNCH_SECONDS = 150
 
 sys.path.insert(0, str(HERE))
 from procs import launcher_env as _env  # noqa: E402
+from procs import run_together  # noqa: E402
 
 
 def _launcher(log_dir: Path, *args: str) -> list[str]:
@@ -61,20 +62,12 @@ def test_two_nodes_on_loopback_four_ranks_verify(tmp_path: Path) -> None:
     f = tmp_path / "1f1b.pps"
     f.write_text("pipeline ranks=4 microbatches=4\nuse 1f1b()\n")
     (port,) = free_ports(1)
-    procs = [subprocess.Popen(_launcher(tmp_path / f"node{node}", "--nnodes", "2", "--master", f"127.0.0.1:{port}",
-                                        "--rank", str(node), "--nproc_per_node", "2",
-                                        PPDSL, "run", str(f), "--steps", "2", "--verify", "--timeout", "30"),
-                              env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for node in (0, 1)]
-    try:
-        outputs = [p.communicate(timeout=LAUNCH_SECONDS)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
+    codes, outputs = run_together([_launcher(tmp_path / f"node{node}", "--nnodes", "2", "--master",
+                                             f"127.0.0.1:{port}", "--rank", str(node), "--nproc_per_node", "2",
+                                             PPDSL, "run", str(f), "--steps", "2", "--verify", "--timeout", "30")
+                                   for node in (0, 1)], tmp_path, LAUNCH_SECONDS)
     logs = [_logs(tmp_path / f"node{node}") for node in (0, 1)]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-1500:] for o in outputs) + logs[0][-2000:]
+    assert codes == [0, 0], "\n".join(o[-1500:] for o in outputs) + logs[0][-2000:]
     assert "verify: ok" in logs[0]  # rank 0 compares all 4 ranks' gradients
     assert re.search(r"step 2/2  loss [0-9.]+", logs[1])  # rank 3, the last stage, on the second node
 

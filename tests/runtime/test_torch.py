@@ -21,7 +21,7 @@ from ppdsl.semantics import CommModel
 
 sys.path.insert(0, str(Path(__file__).parent))
 from procs import launcher_env as _env  # noqa: E402
-from procs import rank_result  # noqa: E402
+from procs import rank_result, run_together  # noqa: E402
 
 pytest.importorskip("torch")
 HERE = Path(__file__).parent
@@ -212,19 +212,11 @@ def test_under_torchrun_two_nodes_on_loopback(tmp_path: Path) -> None:
     f = tmp_path / "1f1b.pps"
     f.write_text("pipeline ranks=4 microbatches=4\nuse 1f1b()\n")
     (port,) = free_ports(1)
-    procs = [subprocess.Popen(_torchrun("--nnodes", "2", "--node_rank", str(node), "--master_addr", "127.0.0.1",
-                                        "--master_port", str(port), "--nproc_per_node", "2", PPDSL, "run", str(f),
-                                        "--framework", "torch", "--steps", "2", "--verify", "--timeout", "30"),
-                              env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for node in (0, 1)]
-    try:
-        outputs = [p.communicate(timeout=LAUNCH_SECONDS)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+    codes, outputs = run_together([_torchrun("--nnodes", "2", "--node_rank", str(node), "--master_addr", "127.0.0.1",
+                                             "--master_port", str(port), "--nproc_per_node", "2", PPDSL, "run",
+                                             str(f), "--framework", "torch", "--steps", "2", "--verify",
+                                             "--timeout", "30") for node in (0, 1)], tmp_path, LAUNCH_SECONDS)
+    assert codes == [0, 0], "\n".join(o[-2000:] for o in outputs)
     assert "verify: ok" in outputs[0] and "step 2/2  loss" in outputs[1]
 
 
