@@ -47,18 +47,13 @@ class Reporter:
                 pass
 
 
-class Watchdog:
-    """Ends the process when an armed wait lasts longer than `timeout` seconds."""
+class Lane:
+    """One thread's armed wait: what it waits for, and since when (0 when disarmed)."""
 
-    def __init__(self, timeout: float, reporter: Reporter):
-        self.timeout = timeout
-        self.reporter = reporter
-        self.step = -1
+    def __init__(self) -> None:
         self.label = ""
         self.what = ""
         self.since = 0.0  # monotonic start of the armed wait; 0 when disarmed
-        self._thread = threading.Thread(target=self._watch, name="ppdsl-watchdog", daemon=True)
-        self._thread.start()
 
     def arm(self, label: str, what: str = "") -> None:
         self.label = label
@@ -68,6 +63,27 @@ class Watchdog:
     def disarm(self) -> None:
         self.since = 0.0
 
+
+class Watchdog(Lane):
+    """Ends the process when an armed wait lasts longer than `timeout` seconds.
+
+    The watchdog itself is the main thread's lane; a thread that communicates beside compute
+    (a sender, a gradient reduction) arms a lane of its own (`lane()`), watched the same way."""
+
+    def __init__(self, timeout: float, reporter: Reporter):
+        super().__init__()
+        self.timeout = timeout
+        self.reporter = reporter
+        self.step = -1
+        self._lanes: list[Lane] = [self]
+        self._thread = threading.Thread(target=self._watch, name="ppdsl-watchdog", daemon=True)
+        self._thread.start()
+
+    def lane(self) -> Lane:
+        lane = Lane()
+        self._lanes = [*self._lanes, lane]  # replaced, not mutated: the watching thread iterates it
+        return lane
+
     def _watch(self) -> None:
         tick = min(0.25, max(0.02, self.timeout / 20))
         parent = os.getppid()
@@ -76,11 +92,16 @@ class Watchdog:
             time.sleep(tick)
             if launched and os.getppid() != parent:  # the launching `ppdsl run` died
                 os._exit(TIMEOUT_EXIT)
-            since = self.since
-            if since and time.monotonic() - since > self.timeout:
-                where = f"step {self.step}, action {self.label}" if self.step >= 0 else self.label
-                message = (f"timed out after {self.timeout:g} s at {where}"
-                           + (f" ({self.what})" if self.what else ""))
-                self.reporter.send("timeout", step=self.step, action=self.label, message=message)
-                sys.stderr.flush()
-                os._exit(TIMEOUT_EXIT)
+            now = time.monotonic()
+            for lane in self._lanes:
+                since = lane.since
+                if since and now - since > self.timeout:
+                    self._expire(lane)
+
+    def _expire(self, lane: Lane) -> None:
+        label, what = lane.label, lane.what
+        where = f"step {self.step}, action {label}" if self.step >= 0 else label
+        message = f"timed out after {self.timeout:g} s at {where}" + (f" ({what})" if what else "")
+        self.reporter.send("timeout", step=self.step, action=label, message=message)
+        sys.stderr.flush()
+        os._exit(TIMEOUT_EXIT)

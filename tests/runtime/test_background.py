@@ -1,0 +1,74 @@
+"""The background job thread: order, failures handed back, and the watchdog's lanes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from ppdsl.runtime.background import Background, JobFailed
+from ppdsl.runtime.watchdog import Lane
+
+
+def test_jobs_run_in_posted_order_beside_the_caller() -> None:
+    bg = Background("test")
+    gate = threading.Event()
+    seen: list[int] = []
+    bg.post(lambda lane: gate.wait(5), "first")
+    for i in range(5):
+        bg.post(lambda lane, i=i: seen.append(i), f"job {i}")
+    assert not bg.idle and seen == []  # the caller went on while the first job waits
+    gate.set()
+    bg.wait()
+    assert seen == [0, 1, 2, 3, 4] and bg.idle
+    bg.close()
+
+
+def test_a_failure_stops_later_jobs_and_comes_back_with_its_label() -> None:
+    bg = Background("test")
+    seen: list[str] = []
+
+    def boom(lane: Lane | None) -> None:
+        raise RuntimeError("peer gone")
+
+    bg.post(lambda lane: seen.append("a"), "a")
+    bg.post(boom, "0SEND_F1")
+    bg.post(lambda lane: seen.append("c"), "c")
+    with pytest.raises(JobFailed) as info:
+        bg.wait()
+    assert info.value.label == "0SEND_F1" and isinstance(info.value.cause, RuntimeError)
+    assert seen == ["a"]
+    with pytest.raises(JobFailed):  # and at the next post too
+        bg.post(lambda lane: None, "d")
+
+
+def test_the_thread_disarms_its_lane_after_each_job() -> None:
+    lane = Lane()
+    bg = Background("test", lane)
+    bg.post(lambda ln: ln.arm("0SEND_F0", "sending to rank 1") if ln else None, "0SEND_F0")
+    bg.wait()
+    assert lane.since == 0.0
+
+
+@pytest.mark.slow
+def test_a_stuck_lane_ends_the_process_with_the_jobs_label() -> None:
+    code = """
+import time
+from ppdsl.runtime.watchdog import Reporter, Watchdog
+from ppdsl.runtime.background import Background
+wd = Watchdog(0.5, Reporter(0))
+wd.step = 2
+bg = Background("sender", wd.lane())
+bg.post(lambda lane: (lane.arm("1SEND_B0", "sending to rank 0"), time.sleep(30)), "1SEND_B0")
+bg.wait()
+"""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "PPDSL_REPORT_FD"})
+    assert proc.returncode == 3
+    assert time.monotonic() - t0 < 20
+    assert "timed out after 0.5 s at step 2, action 1SEND_B0 (sending to rank 0)" in proc.stderr
