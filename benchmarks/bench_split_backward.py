@@ -113,23 +113,11 @@ def main() -> int:
     if args.worker:
         worker(args)
         return 0
-    from bench_runtime import run_ranks
-    from rounds import Rounds
+    from rounds import run_wide_linear
 
-    from ppdsl.runtime.launcher import cores, threads_per_rank
-    from ppdsl.runtime.preflight import prepare
-    from ppdsl.semantics import CommModel
-    from ppdsl.expansion import parse
-
-    program = prepare(parse("pipeline ranks=2 microbatches=8\nuse gpipe()\n", "<bench>"), CommModel.RENDEZVOUS)
-    threads = threads_per_rank(2, args.threads)[0]
-    argv = ["--worker", "--rows", str(args.rows), "--steps", str(args.steps), "--rounds", str(args.rounds)]
-    results = run_ranks(__file__, program, argv, timeout=300, threads=threads)
-    if results is None:
+    rounds = run_wide_linear(__file__, args, SIDES, timeout=300)
+    if rounds is None:
         return 1
-    rounds = Rounds(results, SIDES, args.rounds)
-    print(f"machine: {cores()} cores; 2 ranks x {threads} intra-op thread(s); model: each rank 2 x Linear(768) + GELU, "
-          f"float32, 8 microbatches of {args.rows} rows; {args.rounds} rounds x {args.steps} steps, alternating")
     rounds.print_times()
     rounds.print_split()
     print(f"ratio ppdsl gpipe / Paddle ScheduleFThenB: {rounds.ratio('gpipe', 'paddle'):.3f}  (same order; goal <= 1.05); "

@@ -61,6 +61,7 @@ class Rounds:
     """The ranks' gathered results: a round's time is the slower rank's."""
 
     def __init__(self, results: list[dict[str, Any]], sides: tuple[str, ...], rounds: int):
+        self.results = results
         self.sides = sides
         self.per = {name: [max(r["times"][name][i] for r in results) for i in range(rounds)] for name in sides}
         self.median = {name: statistics.median(v) for name, v in self.per.items()}
@@ -74,8 +75,8 @@ class Rounds:
     def print_times(self) -> None:
         for name in self.sides:
             rounds = ", ".join(f"{t * 1e3:.1f}" for t in self.per[name])
-            print(f"  {name:13s} {self.median[name] * 1e3:9.2f} ms/step  (rounds: {rounds})")
-        for stage in (0, 1):
+            print(f"  {name:16s} {self.median[name] * 1e3:9.2f} ms/step  (rounds: {rounds})")
+        for stage in sorted(s for s, acts in self.actions.items() if acts):
             print(f"stage {stage}: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(self.actions[stage].items())))
 
     def print_split(self) -> None:
@@ -89,3 +90,24 @@ class Rounds:
     def print_diff(self) -> None:
         print(f"same gradients after one step (all sides against ppdsl 1f1b): max relative difference "
               f"{self.worst_diff:.1e}")
+
+
+def run_wide_linear(script: str, args: argparse.Namespace, sides: tuple[str, ...], timeout: float) -> Rounds | None:
+    """`script --worker` on 2 local ranks, each timing `sides` on examples/wide_linear.py (8
+    microbatches of --rows rows); the gathered rounds, after printing what ran where."""
+    from bench_runtime import run_ranks
+
+    from ppdsl.expansion import parse
+    from ppdsl.runtime.launcher import cores, threads_per_rank
+    from ppdsl.runtime.preflight import prepare
+    from ppdsl.semantics import CommModel
+
+    program = prepare(parse("pipeline ranks=2 microbatches=8\nuse gpipe()\n", "<bench>"), CommModel.RENDEZVOUS)
+    threads = threads_per_rank(2, args.threads)[0]
+    argv = ["--worker", "--rows", str(args.rows), "--steps", str(args.steps), "--rounds", str(args.rounds)]
+    results = run_ranks(script, program, argv, timeout=timeout, threads=threads)
+    if results is None:
+        return None
+    print(f"machine: {cores()} cores; 2 ranks x {threads} intra-op thread(s); model: each rank 2 x Linear(768) + GELU, "
+          f"float32, 8 microbatches of {args.rows} rows; {args.rounds} rounds x {args.steps} steps, alternating")
+    return Rounds(results, sides, args.rounds)

@@ -6,8 +6,9 @@ prints each step's loss. Your own model: --model/--data/--loss (see docs/runtime
 Under `python -m paddle.distributed.launch` (or `torchrun` with `--framework torch`) it uses
 the launcher's processes instead.
 
-The file is linted first under the backend's communication model (rendezvous for gloo,
-grouped for NCCL) and refused, with the wait-for cycle, when it would hang there.
+The file is linted first under the communication model of the transport the run has (on
+gloo `buffered`, sends going out in the background, or `rendezvous` with --blocking-sends;
+`grouped` for NCCL) and refused, with the wait-for cycle, when it would hang there.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-split-backward", action="store_true",
                    help="run I as paddle.grad with the graph kept and W as a second backward, instead of "
                         "deferring the Linear layers' weight gradients to W")
+    p.add_argument("--blocking-sends", action="store_true",
+                   help="on gloo, make each send wait for its receive (the rendezvous model) instead of "
+                        "sending in the background beside compute (the buffered model)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="intra-op threads per local rank (default: cores / ranks, at least 1)")
     add_max_steps(p, DEFAULT_MAX_LOWERED_STEPS)
@@ -113,9 +117,9 @@ def run(args: argparse.Namespace) -> int:
             from ..runtime.comm import comm_model_of
             from ..runtime.worker import backend_from_env
 
-            model = comm_model_of(backend_from_env(args.framework))
-        else:
-            model = CommModel.RENDEZVOUS  # local processes talk over gloo
+            model = comm_model_of(backend_from_env(args.framework), not args.blocking_sends)
+        else:  # local processes talk over gloo
+            model = CommModel.RENDEZVOUS if args.blocking_sends else CommModel.BUFFERED
         programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
         if not distributed:
             _warn_oversubscription(programs[0].ranks, args.threads)
@@ -194,7 +198,8 @@ def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
         print(summary, file=out)
     if args.profile and outcome.profile is not None:
         print(f"ppdsl run: wrote {args.profile} ({outcome.profile.get('actions')} measured actions)"
-              + _simulated_vs_measured(args.profile, args.file[-1], outcome.file(len(programs) - 1)), file=out)
+              + _simulated_vs_measured(args.profile, args.file[-1], outcome.file(len(programs) - 1),
+                                       "rendezvous" if args.blocking_sends else "buffered"), file=out)
         for index, file in enumerate(args.file):
             for m in outcome.file(index).memory:
                 print(memory_line(m, file if len(args.file) > 1 else ""), file=out)
@@ -209,7 +214,8 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             argv += [f"--{name}", value]
-    for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads"), ("--no-split-backward", "no_split_backward")):
+    for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads"), ("--no-split-backward", "no_split_backward"),
+                       ("--blocking-sends", "blocking_sends")):
         if getattr(args, name):
             argv.append(flag)
     return argv
@@ -229,7 +235,7 @@ def _mib(n: object) -> str:
     return f"{float(n) / 2**20:.2f} MiB" if isinstance(n, (int, float)) else "?"
 
 
-def _simulated_vs_measured(path: str, file: str, outcome: FileOutcome) -> str:
+def _simulated_vs_measured(path: str, file: str, outcome: FileOutcome, model: str) -> str:
     """How far `ppdsl simulate FILE --costs PATH` (the same function) is from the measured step.
 
     The step compared leaves out the time the profile spent counting memory (on the rank that
@@ -243,7 +249,7 @@ def _simulated_vs_measured(path: str, file: str, outcome: FileOutcome) -> str:
         return ""
     measured = outcome.step_time - outcome.counting_time
     try:
-        sim = simulate_file(file, [path], "rendezvous")
+        sim = simulate_file(file, [path], model)
     except (CostError, OSError, PpsError, UsageError):
         return ""
     us = measured * 1e6

@@ -5,8 +5,9 @@ a send between two members of a larger group desynchronises (see the notes on Pa
 CPU). Every rank creates the same groups in the same order, members or not.
 
 Why a backend's comm model: gloo runs a fused batch member by member, each blocking
-(`rendezvous`); NCCL posts a batch's members together (`grouped`). The runtime lints under
-the model of the backend it really has before the first step.
+(`rendezvous`), or, with sends in the background, lets a send complete before its receive
+(`buffered`); NCCL posts a batch's members together (`grouped`). The runtime lints under the
+model of the transport it really has before the first step.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from attrs import frozen
 from ..ir import Action, Kind
 from ..semantics import CommModel
 from .framework import Framework
-from .watchdog import Watchdog
+from .background import Background
+from .watchdog import Lane, Watchdog
 
 if TYPE_CHECKING:  # pragma: no cover
     Tensor = Any
@@ -52,9 +54,12 @@ def gather_objects(fw: Framework, obj: Any) -> list[Any]:
 LABEL = 4
 
 
-def comm_model_of(backend: str) -> CommModel:
-    """gloo runs batches member by member; NCCL-like backends post them together."""
-    return CommModel.RENDEZVOUS if backend.lower() == "gloo" else CommModel.GROUPED
+def comm_model_of(backend: str, background: bool = False) -> CommModel:
+    """gloo runs batches member by member, each send waiting for its receive unless sends go
+    out in the background; NCCL-like backends post a batch's members together."""
+    if backend.lower() != "gloo":
+        return CommModel.GROUPED
+    return CommModel.BUFFERED if background else CommModel.RENDEZVOUS
 
 
 class PeerError(RuntimeError):
@@ -62,31 +67,62 @@ class PeerError(RuntimeError):
 
 
 class Transport:
-    """Blocking send/recv to a global rank over that pair's own group."""
+    """Send/recv to a global rank over that pair's own group.
+
+    With `background` (gloo only) each peer's sends go out on a thread of their own, in the
+    order they were posted, while this rank computes; receives still block (the rank needs
+    what it receives). Then every pair has one group per direction: a gloo group's message
+    counter is shared by its operations, so a send on one thread and a receive on another must
+    not share one. `flush()` waits for every posted send; a failed send comes back there (or at
+    the next send to that peer) as `JobFailed`. The checker's model of such a run is
+    `buffered` (a send completes without waiting for its receive)."""
 
     def __init__(self, fw: Framework, rank: int, pairs: Sequence[tuple[int, int]], watchdog: Watchdog | None,
-                 backend: str | None = None):
+                 backend: str | None = None, background: bool = False):
         self.fw = fw
         self.rank = rank
         self.pairs = tuple(pairs)
         self.backend = (backend or fw.backend()).lower()
-        self.model = comm_model_of(self.backend)
-        self.watchdog = watchdog
-        # peer global rank -> (group, its blocking send, its blocking receive)
+        self.background = background and self.backend == "gloo"
+        self.model = comm_model_of(self.backend, self.background)
+        self._watchdog = watchdog
+        # peer global rank -> (the group sends to it use, its blocking send, its blocking receive)
         self.links: dict[int, tuple[Any, Callable[[Any], None], Callable[[Any], None]]] = {}
         for a, b in pairs:
-            if watchdog is not None:
-                watchdog.arm(f"creating the group of ranks {a} and {b}")
-            group = fw.new_group([a, b])
-            # gloo: two groups being created at once (say {0,3} and {1,2}) break each other's
-            # connection set-up; a barrier after each keeps the creations one at a time.
-            if self.backend == "gloo":
-                fw.barrier()
+            directions = ((a, b), (b, a)) if self.background else ((a, b),)
+            groups = []
+            for src, dst in directions:
+                if watchdog is not None:
+                    watchdog.arm(f"creating the group of ranks {src} and {dst}")
+                groups.append(fw.new_group([a, b]))
+                # gloo: two groups being created at once (say {0,3} and {1,2}) break each other's
+                # connection set-up; a barrier after each keeps the creations one at a time.
+                if self.backend == "gloo":
+                    fw.barrier()
             if rank in (a, b):
                 peer = b if rank == a else a
-                self.links[peer] = (group, *fw.link(group, rank, peer))
+                sends = groups[0] if rank == a else groups[-1]
+                receives = groups[-1] if rank == a else groups[0]
+                self.links[peer] = (sends, fw.link(sends, rank, peer)[0], fw.link(receives, rank, peer)[1])
         if watchdog is not None:
             watchdog.disarm()
+        self.senders: dict[int, Background] = {}
+        if self.background:
+            self.senders = {peer: Background(f"send-to-{peer}", self._lane()) for peer in self.links}
+
+    @property
+    def watchdog(self) -> Watchdog | None:
+        return self._watchdog
+
+    @watchdog.setter
+    def watchdog(self, watchdog: Watchdog | None) -> None:
+        """A transport reused by a later schedule reports to that schedule's watchdog."""
+        self._watchdog = watchdog
+        for sender in self.senders.values():
+            sender.lane = self._lane()
+
+    def _lane(self) -> Lane | None:
+        return self._watchdog.lane() if self._watchdog is not None else None
 
     def _link(self, peer: int) -> tuple[Any, Callable[[Any], None], Callable[[Any], None]]:
         link = self.links.get(peer)
@@ -95,21 +131,39 @@ class Transport:
         return link
 
     def send(self, tensor: Tensor, peer: int, label: str) -> None:
+        sender = self.senders.get(peer)
+        if sender is None:
+            self._send(tensor, peer, label, self._watchdog)
+        else:
+            sender.post(lambda lane: self._send(tensor, peer, label, lane), label)
+
+    def _send(self, tensor: Tensor, peer: int, label: str, lane: Lane | None) -> None:
         _, send, _ = self._link(peer)
-        wd = self.watchdog
-        if wd is not None:
-            wd.arm(label, f"sending to rank {peer}")
+        if lane is not None:
+            lane.arm(label, f"sending to rank {peer}")
         t0 = time.monotonic()
         try:
             send(tensor)
         except RuntimeError as exc:
             raise peer_error(exc, "sending to", peer, time.monotonic() - t0) from None
-        if wd is not None:
-            wd.since = 0.0
+        if lane is not None:
+            lane.since = 0.0
+
+    def flush(self) -> None:
+        """Until every send posted so far has been received (at once without `background`)."""
+        wd = self._watchdog
+        for peer, sender in self.senders.items():
+            if sender.idle:
+                continue
+            if wd is not None:
+                wd.arm(wd.label, f"waiting for rank {peer} to receive what this rank sent it")
+            sender.wait()
+            if wd is not None:
+                wd.since = 0.0
 
     def recv(self, tensor: Tensor, peer: int, label: str) -> None:
         _, _, recv = self._link(peer)
-        wd = self.watchdog
+        wd = self._watchdog
         if wd is not None:
             wd.arm(label, f"waiting for rank {peer}")
         t0 = time.monotonic()
@@ -123,7 +177,7 @@ class Transport:
     def batch(self, ops: Sequence[tuple[bool, Tensor, int]], label: str) -> None:
         """(is_send, tensor, peer) posted together: NCCL's group call."""
         p2p = [(is_send, t, peer, self._link(peer)[0]) for is_send, t, peer in ops]
-        wd = self.watchdog
+        wd = self._watchdog
         if wd is not None:
             wd.arm(label, "in a batched send/receive with ranks " + ", ".join(sorted({str(p) for _, _, p in ops})))
         t0 = time.monotonic()

@@ -15,8 +15,10 @@ Each action of the rank's row runs in order:
   `split_backward.py`). With `split_backward=False`: `I` is the framework's `grad` w.r.t. the stage
   input (and, for a right answer, its parameters) with the graph kept and `W` a second full
   backward (every matmul twice).
-- `SEND_*`/`RECV_*`: blocking P2P on the pair's own 2-rank group; a batch `<...>` is one
-  group call on NCCL and its members in written order on gloo. What each message carries
+- `SEND_*`/`RECV_*`: P2P on the pair's own groups; a batch `<...>` is one group call on NCCL
+  and its members in written order on gloo. On gloo sends go out in the background by default
+  (a thread per peer, in the file's order; `background_sends=False` makes each block until its
+  receive), and the step ends once every send has been received. What each message carries
   (shape headers on the first step, the label guard) is `wire.py`.
 - `UNSHARD`/`RESHARD`/`REDUCE_GRAD`: no-ops (no data parallelism here), logged at debug level.
 """
@@ -34,6 +36,7 @@ from ..gcpause import no_gc
 from ..ir import Kind, Program
 from . import plan as P
 from . import values as V
+from .background import JobFailed
 from .comm import PeerError, Transport, comm_model_of, gather_objects
 from .errors import MessageOrderError, SetupError, StepError
 from .framework import Framework, framework_of, get_framework
@@ -66,6 +69,8 @@ class PipelineSchedule:
     program runs as written, and the label guard still stops a send/receive order that does
     not match. The private `_guard=False` turns the guard off as well; it exists for the
     soundness tests, which must see what the bare transport does with such an order.
+    `background_sends=False` makes every send on gloo wait for its receive (the `rendezvous`
+    model, as gloo's own calls do); the default posts them to a thread per peer (`buffered`).
     `_transport` reuses the pair groups of an earlier schedule over the same pairs whose last
     step completed on every rank (creating a gloo group costs ~0.3 s); the soundness tests run
     many programs so.
@@ -76,12 +81,12 @@ class PipelineSchedule:
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
                  backend: str | None = None, profile: bool = False, split_backward: bool = True,
                  check: bool = True, pause_gc: bool = True, framework: str | Framework | None = None,
-                 _guard: bool = True, _transport: Transport | None = None):
+                 background_sends: bool = True, _guard: bool = True, _transport: Transport | None = None):
         fw = self.fw = _framework(framework, stages)
         self.rank = fw.rank() if rank is None else rank
         # One process needs no process group; without one there is no backend to ask.
         self.backend = (backend or (fw.backend() if fw.is_initialized() else "gloo")).lower()
-        self.comm_model = comm_model_of(self.backend)
+        self.comm_model = comm_model_of(self.backend, background_sends)
         # Lint (and lower) under the backend's own model before anything is sent.
         self.program = prepare(program, self.comm_model, check=check)
         self.plan = P.compile_rank(self.program, self.rank)
@@ -105,11 +110,12 @@ class PipelineSchedule:
             self._switch_layers()
         self.guard = _guard
         self._agree_on_program()
-        if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend:
+        if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend \
+                and _transport.model is self.comm_model:
             self.transport = _transport
             self.transport.watchdog = self.watchdog
         else:
-            self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend)
+            self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends)
         self.wire = Wire(fw, self.transport, self.plan, self.rank, _guard)
         self._loss_checked = False
         split = self.deferred is not None
@@ -236,8 +242,15 @@ class PipelineSchedule:
                 else:
                     for handler, op in self._compiled:
                         handler(op)
+                self.transport.flush()
         except StepError:
             raise
+        except JobFailed as exc:  # a send that went out in the background, named by its action
+            cause = exc.cause
+            if isinstance(cause, StepError):
+                raise cause from None
+            raise StepError(self.rank, self.step_index, exc.label, str(cause) if isinstance(cause, PeerError)
+                            else f"{type(cause).__name__}: {cause}", peer=isinstance(cause, PeerError)) from None
         except (SetupError, V.StageValueError) as exc:
             raise StepError(self.rank, self.step_index, op.label if op else "?", str(exc)) from None
         except PeerError as exc:

@@ -131,6 +131,7 @@ class Wire:
 
             def refuse() -> None:
                 if error is not None:
+                    self.transport.flush()  # the header that says why must reach the peer first
                     raise SetupError(error)
 
             exchange.head = lambda: [(True, self._labelled(op, header), op.peer, refuse)]

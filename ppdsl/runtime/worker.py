@@ -55,6 +55,7 @@ class RunConfig:
     warmup: int = 1
     split_backward: bool = True
     framework: str = PADDLE
+    background_sends: bool = True  # gloo: sends beside compute (`buffered`), else each waits (`rendezvous`)
 
 
 # Where each launcher puts (this process's rank, the world size): Paddle's and torchrun's.
@@ -196,7 +197,7 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
           reporter: Reporter, watchdog: Watchdog, status: Status) -> int:
     """Train `cfg.steps` steps with one schedule file: 0 when all went well, 1 when not."""
     watchdog.step = -1
-    setup = Setup(cfg, file, rank, world, comm_model_of(backend), fw)
+    setup = Setup(cfg, file, rank, world, comm_model_of(backend, cfg.background_sends), fw)
     # One collective carries every rank's set-up verdict: all fail together, before any P2P.
     watchdog.arm("sharing set-up results", "all ranks")
     verdicts = gather_objects(fw, setup.error)
@@ -211,7 +212,7 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
 
     sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, rank=rank, watchdog=watchdog,
                              backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile),
-                             split_backward=cfg.split_backward, framework=fw)
+                             split_backward=cfg.split_backward, framework=fw, background_sends=cfg.background_sends)
     for message in sched.split_warnings:
         reporter.send("warning", file=index, message=message)
     params = [p for s in sorted(setup.layers) for _, p in fw.named_parameters(setup.layers[s])]
@@ -270,7 +271,8 @@ def run_from_args(args: Any) -> int:
     cfg = RunConfig(files=tuple(args.file), steps=args.steps, max_steps=getattr(args, "max_steps", None) or DEFAULT_MAX_LOWERED_STEPS, model=args.model, data=args.data, loss=args.loss,
                     optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
                     verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads,
-                    split_backward=not args.no_split_backward, framework=getattr(args, "framework", PADDLE))
+                    split_backward=not args.no_split_backward, framework=getattr(args, "framework", PADDLE),
+                    background_sends=not getattr(args, "blocking_sends", False))
     code = main(cfg)
     sys.stdout.flush()
     return code

@@ -62,10 +62,16 @@ def test_gloo_refuses_paddles_1f1b_order_nccl_accepts_it() -> None:
 
 
 def test_run_refuses_a_file_that_would_hang_on_gloo(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err, seconds = _run(capsys, str(HAND / "2r_deadlock.pps"))
+    # Both ranks send first: a hang only when each send waits for its receive.
+    code, out, err, seconds = _run(capsys, str(HAND / "2r_deadlock.pps"), "--blocking-sends")
     assert code == 1
     assert "0SEND_F1" in err and "1SEND_B0" in err and "rendezvous" in err
     assert seconds < 5  # refused before any process starts
+    # A receive before the send it depends on hangs with sends in the background too.
+    code, out, err, seconds = _run(capsys, str(HAND / "2r_receive_first.pps"))
+    assert code == 1
+    assert "PPS210" in err and "buffered" in err and "0RECV_B0" in err
+    assert seconds < 5
 
 
 def test_run_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

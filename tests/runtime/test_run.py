@@ -59,12 +59,25 @@ def test_verify_every_generator_and_hand_written_schedule_on_2_ranks(
         f = tmp_path / (call.split("(")[0] + ".pps")
         f.write_text(f"pipeline ranks=2 microbatches=4\nuse {call}\n")
         files.append(str(f))
-    files += sorted(str(f) for f in HAND.glob("2r_*.pps") if "deadlock" not in f.name)
+    # With sends in the background (the default on gloo) Paddle's own Schedule1F1B order
+    # (2r_deadlock.pps: both ranks send first) runs too.
+    files += sorted(str(f) for f in HAND.glob("2r_*.pps") if "receive_first" not in f.name)
+    files.append(str(ROOT / "tests" / "check" / "data" / "paddle_1f1b_2ranks.pps"))  # the README's
     code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "-q", "--timeout", "30",
                              "--profile", str(tmp_path / "p.json"))
     assert code == 0, err
     _verified(out, files)
     _memory_as_predicted(out, files, 2)
+
+
+@pytest.mark.slow
+def test_blocking_sends_verify(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    zb1p = tmp_path / "zb1p.pps"
+    zb1p.write_text("pipeline ranks=2 microbatches=4\nuse zb1p()\n")
+    files = [str(zb1p), str(HAND / "2r_v_overlap.pps")]
+    code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "-q", "--blocking-sends")
+    assert code == 0, err
+    _verified(out, files)
 
 
 @pytest.mark.slow
