@@ -125,6 +125,7 @@ def make_actions(n: int, stages: Iterable[int], kinds: Iterable[Kind], microbatc
 
 # A code's low bits hold the Kind value (`encoding` builds on this layout).
 KIND_BITS: Final = 4
+KIND_MASK: Final = (1 << KIND_BITS) - 1  # a code's or stage-kind's low bits: its kind
 
 # One row as a reader saw it, without Action objects: per step `stage << KIND_BITS | kind`
 # and the microbatch (both None for an idle step; the microbatch None for a stage-only kind).
@@ -184,7 +185,7 @@ def steps_from_codes(row: RowCodes, idle: object) -> list[object]:
     sks, mbs = row
     distinct = set(sks)
     stage: dict[int | None, int] = {sk: sk >> KIND_BITS for sk in distinct if sk is not None}
-    kind: dict[int | None, Kind] = {sk: Kind(sk & 15) for sk in distinct if sk is not None}
+    kind: dict[int | None, Kind] = {sk: Kind(sk & KIND_MASK) for sk in distinct if sk is not None}
     if None in distinct:  # a placeholder action, replaced below
         stage[None], kind[None] = 0, Kind.F
     made: list[object] = list(make_actions(len(sks), map(stage.__getitem__, sks), map(kind.__getitem__, sks), mbs))
@@ -441,10 +442,6 @@ class Program:
             for index, step in enumerate(row):
                 for action in actions_of(step):
                     yield rank, index, action
-
-    @property
-    def has_comms(self) -> bool:
-        return any(a.kind.is_comm for _, _, a in self.actions())
 
     @property
     def action_count(self) -> int:
