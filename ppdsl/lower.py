@@ -22,7 +22,7 @@ which only ever let more operations complete):
 3. Each rank's row is exactly G restricted to that rank: its computes keep their order, and
    an exchange appears on both of its ranks at the same place in G. So on every link the
    sends and the receives come in one order, G's: the k-th receive names the k-th send, as
-   the transports match them (`encoding.Links`), and PPS212 cannot arise.
+   the transports match them (`links.Links`), and PPS212 cannot arise.
 
 Run the rows: by induction over G, when every event before e has completed, e is at the
 head of the row of each rank it involves (those rows are projections of G), its inputs are

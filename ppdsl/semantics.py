@@ -11,7 +11,7 @@ receive waits according to the communication model:
 
 Which send a receive meets is the same in every model, as on the transports: on each directed
 link (sender rank, receiver rank) the k-th receive posted takes the k-th message sent, batch
-members counted in written order (`encoding.Links`). When that is not the send the receive's
+members counted in written order (`links.Links`). When that is not the send the receive's
 label names, the run goes on with the data in the wrong place (the checker's PPS212).
 
 Data dependencies (stage s of microbatch m; the tables are `encoding.Needs`):

@@ -2,7 +2,7 @@
 
 The transports match by position, not by name: on each directed link (sender rank, receiver
 rank) the k-th receive a rank posts takes the k-th message the other rank sent on it
-(`encoding.Links`; Paddle's send/recv and `batch_isend_irecv` carry no tag). So the k-th
+(`links.Links`; Paddle's send/recv and `batch_isend_irecv` carry no tag). So the k-th
 send on a link must be the one the k-th receive names, or the data lands in the wrong place.
 
 PPS212 - messages out of order on a link. FAIL (2 ranks, 2 microbatches):
