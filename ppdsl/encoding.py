@@ -231,10 +231,12 @@ class Encoded:
                     self.groups.append({})
                     self._row_kinds.append(None)
                     continue
-            self._careful(rank, row, S, M)
+            self._encode_steps(rank, row, S, M)
             self._row_kinds.append(None)
 
-    def _careful(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
+    def _encode_steps(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
+        """The careful encoder: a row step by step, each action bounded (an out-of-range one is
+        noted in `invalid` and gets INVALID_CODE), overlapped pairs and batches in `groups`."""
         codes: list[int] = []
         steps: list[int] = []
         groups: dict[int, tuple[bool, int]] = {}

@@ -22,7 +22,7 @@ import bisect
 import enum
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress, repeat
 from operator import is_, is_not
 from typing import Final, Literal, Union, cast, overload
@@ -96,11 +96,6 @@ _set_kind = Action.__dict__["kind"].__set__
 _set_mb = Action.__dict__["microbatch"].__set__
 _sink: deque[object] = deque(maxlen=0)
 _consume = _sink.extend  # runs an iterator to its end at C speed, keeping nothing
-
-
-def ir_setters() -> tuple[Callable[[Action, int], None], Callable[[Action, Kind], None], Callable[[Action, int | None], None]]:
-    """The raw slot setters of Action, for loops that build many of them."""
-    return _set_stage, _set_kind, _set_mb
 
 
 def make_action(stage: int, kind: Kind, microbatch: int | None) -> Action:

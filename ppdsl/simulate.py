@@ -23,7 +23,7 @@ from operator import and_, sub
 
 from .costs import DEFAULT, CostModel, shares_of
 from .diagnostics import Diagnostic
-from .english import plural
+from .wording import plural
 from .ir import Action, Batch, Kind, Overlap, Program
 from .memory import UNIT, MemoryProfile, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path

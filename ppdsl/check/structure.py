@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from ..diagnostics import Diagnostic
-from ..english import plural
+from ..wording import plural
 from ..ir import Batch, kept_as_codes
 from ..encoding import B, I, RECV_B, SEND_B, W, code, kind_of
 from .context import Context
