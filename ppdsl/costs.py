@@ -38,7 +38,7 @@ from typing import Final
 from attrs import field, frozen
 
 from .diagnostics import Diagnostic, PpsError, UsageError
-from .english import plural
+from .wording import plural
 from .files import read_text
 from .ir import Kind, Overlap, Program
 from .limits import MAX_COST, MAX_QUANTITY, MAX_STAGES, MIN_COST

@@ -3,17 +3,12 @@ operation each send or receive meets. The engine (`semantics`, whose one loop an
 `execute` and `completes`), the critical path (`sim/critical.py`), the checker (`check/`),
 lowering and memory read it.
 
-Layout:
-- an action is a *code*, `code = sm << KIND_BITS | kind`, with `sm = stage * microbatches + mb`
-  and `kind` a `Kind` value (F=0, I=1, W=2, B=3, SEND_F=4, RECV_F=5, SEND_B=6, RECV_B=7,
-  UNSHARD.. stage-only). The formula is the function `code` (and `sm_code`); the bulk forms
-  everything else uses derive from it: `MB_STRIDE`, `codes_of_kind`, `kind_slice` and
-  `code_space` for tables over codes, the reader's tables in `codes_from_reader`, and
-  `row_codes` the other way (lowering's rows). An action with a stage or microbatch out of
-  range has INVALID_CODE;
-- a dependency is a *key*, `key = sm << SLOT_BITS | slot`, one per thing that completes: the
-  slots F_DONE, GRAD_DONE (B or I of that stage and microbatch), I_DONE, RECV_F_DONE,
-  RECV_B_DONE, MSG_F_SENT, MSG_B_SENT. Engines keep one flat list of completion per key;
+The layout of codes (one per action) and keys (one per thing that completes) is in
+`ppdsl/layout.py`, the peer and matching rules of sends and receives in `ppdsl/links.py`; this
+module reads them. An action with a stage or microbatch out of range has INVALID_CODE. The
+bulk forms of `code` here: the reader's tables in `codes_from_reader`, and `row_codes` the
+other way (lowering's rows).
+
 - the rule itself is data, stated once below: `LOCAL_NEEDS` (B and I need their F, W its I),
   `INPUT_FROM_STAGE` (F needs stage s-1's F, B and I stage s+1's gradient), `INPUT_FROM_RECEIVE`
   (across ranks, the receive that carries it), `SEND_NEEDS`/`COMPLETES` (sends and receives),
@@ -25,9 +20,8 @@ Layout:
   action completes and every engine starts as done, is what "waits for nothing" points to, so
   the hot loops read one entry per need and test no None. `Needs.of(code)` reads the same
   tables per code (stuck-run explanations, critical path, cycle search);
-- which code a send or receive names: `PEER_OF_KIND` (`peer_code`, `named_deltas`), and which
-  it meets: on each directed link the k-th receive takes the k-th send (`Links`; where that
-  differs from the names, `Links.meets` holds the exceptions);
+- which code a send or receive names and which it meets: `ppdsl/links.py` (`links.Links`;
+  where the order on a link differs from the names, `Links.meets` holds the exceptions);
 - where each code stands: `Encoded.pos` (`rank << SHIFT | i` of its first occurrence), and
   how many distinct codes there are (`Encoded.distinct`: fewer than the actions when one is
   repeated; completeness, the link-order test and the timeline proof ask `Encoded.unrepeated`).
@@ -49,44 +43,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, eq, floordiv, is_, is_not, lt, mul, or_, rshift
+from operator import add, and_, attrgetter, floordiv, is_, is_not, or_, rshift
 from typing import cast
 
 from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of
+# The layout of codes and keys, and the peer and matching rules, live in their own modules;
+# they are named here too, where the rest of the encoding is read from.
+from .layout import (kind_of as kind_of, sm_of as sm_of, key as key, key_sm as key_sm, key_slot as key_slot,
+    code_key as code_key, KIND_MASK as KIND_MASK, SLOT_BITS as SLOT_BITS, SLOT_MASK as SLOT_MASK,
+    INVALID_CODE as INVALID_CODE, SHIFT as SHIFT, LOW as LOW, F as F, I as I, W as W, B as B, SEND_F as SEND_F,
+    RECV_F as RECV_F, SEND_B as SEND_B, RECV_B as RECV_B, KIND_OF as KIND_OF, F_DONE as F_DONE,
+    GRAD_DONE as GRAD_DONE, I_DONE as I_DONE, RECV_F_DONE as RECV_F_DONE, RECV_B_DONE as RECV_B_DONE,
+    MSG_F_SENT as MSG_F_SENT, MSG_B_SENT as MSG_B_SENT, NO_KEY as NO_KEY, COMM_KINDS as COMM_KINDS,
+    _COMM_KINDS as _COMM_KINDS, SLOT_NAMES as SLOT_NAMES, NOTHING as NOTHING, COMPUTE_KINDS as COMPUTE_KINDS,
+    code as code, sm_code as sm_code, code_space as code_space, kind_slice as kind_slice, MB_STRIDE as MB_STRIDE,
+    codes_of_kind as codes_of_kind, stage_kind as stage_kind)
+from .links import (NO_PEER as NO_PEER, PEER_OF_KIND as PEER_OF_KIND, named_deltas as named_deltas,
+    peer_stage as peer_stage, Links as Links, in_label_order as in_label_order, peer_code as peer_code)
 
-# KIND_BITS (from ir, which lays out the readers' integers the same way): a code's low bits, the Kind value
-KIND_MASK = (1 << KIND_BITS) - 1
-SLOT_BITS = 3  # a key's low bits: which of the seven things of (stage, microbatch) completed
-SLOT_MASK = (1 << SLOT_BITS) - 1
-INVALID_CODE = -1  # an action out of range: no code (its kind bits read 15, no real kind)
-# A place in the program: `rank << SHIFT | i`, i the index of the action in its rank's codes
-# (the checker's position table, lowering).
-SHIFT = 32
-LOW = (1 << SHIFT) - 1
-
-# Kind numbers as plain ints (IntEnum arithmetic is slower on the hot paths).
-F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)
-SEND_F, RECV_F, SEND_B, RECV_B = int(Kind.SEND_F), int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
-KIND_OF: tuple[Kind, ...] = tuple(Kind(k) if k < len(Kind) else Kind.F for k in range(16))
-
-# Slots of a dependency key: key = sm << 3 | slot, where sm = stage * microbatches + mb.
-F_DONE, GRAD_DONE, I_DONE, RECV_F_DONE, RECV_B_DONE, MSG_F_SENT, MSG_B_SENT = range(7)
-# Engines size their table of keys past the end by one stage: the input of a send or receive
-# to a stage outside the pipeline lands there (a negative key wraps around to it) and never
-# completes; NO_KEY, its last key, is what a receive with nothing left on its link waits for.
-NO_KEY = -1
-# The kinds that move data between ranks (Kind values 4..7), as a tuple and as a set.
-COMM_KINDS: tuple[int, ...] = (SEND_F, RECV_F, SEND_B, RECV_B)
-_COMM_KINDS = frozenset(COMM_KINDS)
-SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", RECV_B_DONE: "RECV_B",
-              MSG_F_SENT: "SEND_F", MSG_B_SENT: "SEND_B"}
-
-# A slot no action completes, done from the start in every engine: a table entry meaning "waits
-# for nothing" points at it, so the hot loops test no None (times start at 0, so waiting for it
-# delays nothing).
-NOTHING = 7
-# The kinds that compute, Kind values 0..3 (the hot loops test `k <= B`).
-COMPUTE_KINDS: tuple[int, ...] = (F, I, W, B)
 
 # The dependency rule, as data (stage s, microbatch m), read by `Needs`, `comm_tables`,
 # `input_tables` and the checker's order rules:
@@ -120,51 +94,6 @@ _OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
 
 # --------------------------------------------------------------------------------------------
 # Encoding
-
-
-def code(stage: int, microbatch: int, kind: int, microbatches: int) -> int:
-    """The code of one action: the layout, stated here once (`sm_code` of its `sm = stage *
-    microbatches + microbatch`). Every other place that makes codes derives them from these
-    two: by the stride below for runs of microbatches (`codes_of_kind`, `kind_slice`), by
-    per-value tables for a reader's rows (`codes_from_reader`), by a call elsewhere. One
-    place spells the formula inline, the encoder's loop over a row of Action objects, where
-    a call per action costs 2.3x the loop (0.128 s against 0.055 s for 262,144 actions).
-    Decoding: `code >> KIND_BITS` is the `sm`, `code & KIND_MASK` the kind."""
-    return ((stage * microbatches + microbatch) << KIND_BITS) | kind
-
-
-def sm_code(sm: int, kind: int) -> int:
-    """The code of kind `kind` of the (stage, microbatch) numbered `sm` (see `code`)."""
-    return sm << KIND_BITS | kind
-
-
-def code_space(stages: int, microbatches: int) -> int:
-    """How many codes a program of that shape has: tables over codes have this length."""
-    return code(stages, 0, 0, microbatches)
-
-
-def kind_slice(stage: int, kind: int, microbatches: int) -> slice:
-    """Where the codes of one stage and kind, every microbatch in order, sit in a table over
-    the code space (`pos[kind_slice(...)]`, or assigned to at once)."""
-    return slice(code(stage, 0, kind, microbatches), code(stage + 1, 0, kind, microbatches), MB_STRIDE)
-
-
-# From the code of one microbatch to the next's, of the same stage and kind.
-MB_STRIDE = code(0, 1, 0, 1)
-
-
-def codes_of_kind(stage: int, kind: int, microbatches: int, which: Sequence[int] | None = None) -> Sequence[int]:
-    """The codes of one stage and kind for the microbatches `which` (all, in order, when
-    None), in bulk: those of every microbatch are one range."""
-    first = code(stage, 0, kind, microbatches)
-    if which is None or which == range(microbatches):
-        return range(first, first + microbatches * MB_STRIDE, MB_STRIDE)
-    return list(map(add, repeat(first), map(mul, which, repeat(MB_STRIDE))))
-
-
-def stage_kind(stage: int, kind: int) -> int:
-    """How a reader keeps the stage and kind of one step (`ir.RowCodes`)."""
-    return stage << KIND_BITS | kind
 
 
 def row_codes(rows: list[list[int]], stages: int, microbatches: int) -> list[RowCodes]:
@@ -302,10 +231,12 @@ class Encoded:
                     self.groups.append({})
                     self._row_kinds.append(None)
                     continue
-            self._careful(rank, row, S, M)
+            self._encode_steps(rank, row, S, M)
             self._row_kinds.append(None)
 
-    def _careful(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
+    def _encode_steps(self, rank: int, row: tuple[Step, ...], S: int, M: int) -> None:
+        """The careful encoder: a row step by step, each action bounded (an out-of-range one is
+        noted in `invalid` and gets INVALID_CODE), overlapped pairs and batches in `groups`."""
         codes: list[int] = []
         steps: list[int] = []
         groups: dict[int, tuple[bool, int]] = {}
@@ -350,12 +281,17 @@ class Encoded:
             for rank, codes in enumerate(self.codes):
                 seen = self._row_kinds[rank]
                 if seen is None:
-                    found.update(map(and_, codes, repeat(15)))
+                    found.update(map(and_, codes, repeat(KIND_MASK)))
                 else:
                     found.update(sk & KIND_MASK for sk in seen if sk is not None)
-            found.discard(15)  # the -1 of an out-of-range action
+            found.discard(kind_of(INVALID_CODE))  # an out-of-range action
             self._kinds = frozenset(found)
         return self._kinds
+
+    @property
+    def has_comms(self) -> bool:
+        """Whether the program sends or receives: the one answer, from `kinds` (no Action made)."""
+        return not self.kinds.isdisjoint(_COMM_KINDS)
 
     @property
     def pos(self) -> list[int]:
@@ -442,115 +378,10 @@ class Encoded:
 
     def describe(self, code: int) -> str:
         """`0SEND_F3`-style text of a code."""
-        sm, k = code >> 4, code & 15
+        sm, k = sm_of(code), kind_of(code)
         stage, mb = divmod(sm, self.microbatches)
         kind = KIND_OF[k]
         return f"{stage}{kind.name}" if kind.stage_only else f"{stage}{kind.name}{mb}"
-
-
-# A send or receive with nothing to meet on its link (more sends than receives on it): its
-# peer is a code no rank ever posts, so it waits forever.
-NO_PEER = -1
-
-
-# The operation a send or receive names as its peer, per kind: (stage step, peer kind).
-# SEND_F(s,m) <-> RECV_F(s+1,m) carries an activation, SEND_B(s,m) <-> RECV_B(s-1,m) a gradient.
-PEER_OF_KIND: dict[int, tuple[int, int]] = {SEND_F: (1, RECV_F), RECV_F: (-1, SEND_F), SEND_B: (-1, RECV_B),
-                                            RECV_B: (1, SEND_B)}
-
-
-def named_deltas(M: int) -> list[int]:
-    """Per kind: `code + delta[kind]` is the operation a send or receive names as its peer."""
-    delta = [0] * 16
-    for k, (step, peer) in PEER_OF_KIND.items():
-        delta[k] = (step * M << KIND_BITS) + peer - k
-    return delta
-
-
-def peer_stage(stage: int, kind: int) -> int:
-    """The stage on the other end of a send or receive of `stage` (maybe outside the pipeline)."""
-    return stage + PEER_OF_KIND[kind][0]
-
-
-class Links:
-    """The matching rule of every transport and model: on each directed link (sender rank,
-    receiver rank) the k-th receive posted takes the k-th message sent, whatever its label.
-    Paddle's send/recv and `batch_isend_irecv` on gloo and NCCL carry no tag. A rank posts its
-    operations in row order and a batch its members as written, so the k-th of each is fixed
-    by the text: forward activations and backward gradients that go the same way on a link
-    (a V placement) share its order.
-
-    `order[(src, dst)]` holds (the link's send codes in src's row order, its receive codes in
-    dst's row order), filled only when some link's order is not its label order (found from
-    the position table, `in_label_order`, without a scan in the usual case). `meets` is None when on every link the k-th send is the peer the k-th
-    receive names (`peer_code`): matching by position and by name agree, and the engine's
-    arithmetic stands. Otherwise `meets` maps each code whose partner on the link differs from
-    the named one to that partner (NO_PEER: none), and `mismatches` gives, per such link, the
-    first position where they differ: (src, dst, k, send code, receive code), NO_PEER for the
-    side that has run out.
-    """
-
-    __slots__ = ("order", "meets", "mismatches")
-
-    @classmethod
-    def by_construction(cls) -> Links:
-        """The links of a program whose maker puts every link in label order (lowering, whose
-        rows all follow one global order of exchanges): nothing differs, nothing to scan."""
-        links = cls.__new__(cls)
-        links.order, links.meets, links.mismatches = {}, None, []
-        return links
-
-    def __init__(self, enc: Encoded, scan: bool = False):
-        """`scan`: read every row even when the position table shows label order (tests
-        compare the two ways)."""
-        self.order: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
-        self.meets: dict[int, int] | None = None
-        self.mismatches: list[tuple[int, int, int, int, int]] = []
-        if not scan and in_label_order(enc):
-            return  # the usual case, decided from the position table without a scan
-        self._scan(enc)
-
-    def _scan(self, enc: Encoded) -> None:
-        S, M = enc.stages, enc.microbatches
-        placement = enc.placement
-        # Per code: which end of which link it is, `other rank << 1 | is a send` (-1: not a send
-        # or receive, or one to a stage outside the pipeline, PPS207); one entry past the code
-        # space for INVALID_CODE. One lookup per code, then two scans per link of a row.
-        end = [-1] * (code_space(S, M) + 1)
-        for s in range(S):
-            for k in COMM_KINDS:
-                t = peer_stage(s, k)
-                if 0 <= t < S:
-                    end[kind_slice(s, k, M)] = [placement[t] << 1 | (k in (SEND_F, SEND_B))] * M
-        for r, codes in enumerate(enc.codes):
-            ends = list(map(end.__getitem__, codes))
-            for e in set(ends):
-                if e < 0:
-                    continue
-                mine = list(compress(codes, map(eq, ends, repeat(e))))
-                o = e >> 1
-                if e & 1:
-                    self.order.setdefault((r, o), ([], []))[0].extend(mine)
-                else:
-                    self.order.setdefault((o, r), ([], []))[1].extend(mine)
-        delta = named_deltas(M)
-        for (src, dst), (sent, got) in sorted(self.order.items()):
-            named = list(map(add, sent, map(delta.__getitem__, map(and_, sent, repeat(15)))))
-            if named == got:
-                continue
-            meets: dict[int, int] = self.meets if self.meets is not None else {}
-            self.meets = meets
-            n = max(len(sent), len(got))
-            first = next((k for k in range(n) if k >= len(sent) or k >= len(got) or named[k] != got[k]), n)
-            self.mismatches.append((src, dst, first, sent[first] if first < len(sent) else NO_PEER,
-                                    got[first] if first < len(got) else NO_PEER))
-            for k in range(first, n):
-                sc = sent[k] if k < len(sent) else NO_PEER
-                rc = got[k] if k < len(got) else NO_PEER
-                if sc != NO_PEER and rc != sc + delta[sc & 15]:
-                    meets[sc] = rc
-                if rc != NO_PEER and sc != rc + delta[rc & 15]:
-                    meets[rc] = sc
 
 
 def comm_tables(M: int, buffered: bool) -> tuple[list[int], list[int | None], list[int]]:
@@ -571,54 +402,16 @@ def comm_tables(M: int, buffered: bool) -> tuple[list[int], list[int | None], li
     return peer_delta, need_off, out_slot
 
 
-def in_label_order(enc: Encoded) -> bool:
-    """Whether on every link the k-th send is the one the k-th receive names, decided from the
-    position table: per link, the sends and receives it carries pair up by label (stage s's
-    `SEND_F`s with stage s+1's `RECV_F`s, a stage's `SEND_B`s with the previous one's
-    `RECV_B`s), and the order holds when sorting the pairs by the send's place also sorts them
-    by the receive's. False also when it cannot say that way (an action missing or repeated):
-    then `Links` scans the rows."""
-    S, M = enc.stages, enc.microbatches
-    pos = enc.pos
-    if not enc.unrepeated:
-        return False  # an action appears twice: the position table holds only its first place
-    pairs: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
-    for s in range(S):
-        for send in (SEND_F, SEND_B):
-            step, recv = PEER_OF_KIND[send]
-            t = s + step
-            if not 0 <= t < S:
-                continue
-            sent = pos[kind_slice(s, send, M)]
-            got = pos[kind_slice(t, recv, M)]
-            if -1 in sent or -1 in got:
-                if sent.count(-1) == M and got.count(-1) == M:
-                    continue  # no such hand-off in the program
-                return False  # a send without its receive, or the reverse
-            into = pairs.setdefault((enc.placement[s], enc.placement[t]), ([], []))
-            into[0].extend(sent)
-            into[1].extend(got)
-    for sent, got in pairs.values():
-        if not all(map(lt, sent, sent[1:])):
-            by_send = sorted(range(len(sent)), key=sent.__getitem__)
-            got = list(map(got.__getitem__, by_send))
-        if not all(map(lt, got, got[1:])):
-            return False
-    # Sends and receives with no partner stage (PPS207) are on no link; the rows' other
-    # sends and receives are all in `pairs` (each appears once), so every link was seen.
-    return True
-
-
 def sent_key(send: int) -> int:
     """The key a send completes (in `buffered`, what the receive it meets waits for)."""
     if send < 0:
         return NO_KEY  # NO_PEER: nothing on the link to wait for
-    return ((send >> 4) << 3) | (MSG_F_SENT if send & 15 == SEND_F else MSG_B_SENT)
+    return code_key(send, MSG_F_SENT if kind_of(send) == SEND_F else MSG_B_SENT)
 
 
 def received_key(recv: int) -> int:
     """The key a receive completes when it meets its send."""
-    return ((recv >> 4) << 3) | (RECV_F_DONE if recv & 15 == RECV_F else RECV_B_DONE)
+    return code_key(recv, RECV_F_DONE if kind_of(recv) == RECV_F else RECV_B_DONE)
 
 
 def encode(program: Program) -> Encoded:
@@ -646,28 +439,19 @@ def code_of(action: Action, microbatches: int) -> int:
     return code(action.stage, action.microbatch, action.kind, microbatches)
 
 
-def peer_code(code: int, microbatches: int) -> int:
-    """The code of the operation a send or receive names as its peer: SEND_F(s,m) <->
-    RECV_F(s+1,m), and SEND_B(s,m) <-> RECV_B(s-1,m). On a link whose order agrees with the
-    labels it is also the one it meets (`Encoded.meets` answers in general)."""
-    k = code & KIND_MASK
-    step, peer = PEER_OF_KIND.get(k, (0, k))  # not a send or receive: itself
-    return code + (step * microbatches << KIND_BITS) + peer - k
-
-
 def recv_offsets(M: int) -> list[int]:
-    """Per kind of send/receive: the offset from `(code >> 4) << 3` to the key the receive of
+    """Per kind of send/receive: the offset from `code_key(code, 0)` to the key the receive of
     its pair completes (its own for a receive; its peer's for a send)."""
     off = [0] * 16
     off[RECV_F], off[RECV_B] = RECV_F_DONE, RECV_B_DONE
-    off[SEND_F], off[SEND_B] = (M << 3) + RECV_F_DONE, -(M << 3) + RECV_B_DONE
+    off[SEND_F], off[SEND_B] = key(M, RECV_F_DONE), key(-M, RECV_B_DONE)
     return off
 
 
 def input_tables(S: int, M: int, placement: tuple[int, ...], with_comms: bool
                  ) -> tuple[list[list[int]], list[list[bool]]]:
     """Per compute kind (indexed by Kind value), per (stage, microbatch) `sm`: the offset from
-    `sm << 3` to the key of its input from a neighbouring stage (`INPUT_FROM_STAGE`; NOTHING:
+    `key(sm, 0)` to the key of its input from a neighbouring stage (`INPUT_FROM_STAGE`; NOTHING:
     none, as at the ends of the pipeline and for W); per compute kind and stage, whether that
     input crosses ranks with no receive (compute-only programs: the hand-off costs a message
     time). Lists of shared small objects: the loops read them in order. An offset is the same
@@ -722,7 +506,7 @@ class Needs:
 
     def __init__(self, enc: Encoded, buffered: bool):
         S, M = enc.stages, enc.microbatches
-        with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
+        with_comms = enc.has_comms
         self.M, self.buffered = M, buffered
         self.local_slot = local_slots()
         self.input_off, self.input_hop = input_tables(S, M, enc.placement, with_comms)
@@ -753,25 +537,24 @@ class Needs:
         return [(base + need, False)]
 
 
-def producers(key: int) -> list[int]:
-    """The codes that can complete `key`, in the order to look for them."""
-    sm = key >> SLOT_BITS
-    return [(sm << KIND_BITS) | k for k in PRODUCERS[key & SLOT_MASK]]
+def producers(done: int) -> list[int]:
+    """The codes that can complete the key `done`, in the order to look for them."""
+    sm = key_sm(done)
+    return [sm_code(sm, k) for k in PRODUCERS[key_slot(done)]]
 
 
 def compute_outputs(code: int) -> tuple[int, ...]:
     """The keys a compute action completes (B and I: the gradient it sends back; I also
     what its W waits for)."""
-    k = code & KIND_MASK
+    k = kind_of(code)
     if k > B:
         return ()
-    sm3 = (code >> KIND_BITS) << SLOT_BITS
-    return tuple(sm3 | slot for slot in _OUTPUT_SLOTS[k])
+    return tuple(code_key(code, slot) for slot in _OUTPUT_SLOTS[k])
 
 
-def describe_key(key: int, microbatches: int) -> tuple[int, int, int, str]:
-    """(stage, microbatch, slot, text such as `1RECV_F3`) of a dependency key."""
-    sm, slot = key >> 3, key & 7
+def describe_key(done: int, microbatches: int) -> tuple[int, int, int, str]:
+    """(stage, microbatch, slot, text such as `1RECV_F3`) of the dependency key `done`."""
+    sm, slot = key_sm(done), key_slot(done)
     stage, mb = divmod(sm, microbatches)
     return stage, mb, slot, f"{stage}{SLOT_NAMES[slot]}{mb}"
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from . import placement as placement_mod
 from .diagnostics import Diagnostic, PpsError, sorted_unique
-from .english import plural
+from .wording import plural
 from .gcpause import no_gc
 from .generators import registry
 from .generators.registry import Context, GeneratorError, GeneratorSpec

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from .codes import CODES
-from .english import did_you_mean
+from .wording import did_you_mean
 
 PAGE_NAME = "language.md"
 _SECTION_RE = re.compile(r"^#### (PPS\d{3}):[^\n]*\n(.*?)(?=^#{1,4} |\Z)", re.M | re.S)

@@ -22,7 +22,7 @@ import bisect
 import enum
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress, repeat
 from operator import is_, is_not
 from typing import Final, Literal, Union, cast, overload
@@ -98,11 +98,6 @@ _sink: deque[object] = deque(maxlen=0)
 _consume = _sink.extend  # runs an iterator to its end at C speed, keeping nothing
 
 
-def ir_setters() -> tuple[Callable[[Action, int], None], Callable[[Action, Kind], None], Callable[[Action, int | None], None]]:
-    """The raw slot setters of Action, for loops that build many of them."""
-    return _set_stage, _set_kind, _set_mb
-
-
 def make_action(stage: int, kind: Kind, microbatch: int | None) -> Action:
     """Same result as `Action(stage, kind, microbatch)`, about twice as fast."""
     a: Action = _new(Action)
@@ -125,6 +120,7 @@ def make_actions(n: int, stages: Iterable[int], kinds: Iterable[Kind], microbatc
 
 # A code's low bits hold the Kind value (`encoding` builds on this layout).
 KIND_BITS: Final = 4
+KIND_MASK: Final = (1 << KIND_BITS) - 1  # a code's or stage-kind's low bits: its kind
 
 # One row as a reader saw it, without Action objects: per step `stage << KIND_BITS | kind`
 # and the microbatch (both None for an idle step; the microbatch None for a stage-only kind).
@@ -184,7 +180,7 @@ def steps_from_codes(row: RowCodes, idle: object) -> list[object]:
     sks, mbs = row
     distinct = set(sks)
     stage: dict[int | None, int] = {sk: sk >> KIND_BITS for sk in distinct if sk is not None}
-    kind: dict[int | None, Kind] = {sk: Kind(sk & 15) for sk in distinct if sk is not None}
+    kind: dict[int | None, Kind] = {sk: Kind(sk & KIND_MASK) for sk in distinct if sk is not None}
     if None in distinct:  # a placeholder action, replaced below
         stage[None], kind[None] = 0, Kind.F
     made: list[object] = list(make_actions(len(sks), map(stage.__getitem__, sks), map(kind.__getitem__, sks), mbs))
@@ -441,10 +437,6 @@ class Program:
             for index, step in enumerate(row):
                 for action in actions_of(step):
                     yield rank, index, action
-
-    @property
-    def has_comms(self) -> bool:
-        return any(a.kind.is_comm for _, _, a in self.actions())
 
     @property
     def action_count(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .diagnostics import Diagnostic, PpsError
-from .english import plural
+from .wording import plural
 from .files import read_text
 from .ir import Program
 from .limits import DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_SPARSE_SLOTS, STEPS_PER_RANK, ranks_past, steps_help

@@ -22,7 +22,7 @@ which only ever let more operations complete):
 3. Each rank's row is exactly G restricted to that rank: its computes keep their order, and
    an exchange appears on both of its ranks at the same place in G. So on every link the
    sends and the receives come in one order, G's: the k-th receive names the k-th send, as
-   the transports match them (`encoding.Links`), and PPS212 cannot arise.
+   the transports match them (`links.Links`), and PPS212 cannot arise.
 
 Run the rows: by induction over G, when every event before e has completed, e is at the
 head of the row of each rank it involves (those rows are projections of G), its inputs are
@@ -53,7 +53,7 @@ from typing import cast
 from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, make_actions
 from .semantics import CommModel, Execution, execute
-from .encoding import (COMM_KINDS, COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
+from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
                        Links, codes_of_kind, encode, read_rows, remember, row_codes, stage_kind)
 from .gcpause import no_gc
 
@@ -69,7 +69,7 @@ _EXCHANGES: tuple[tuple[int, Kind, Kind, int], ...] = tuple(
 
 def needs_lowering(program: Program) -> bool:
     """True when stages on different ranks exchange data but the program has no send/recv."""
-    if program.has_comms:
+    if encode(program).has_comms:
         return False
     P = program.placement
     return any(P[s] != P[s + 1] for s in range(program.stages - 1))
@@ -89,7 +89,7 @@ def lower(program: Program, fuse: bool = False, comm_model: str | CommModel = "r
 
 def refuse_communication(program: Program) -> None:
     """PPS220 when `program` already has sends or receives: there is nothing to lower."""
-    if not encode(program).kinds.isdisjoint(COMM_KINDS):
+    if encode(program).has_comms:
         raise PpsError([_refusal(program, "the program already has sends and receives; lowering needs a "
                                  "compute-only program", "lint it with `ppdsl lint` instead")])
 

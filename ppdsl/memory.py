@@ -9,8 +9,9 @@ needs the saved inputs. In an overlapped pair the
 forward allocates before the backward frees, so both count at that step. Peaks are measured
 per rank in step order, which is the order a rank allocates in whatever the timing.
 
-The rule is written once, in `_deltas` (what each action of a rank adds or frees, from the
-program's integer encoding); `profile` sums it step by step (and gives the live count after
+The rule is written once, in `signs` (which kind makes live and which frees), read by
+`_deltas` (what each action of a rank adds or frees, from the program's integer encoding) and
+by the search (`search.slots`); `profile` sums it step by step (and gives the live count after
 each step), `peaks_from_codes` only the peaks, by prefix sums over the codes.
 """
 
@@ -24,6 +25,7 @@ from operator import and_, eq, rshift
 from attrs import frozen
 
 from .encoding import B, Encoded, F, I, W, encode
+from .layout import KIND_BITS, KIND_MASK
 from .ir import Program
 
 
@@ -52,12 +54,23 @@ class MemoryProfile:
     live_after: tuple[tuple[float, ...], ...]  # per rank, per step: live activations after it
 
 
+def signs(split: bool) -> list[int]:
+    """Per kind (Kind value): +1 for the action that makes its (stage, microbatch)'s
+    activations live, -1 for the one that frees them, 0 otherwise. `split`: the backward is
+    split, so its `W` frees (the weight gradient still needs the saved inputs), not its `I`.
+    The one statement of the model: `_deltas` and the search's memory read it."""
+    sign = [0] * (KIND_MASK + 1)
+    sign[F] = 1
+    sign[W if split else B] = -1
+    return sign
+
+
 def _split(enc: Encoded) -> set[int]:
     """The `stage * M + mb` whose backward is split (the program has their `I`)."""
     out: set[int] = set()
     if I in enc.kinds:
         for codes in enc.codes:
-            out.update(map(rshift, compress(codes, map(eq, map(and_, codes, repeat(15)), repeat(I))), repeat(4)))
+            out.update(map(rshift, compress(codes, map(eq, map(and_, codes, repeat(KIND_MASK)), repeat(I))), repeat(KIND_BITS)))
     return out
 
 
@@ -69,19 +82,19 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool) -> Seq
     `I` (always after the checker's completeness: `trusted`), and the deltas come from
     C-level passes; otherwise each `B` and `W` is looked up."""
     M = enc.microbatches
-    sign = [0] * 16
-    sign[F], sign[B] = 1, -1
+    # A program with both kinds of backward: a `B` frees and so does a `W` (of a split one).
+    sign = signs(split=False)
     split: set[int] = set()
     if I in enc.kinds:
-        sign[W] = -1
+        sign[W] = signs(split=True)[W]
         if not trusted:
             split = _split(enc)
             full: set[int] = set()
             frees_on_w: set[int] = set()
             for codes in enc.codes:
-                kinds = list(map(and_, codes, repeat(15)))
-                full.update(map(rshift, compress(codes, map(eq, kinds, repeat(B))), repeat(4)))
-                frees_on_w.update(map(rshift, compress(codes, map(eq, kinds, repeat(W))), repeat(4)))
+                kinds = list(map(and_, codes, repeat(KIND_MASK)))
+                full.update(map(rshift, compress(codes, map(eq, kinds, repeat(B))), repeat(KIND_BITS)))
+                frees_on_w.update(map(rshift, compress(codes, map(eq, kinds, repeat(W))), repeat(KIND_BITS)))
             if frees_on_w <= split and full.isdisjoint(split):
                 split = set()  # one sign per kind says it after all
             else:
@@ -90,13 +103,15 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool) -> Seq
     per_sm = [1.0] * (enc.stages * M) if weights is None else [float(w) for w in weights for _ in range(M)]
     if sign:
         if weights is None:
-            return [list(map(sign.__getitem__, map(and_, codes, repeat(15)))) for codes in enc.codes]
-        return [[per_sm[c >> 4] * sign[c & 15] for c in codes] for codes in enc.codes]
+            return [list(map(sign.__getitem__, map(and_, codes, repeat(KIND_MASK)))) for codes in enc.codes]
+        kb, km = KIND_BITS, KIND_MASK  # per action: locals, not a call
+        return [[per_sm[c >> kb] * sign[c & km] for c in codes] for codes in enc.codes]
     out: list[list[float]] = []
+    kb, km = KIND_BITS, KIND_MASK
     for codes in enc.codes:
         row: list[float] = []
         for c in codes:
-            k, sm = c & 15, c >> 4
+            k, sm = c & km, c >> kb
             if k == F:
                 row.append(per_sm[sm])
             elif (k == B and sm not in split) or (k == W and sm in split):

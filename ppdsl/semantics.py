@@ -11,7 +11,7 @@ receive waits according to the communication model:
 
 Which send a receive meets is the same in every model, as on the transports: on each directed
 link (sender rank, receiver rank) the k-th receive posted takes the k-th message sent, batch
-members counted in written order (`encoding.Links`). When that is not the send the receive's
+members counted in written order (`links.Links`). When that is not the send the receive's
 label names, the run goes on with the data in the wrong place (the checker's PPS212).
 
 Data dependencies (stage s of microbatch m; the tables are `encoding.Needs`):
@@ -58,6 +58,7 @@ from typing import cast
 
 from attrs import frozen
 
+from .layout import kind_of
 from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, MB_STRIDE, NO_PEER, NOTHING, PRODUCERS,
                        SLOT_BITS, SLOT_MASK, B, Encoded, Needs, RECV_B, SHIFT, code_space, compute_outputs, encode,
                        kind_slice, peer_code, producers, received_key, sent_key)
@@ -266,7 +267,7 @@ class _Engine:
             hop_time = [0.0] * code_space(S, M)
         for r, codes in enumerate(enc.codes):
             for c, a in zip(codes, enc.actions_of_rank(r)):
-                k = c & 15
+                k = c & KIND_MASK
                 if k <= B:
                     dur[c] = compute(a)
                     if hop_time is not None and input_hop[k][a.stage]:
@@ -287,7 +288,7 @@ class _Engine:
         enc = self.enc
         # A compute-only program's steps are asked first when its rows have idle steps (a
         # written timeline) and no overlapped pair or batch.
-        timeline = (enc.kinds.isdisjoint(_COMM_KINDS) and not any(enc.groups)
+        timeline = (not enc.has_comms and not any(enc.groups)
                     and any(steps is not None for steps in enc.steps))
         if timeline and steps_are_an_order(enc, self.needs):
             return True
@@ -302,7 +303,7 @@ class _Engine:
         R = len(enc.codes)
         grouped = self.model is CommModel.GROUPED
         buffered = self.model is CommModel.BUFFERED
-        with_comms = not enc.kinds.isdisjoint(_COMM_KINDS)
+        with_comms = enc.has_comms
         unit = timing.is_unit
         needs = self.needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
         local_slot, input_off, out_slots = needs.local_slot, needs.input_off, needs.out_slots
@@ -612,7 +613,7 @@ class _Engine:
                         reason, key, index = "data", waiting[0], j
                         break
                 else:
-                    j = next((j for j in members if (codes[j] & 15) in _COMM_KINDS), i)
+                    j = next((j for j in members if kind_of(codes[j]) in _COMM_KINDS), i)
                     reason, key, index = "peer", enc.meets(codes[j]), j
             action = enc.action(r, index)
             step = enc.step_of(r, i)

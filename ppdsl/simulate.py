@@ -23,12 +23,12 @@ from operator import and_, sub
 
 from .costs import DEFAULT, CostModel, shares_of
 from .diagnostics import Diagnostic
-from .english import plural
+from .wording import plural
 from .ir import Action, Batch, Kind, Overlap, Program
 from .memory import UNIT, MemoryProfile, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path
 from .semantics import CommModel, Execution, Wait, execute, wait_cycle
-from .encoding import code_space, encode, kind_slice
+from .encoding import KIND_MASK, code_space, encode, kind_slice
 
 _IS_COMPUTE = [k <= Kind.B for k in range(16)]
 _IS_COMM = [Kind.SEND_F <= k <= Kind.RECV_B for k in range(16)]
@@ -59,7 +59,7 @@ class Simulation:
             if enc.steps[r] is None and None not in st and None not in en:
                 # One action per step, all run: durations and kinds as whole lists, in C.
                 durations = list(map(sub, en, st))
-                kinds = list(map(and_, enc.codes[r], repeat(15)))
+                kinds = list(map(and_, enc.codes[r], repeat(KIND_MASK)))
                 busy.append(sum(compress(durations, map(_IS_COMPUTE.__getitem__, kinds))))
                 comm.append(sum(compress(durations, map(_IS_COMM.__getitem__, kinds))))
                 continue

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 PACKAGE = ROOT / "ppdsl"
 # Below the checker: the encoding and the engine, memory, lowering, the simulator.
-BELOW_CHECK = ["encoding.py", "semantics.py", "memory.py", "lower.py", "simulate.py", "costs.py", "ir.py",
+BELOW_CHECK = ["layout.py", "links.py", "encoding.py", "semantics.py", "memory.py", "lower.py", "simulate.py", "costs.py", "ir.py",
                "sim/critical.py", "gcpause.py"]
 
 

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..encoding import COMM_KINDS, B, F, I, W, sm_code
+from ..encoding import COMM_KINDS, RECV_B, B, F, I, W, kind_of, sm_code
 from .context import LOW, SHIFT, Context, mb_ranges
 
 FAMILY = "completeness"
@@ -119,7 +119,7 @@ def _after(ctx: Context, position: int, relation: str) -> tuple[int, str]:
 def _duplicates(ctx: Context) -> Iterator[Diagnostic]:
     if ctx.enc.unrepeated:
         return
-    counts = Counter(c for codes in ctx.enc.codes for c in codes if c >= 0 and (c & 15) < 8)
+    counts = Counter(c for codes in ctx.enc.codes for c in codes if c >= 0 and kind_of(c) <= RECV_B)  # stage-only actions aside
     repeated = {c for c, n in counts.items() if n > 1}
     if not repeated:
         return
@@ -128,6 +128,6 @@ def _duplicates(ctx: Context) -> Iterator[Diagnostic]:
         for i, c in enumerate(codes):
             if c in repeated and first[c] != (rank << SHIFT | i):
                 r0, s0 = ctx.locate(first[c])
-                code = "PPS203" if (c & 15) in COMM_KINDS else "PPS104"
+                code = "PPS203" if kind_of(c) in COMM_KINDS else "PPS104"
                 yield ctx.diag(code, f"{ctx.text(c)} appears again; it first runs on rank {r0} at step {s0}",
                                rank, ctx.enc.step_of(rank, i), help="each action runs exactly once: delete one")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from ..diagnostics import Diagnostic, Severity
 from ..ir import Program, Span
 from ..semantics import CommModel, Execution
-from ..encoding import COMM_KINDS, LOW as LOW, SHIFT as SHIFT, Encoded, encode
+from ..encoding import LOW as LOW, SHIFT as SHIFT, Encoded, encode
 from ..gcpause import no_gc as no_gc
 
 # `x & ABSENT_LAST` keeps a position and turns -1 (absent) into a number past every position:
@@ -74,7 +74,7 @@ class Context:
 
     @property
     def has_comms(self) -> bool:
-        return not self.kinds.isdisjoint(COMM_KINDS)
+        return self.enc.has_comms
 
     def locate(self, g: int) -> tuple[int, int]:
         """(rank, step) of a global index."""

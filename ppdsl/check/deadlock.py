@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
 from ..encoding import producers
-from ..english import plural
+from ..wording import plural
 from ..semantics import CommModel, Wait, completes, execute, wait_cycle
 from .context import RELOWER, SHIFT, Context
 from .moves import breaking_move

@@ -2,7 +2,7 @@
 
 The transports match by position, not by name: on each directed link (sender rank, receiver
 rank) the k-th receive a rank posts takes the k-th message the other rank sent on it
-(`encoding.Links`; Paddle's send/recv and `batch_isend_irecv` carry no tag). So the k-th
+(`links.Links`; Paddle's send/recv and `batch_isend_irecv` carry no tag). So the k-th
 send on a link must be the one the k-th receive names, or the data lands in the wrong place.
 
 PPS212 - messages out of order on a link. FAIL (2 ranks, 2 microbatches):
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..encoding import NO_PEER, RECV_F, SEND_F, peer_code
+from ..encoding import NO_PEER, RECV_F, SEND_F, kind_of, peer_code, sm_of
 from .context import Context
 
 FAMILY = "links"
@@ -46,10 +46,10 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             continue  # not a reordering: a send or receive without its partner, PPS201/PPS202
         s_rank, s_step = ctx.locate(ctx.pos[send])
         r_rank, r_step = ctx.locate(ctx.pos[recv])
-        s_stage, s_mb = divmod(send >> 4, M)
-        r_stage, r_mb = divmod(recv >> 4, M)
-        carried = "activation" if send & 15 == SEND_F else "gradient"
-        wanted = "activation" if recv & 15 == RECV_F else "gradient"
+        s_stage, s_mb = divmod(sm_of(send), M)
+        r_stage, r_mb = divmod(sm_of(recv), M)
+        carried = "activation" if kind_of(send) == SEND_F else "gradient"
+        wanted = "activation" if kind_of(recv) == RECV_F else "gradient"
         expected_send, expected_recv = peer_code(recv, M), peer_code(send, M)
         nth = _ordinal(k + 1)
         message = (f"messages out of order on the link from rank {src} to rank {dst}: the {nth} message rank {src} "

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 
 from .. import memory
 from ..diagnostics import Diagnostic
-from ..english import plural
+from ..wording import plural
 from .context import Context
 
 FAMILY = "memory"

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from ..diagnostics import Diagnostic
-from ..english import plural
+from ..wording import plural
 from ..ir import Batch, kept_as_codes
-from ..encoding import B, I, RECV_B, SEND_B, W, code
+from ..encoding import B, I, RECV_B, SEND_B, W, code, kind_of
 from .context import Context
 
 FAMILY = "structure"
@@ -81,7 +81,7 @@ def _placement(ctx: Context) -> Iterator[Diagnostic]:
 def _inference(ctx: Context) -> Iterator[Diagnostic]:
     backward = {B, I, W, SEND_B, RECV_B}
     for rank, codes in enumerate(ctx.enc.codes):
-        found = [i for i, c in enumerate(codes) if c >= 0 and (c & 15) in backward]
+        found = [i for i, c in enumerate(codes) if c >= 0 and kind_of(c) in backward]
         if found:
             i = found[0]
             more = f" (and {len(found) - 1} more on this rank)" if len(found) > 1 else ""

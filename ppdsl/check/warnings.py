@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from operator import lt
 
 from ..diagnostics import Diagnostic
-from ..english import plural
+from ..wording import plural
 from ..ir import row_length, trailing_idle
 from ..encoding import B, F, I, W, sm_code
 from .context import Context

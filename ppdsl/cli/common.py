@@ -14,7 +14,7 @@ from typing import TextIO
 from attrs import evolve
 
 from ..diagnostics import Diagnostic, UsageError, render_text
-from ..english import plural
+from ..wording import plural
 from ..limits import DEFAULT_MAX_LOWERED_STEPS, DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_MEMORY
 from ..files import read_bytes
 

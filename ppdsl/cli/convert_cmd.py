@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..diagnostics import Diagnostic, PpsError, Severity, UsageError
-from ..english import plural
+from ..wording import plural
 from ..formats.torch_csv import write_csv
 from ..ir import Program
 from ..load import format_of, load_program

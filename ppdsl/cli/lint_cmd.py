@@ -17,7 +17,7 @@ import sys
 
 from ..check import check
 from ..diagnostics import Diagnostic, PpsError, UsageError, to_json
-from ..english import plural
+from ..wording import plural
 from ..explain import explain, unknown_code
 from ..load import load_program
 from ..semantics import MODELS

@@ -18,7 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..diagnostics import UsageError
-from ..english import plural
+from ..wording import plural
 from ..limits import DEFAULT_MAX_LOWERED_STEPS, MAX_COST, MAX_SECONDS, MAX_STEPS
 from ..runtime.framework import FRAMEWORKS, PADDLE
 from .common import add_max_steps, number, whole_number

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..costs import CostError, resolve
 from ..diagnostics import Diagnostic, PpsError, UsageError
-from ..english import plural
+from ..wording import plural
 from ..ir import Program
 from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import check_steps, load_program

@@ -31,7 +31,7 @@ from typing import ClassVar, cast
 
 from ..diagnostics import Diagnostic, PpsError, Severity
 from ..encoding import read_rows
-from ..english import plural
+from ..wording import plural
 from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, actions_of, make_action
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS, MAX_STAGES

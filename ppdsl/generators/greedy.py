@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from ..english import plural
+from ..wording import plural
 from ..ir import Kind, Step, make_action
 
 

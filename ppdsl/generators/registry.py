@@ -17,7 +17,7 @@ from typing import Union
 
 from attrs import frozen
 
-from ..english import did_you_mean
+from ..wording import did_you_mean
 from ..ir import Kind, Step, actions_of
 
 ArgValue = Union[int, float, str]

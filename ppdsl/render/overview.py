@@ -14,7 +14,7 @@ import math
 import textwrap
 from typing import Any
 
-from ..english import plural
+from ..wording import plural
 from ..simulate import Simulation
 from .terminal import _rich, gutter_of, heading, to_text, use_colour
 from .timeline import CATEGORIES, COLOURS, Timeline, kinds_in

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 
-from ..english import plural
+from ..wording import plural
 from ..simulate import Simulation, applying_to, stuck_summary
 from .timeline import CATEGORIES, COLOURS, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num

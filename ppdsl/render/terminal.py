@@ -15,7 +15,7 @@ import os
 import shutil
 from typing import Any
 
-from ..english import plural
+from ..wording import plural
 from ..limits import MAX_PICTURE_CELLS
 from ..simulate import Simulation, stuck_summary
 from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks

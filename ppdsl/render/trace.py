@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from ..costs import UNITS
+from ..encoding import encode
 from ..ir import Kind, actions_of
 from ..simulate import Simulation
 from .timeline import Timeline
@@ -30,7 +31,7 @@ def render_trace(sim: Simulation, timeline: Timeline, title: str) -> str:
     # Where each message leaves and arrives: key -> (rank, mid-time of the slice).
     leaves: dict[tuple[int, int, str], tuple[int, float]] = {}
     arrives: dict[tuple[int, int, str], tuple[int, float]] = {}
-    explicit = program.has_comms
+    explicit = encode(program).has_comms
     for s in timeline.slots:
         step = program.rows[s.rank][s.step]
         parts = actions_of(step)

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..english import plural
+from ..wording import plural
 from ..ir import Program
 from .framework import framework_of
 from .schedule import PipelineSchedule, SetupError

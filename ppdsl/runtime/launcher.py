@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from attrs import define, field
 
-from ..english import plural
+from ..wording import plural
 from ..ir import Program
 from ..lower import needs_lowering
 from .plan import compile_rank

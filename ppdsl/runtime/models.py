@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..diagnostics import UsageError
-from ..english import plural
+from ..wording import plural
 from .framework import PADDLE, Framework, get_framework
 
 BUILTIN = "ppdsl.runtime.models"

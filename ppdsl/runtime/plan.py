@@ -13,7 +13,7 @@ from attrs import frozen
 from ..check import analyse
 from ..diagnostics import UsageError, render_header
 from ..encoding import peer_stage
-from ..english import plural
+from ..wording import plural
 from ..ir import Action, Batch, Idle, Kind, Overlap, Program
 from ..lower import needs_lowering
 from ..syntax.printer import print_program

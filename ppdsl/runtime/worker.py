@@ -21,7 +21,7 @@ from typing import Any
 from attrs import frozen
 
 from ..diagnostics import PpsError, UsageError
-from ..english import plural
+from ..wording import plural
 from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import load_program
 from ..semantics import CommModel

@@ -25,11 +25,12 @@ from ..ir import Kind, Program, Step, make_action
 from ..memory import EPSILON
 from .exact import MAX_PAIRS, pairs, solve
 from .exact import available as exact_available
-from .listsched import FWD, GRAD, Order, Policy, default_limits, random_policy, run
+from .listsched import Order, Policy, default_limits, random_policy, run
 from .local import improve
 from .named import NamedResult, best_fitting, named_results, seed_rows
 from .problem import Problem, cuts_of, make_problem
 from .replay import peaks, replay
+from .slots import FWD, GRAD, SLOTS, sm_and_slot
 
 # Candidates priced per shape, and how many action-steps that may cost at most (a big pipeline
 # gets fewer candidates, so 16 x 64 finishes in minutes, not hours).
@@ -73,7 +74,7 @@ class Infeasible:
 
 
 def budget(problem: Problem) -> int:
-    actions = problem.stages * problem.microbatches * 3
+    actions = problem.stages * problem.microbatches * SLOTS
     return max(MIN_CANDIDATES, min(CANDIDATES, ACTION_STEPS // actions))
 
 
@@ -154,7 +155,7 @@ def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidat
     policies.sort(key=lambda x: x[0])
     n2 = 2 * candidates // 5
     if policies:
-        actions = problem.stages * problem.microbatches * 3
+        actions = problem.stages * problem.microbatches * SLOTS
         top = [p for _, p in policies[:3]]
         per = max(1, n2 // len(top))
         for policy in top:
@@ -194,7 +195,7 @@ def to_program(problem: Problem, rows: list[list[int]], fuse: bool) -> Program:
         i = 0
         while i < len(row):
             code = row[i]
-            sm, slot = divmod(code, 3)
+            sm, slot = sm_and_slot(code)
             s, m = divmod(sm, M)
             if slot == FWD:
                 steps.append(make_action(s, Kind.F, m))

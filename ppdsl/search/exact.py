@@ -26,8 +26,8 @@ from typing import Any
 
 from attrs import frozen
 
-from .listsched import FWD, GRAD, WGT
 from .problem import Problem
+from .slots import search_code, sm_and_slot
 
 MAX_PAIRS = 1_200  # ordering binaries in all; (2,4) V has 552, (4,4) V 1,104, (4,8) V 4,512
 
@@ -79,18 +79,15 @@ def solve(problem: Problem, time_limit: float, upper: float = math.inf) -> Exact
     sparse: Any = importlib.import_module("scipy.sparse")
 
     P, M, S = problem.ranks, problem.microbatches, problem.stages
-    slots = (FWD, GRAD, WGT) if problem.split else (FWD, GRAD)
-    gk = 1 if problem.split else 3
-    codes = [(s * M + m) * 3 + k for s in range(S) for m in range(M) for k in slots]
+    slots = [slot for slot, kind in enumerate(problem.rules.kind) if kind is not None]
+    tables = problem.tables
+    codes = [search_code(s * M + m, k) for s in range(S) for m in range(M) for k in slots]
     index = {c: i for i, c in enumerate(codes)}
     n = len(codes)
-
-    def dur(c: int) -> float:
-        s, k = (c // 3) // M, c % 3
-        return problem.cost[s][0] if k == FWD else problem.cost[s][gk] if k == GRAD else problem.cost[s][2]
+    dur = tables.duration.__getitem__
 
     def rank(c: int) -> int:
-        return problem.placement[(c // 3) // M]
+        return problem.placement[sm_and_slot(c)[0] // M]
 
     big = sum(dur(c) for c in codes) + problem.comm * 2 * S * M + 1.0
     by_rank: list[list[int]] = [[] for _ in range(P)]
@@ -122,45 +119,35 @@ def solve(problem: Problem, time_limit: float, upper: float = math.inf) -> Exact
         return y[(b, a)], -1.0, 1.0
 
     for c in codes:
-        s, m, k = (c // 3) // M, (c // 3) % M, c % 3
+        m = sm_and_slot(c)[0] % M
         i = index[c]
-        deps: list[tuple[int, float]] = []
-        if k == FWD and s > 0:
-            deps.append((c - 3 * M, problem.comm if rank(c - 3 * M) != rank(c) else 0.0))
-        if k == GRAD:
-            deps.append((c - 1, 0.0))
-            if s < S - 1:
-                deps.append((c + 3 * M, problem.comm if rank(c + 3 * M) != rank(c) else 0.0))
-        if k == WGT:
-            deps.append((c - 1, 0.0))
+        deps = [(tables.local[c], 0.0), (tables.input[c], tables.lag[c])]
         for d, lag in deps:
-            add([(i, 1.0), (index[d], -1.0)], dur(d) + lag, math.inf)
+            if d != tables.done:
+                add([(i, 1.0), (index[d], -1.0)], dur(d) + lag, math.inf)
         add([(cmax, 1.0), (i, -1.0)], dur(c), math.inf)
         if m > 0:  # each stage runs each kind in microbatch order
-            add([(i, 1.0), (index[c - 3], -1.0)], dur(c - 3), math.inf)
+            before_c = c - search_code(1, 0)
+            add([(i, 1.0), (index[before_c], -1.0)], dur(before_c), math.inf)
     for (a, b), v in y.items():
         ia, ib = index[a], index[b]
         # y=1: s_b >= s_a + d_a ; y=0: s_a >= s_b + d_b
         add([(ib, 1.0), (ia, -1.0), (v, -big)], dur(a) - big, math.inf)
         add([(ia, 1.0), (ib, -1.0), (v, big)], dur(b), math.inf)
-    weight = problem.weight
-    free_slot = WGT if problem.split else GRAD
+    delta = tables.delta
     limit = problem.limit + 1e-9
     for row in by_rank:
         for a in row:
-            if a % 3 != FWD:
+            if delta[a] <= 0:  # memory is full where an allocation is made
                 continue
             terms: list[tuple[int, float]] = []
-            const = weight[(a // 3) // M]
+            const = delta[a]
             for b in row:
-                if b == a:
+                if b == a or delta[b] == 0:
                     continue
-                w = weight[(b // 3) // M]
-                if b % 3 == FWD or b % 3 == free_slot:
-                    sign = 1.0 if b % 3 == FWD else -1.0
-                    var, vs, off = before(b, a)
-                    terms.append((var, sign * w * vs))
-                    const += sign * w * off
+                var, vs, off = before(b, a)
+                terms.append((var, delta[b] * vs))
+                const += delta[b] * off
             add(terms, -math.inf, limit - const)
     A = sparse.coo_matrix((vals, (rows_i, cols)), shape=(len(lo), nvar)).tocsr()
     cost = np.zeros(nvar)
@@ -179,7 +166,7 @@ def solve(problem: Problem, time_limit: float, upper: float = math.inf) -> Exact
     if res.x is None:
         return Exact(None, math.inf, False, bound)
     starts = res.x[:n]
-    out = [sorted(row, key=lambda c: (starts[index[c]], c % 3, c)) for row in by_rank]
+    out = [sorted(row, key=lambda c: (starts[index[c]], sm_and_slot(c)[1], c)) for row in by_rank]
     optimal = res.status == 0
     makespan = float(res.x[cmax])
     return Exact(out, makespan, optimal, makespan if optimal else bound)

@@ -8,9 +8,10 @@ until the next input it waits for arrives. Starting every chosen action at once 
 same times as the simulator replaying the order (each action starts when its rank is free
 and its inputs are in), so the makespan found here is the one `ppdsl simulate` reports.
 
-Actions are numbered `(stage * microbatches + microbatch) * 3 + slot`, slot 0 the forward,
-1 the input gradient (or full backward), 2 the weight gradient; each stage runs its forwards
-and its backwards in microbatch order (so messages on a link stay in order).
+Actions are numbered as in `slots` (`sm * SLOTS + slot`: the forward, the input gradient or
+full backward, the weight gradient), and what each waits for, what its input's message costs
+and what it does to memory are read from `Problem.rules`; each stage runs its forwards and its
+backwards in microbatch order (so messages on a link stay in order).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from attrs import frozen
 
 from ..memory import EPSILON
 from .problem import Problem
+from .slots import FWD, GRAD, SLOTS, WGT
 
-FWD, GRAD, WGT = 0, 1, 2  # the slot of an action code
 NEVER = float("inf")  # the arrival time of an input whose producer is not scheduled yet
 
 
@@ -80,7 +81,19 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
     rows: list[list[int]] = [[] for _ in range(P)]
     remaining = [len(loc) * M * (3 if split else 2) for loc in local]
     left = sum(remaining)
-    g_cost = [c[1] if split else c[3] for c in cost]
+    rules = problem.rules
+    n_slots = SLOTS  # `slots.search_code`, inline: a call per action costs the hot loop
+    f_kind, g_kind, w_kind = rules.kind
+    assert f_kind is not None and g_kind is not None, "every layout has a forward and a backward"
+    f_cost = [c[f_kind] for c in cost]
+    g_cost = [c[g_kind] for c in cost]
+    w_cost = [c[w_kind] if w_kind is not None else 0.0 for c in cost]
+    # per stage: what its F, its I (or B) and its W add to the rank's live activations
+    f_delta, g_delta, w_delta = ([sign * w for w in weight] for sign in rules.sign)
+    # from a stage's sm to its input's: the previous stage's forward, the next one's gradient
+    f_off, g_off = rules.step[FWD] * M, rules.step[GRAD] * M
+    f_input = [0 <= s + rules.step[FWD] < S for s in range(S)]
+    g_input = [0 <= s + rules.step[GRAD] < S for s in range(S)]
     f_lim = [min(limit, x + EPSILON) for x in policy.forward_limit]
     eager_w = policy.eager_w
     backward_first = policy.backward_first
@@ -90,8 +103,8 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
         g_base = f_base = 0.0
 
     # the message time into stage s from the stage before (forward) and after (gradient)
-    hop_f = [0.0] + [0.0 if placement[s - 1] == placement[s] else comm for s in range(1, S)]
-    hop_g = [0.0 if placement[s + 1] == placement[s] else comm for s in range(S - 1)] + [0.0]
+    hop_f = [comm if hop else 0.0 for hop in rules.hop[FWD]]
+    hop_g = [comm if hop else 0.0 for hop in rules.hop[GRAD]]
     reserve = policy.reserve
     while left:
         t = min(wake)
@@ -108,8 +121,8 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
                 continue
             sm = s * M + m
             ready = f_end[sm]
-            if s < S - 1:
-                up = g_end[sm + M] + hop_g[s]
+            if g_input[s]:
+                up = g_end[sm + g_off] + hop_g[s]
                 if up > ready:
                     ready = up
             if ready <= t:
@@ -125,8 +138,8 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
             if m >= M:
                 continue
             sm = s * M + m
-            if s > 0:
-                ready = f_end[sm - M] + hop_f[s]
+            if f_input[s]:
+                ready = f_end[sm + f_off] + hop_f[s]
             else:
                 ready = 0.0
             if ready > t:
@@ -148,14 +161,14 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
         if bias is not None:
             score = -NEVER
             if g_pick >= 0:
-                score = g_base + bias[(g_pick * M + next_g[g_pick]) * 3 + GRAD]
+                score = g_base + bias[(g_pick * M + next_g[g_pick]) * n_slots + GRAD]
                 choice = GRAD
             if f_pick >= 0:
-                x = f_base + bias[(f_pick * M + next_f[f_pick]) * 3 + FWD]
+                x = f_base + bias[(f_pick * M + next_f[f_pick]) * n_slots + FWD]
                 if x > score:
                     score, choice = x, FWD
             if w_ready:
-                x = bias[wq[r][0] * 3 + WGT]
+                x = bias[wq[r][0] * n_slots + WGT]
                 if x > score:
                     choice = WGT
         else:
@@ -181,11 +194,10 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
             sm = s * M + m
             end = t + g_cost[s]
             g_end[sm] = end
-            rows[r].append(sm * 3 + GRAD)
+            rows[r].append(sm * n_slots + GRAD)
             if split:
                 wq[r].append(sm)
-            else:
-                live[r] -= weight[s]
+            live[r] += g_delta[s]
             # wake the rank that waits for this gradient
             if s > 0:
                 q = placement[s - 1]
@@ -197,10 +209,10 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
             m = next_f[s]
             next_f[s] = m + 1
             sm = s * M + m
-            end = t + cost[s][0]
+            end = t + f_cost[s]
             f_end[sm] = end
-            rows[r].append(sm * 3 + FWD)
-            live[r] += weight[s]
+            rows[r].append(sm * n_slots + FWD)
+            live[r] += f_delta[s]
             if live[r] > peak[r]:
                 peak[r] = live[r]
             if s == first_local[r]:
@@ -215,9 +227,9 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
         else:
             sm = wq[r].popleft()
             s = sm // M
-            end = t + cost[s][2]
-            rows[r].append(sm * 3 + WGT)
-            live[r] -= weight[s]
+            end = t + w_cost[s]
+            rows[r].append(sm * n_slots + WGT)
+            live[r] += w_delta[s]
         free[r] = end
         wake[r] = end
         left -= 1

@@ -13,14 +13,14 @@ from collections.abc import Callable, Sequence
 from ..memory import EPSILON
 from .problem import Problem
 from .replay import finish_times, peaks
+from .slots import sm_and_slot
 
 Rows = list[list[int]]
 
 
 def _key(code: int) -> tuple[int, int]:
     """Actions that must keep their relative order share this key: (stage, slot)."""
-    sm, slot = divmod(code, 3)
-    return sm, slot
+    return sm_and_slot(code)
 
 
 def improve(problem: Problem, rows: Sequence[Sequence[int]], makespan: float, moves: int, rng: random.Random,
@@ -32,7 +32,7 @@ def improve(problem: Problem, rows: Sequence[Sequence[int]], makespan: float, mo
     best = makespan
     start = finish_times(problem, cur)
     total = sum(start) if start is not None else float("inf")
-    stage_slot = [[((c // 3) // M, c % 3) for c in row] for row in cur]
+    stage_slot = [[(sm // M, slot) for sm, slot in map(sm_and_slot, row)] for row in cur]
     for n in range(moves):
         if n % 64 == 0 and stop():
             break

@@ -15,7 +15,7 @@ from ..generators import registry
 from ..ir import Action, Kind, Program
 from ..simulate import simulate
 from ..memory import EPSILON
-from .listsched import FWD, GRAD, WGT
+from .slots import FWD, GRAD, WGT, search_code, sm_and_slot
 from .problem import Problem, cuts_of, reshape
 
 # Arguments a generator is tried with besides its defaults (the search's shapes hold <= 2 stages a rank).
@@ -80,13 +80,13 @@ def seed_rows(problem: Problem, results: list[NamedResult]) -> list[tuple[str, l
                 assert a.microbatch is not None
                 sm = a.stage * M + a.microbatch
                 if a.kind is Kind.F:
-                    codes.append(sm * 3 + FWD)
+                    codes.append(search_code(sm, FWD))
                 elif a.kind is Kind.I or a.kind is Kind.B:
-                    codes.append(sm * 3 + GRAD)
+                    codes.append(search_code(sm, GRAD))
                     split_seen |= a.kind is Kind.I
                     unsplit_seen |= a.kind is Kind.B
                 elif a.kind is Kind.W:
-                    codes.append(sm * 3 + WGT)
+                    codes.append(search_code(sm, WGT))
             else:
                 rows.append(codes)
                 continue
@@ -95,6 +95,7 @@ def seed_rows(problem: Problem, results: list[NamedResult]) -> list[tuple[str, l
             continue
         if unsplit_seen:
             # B = I then W at once: the same order with the weight gradient right after.
-            rows = [[c for code in row for c in ((code, code + 1) if code % 3 == GRAD else (code,))] for row in rows]
+            rows = [[c for code in row for c in ((code, code - GRAD + WGT) if sm_and_slot(code)[1] == GRAD else (code,))]
+                    for row in rows]
         out.append((n.name, rows))
     return out

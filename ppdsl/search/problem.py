@@ -6,12 +6,15 @@ microbatch's activations of a rank's whole share of the model (a V chunk counts 
 
 from __future__ import annotations
 
+import functools
+
 from attrs import frozen
 
 from ..costs import DEFAULT, CostModel
 from ..ir import Kind
 from ..memory import rank_weights
 from ..placement import loop, v_shape
+from .slots import CodeTables, SlotRules
 
 
 
@@ -38,6 +41,16 @@ class Problem:
     @property
     def weight(self) -> tuple[float, ...]:
         return tuple(rank_weights(self.placement, self.ranks))
+
+    @functools.cached_property
+    def rules(self) -> SlotRules:
+        """The engine's and the memory model's rules in the search's layout (`slots`)."""
+        return SlotRules(self.stages, self.microbatches, self.placement, self.split)
+
+    @functools.cached_property
+    def tables(self) -> CodeTables:
+        """`rules` per search code, made once per problem: every order priced reads them."""
+        return CodeTables(self.rules, self.microbatches, self.cost, self.comm, self.weight)
 
     def with_split(self, split: bool) -> Problem:
         return Problem(self.ranks, self.microbatches, self.placement, self.cost, self.comm, self.limit, split)

@@ -1,15 +1,17 @@
 """Replay fixed per-rank orders: each action as early as its rank and its inputs allow.
 
-The same rule as the simulator on a compute-only program (`semantics.execute`), on the
-search's action codes (see `listsched`), so a local search can price thousands of orders.
+The simulator's rule on a compute-only program (`semantics.execute`), read from the
+encoding's tables in the search's layout (`slots.CodeTables`), so a local search can price
+thousands of orders; a property test holds the two equal on random orders.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .listsched import FWD, GRAD, NEVER, WGT
 from .problem import Problem
+
+NEVER = float("inf")  # the finish time of an action not run yet
 
 
 def replay(problem: Problem, rows: Sequence[Sequence[int]]) -> float | None:
@@ -20,12 +22,10 @@ def replay(problem: Problem, rows: Sequence[Sequence[int]]) -> float | None:
 
 def finish_times(problem: Problem, rows: Sequence[Sequence[int]]) -> list[float] | None:
     """When each rank finishes its row, or None when the rows cannot finish."""
-    P, M, S = problem.ranks, problem.microbatches, problem.stages
-    placement = problem.placement
-    comm = problem.comm
-    cost = problem.cost
-    gk = 1 if problem.split else 3
-    end = [NEVER] * (S * M * 3)
+    tables = problem.tables
+    local, inputs, lag, duration = tables.local, tables.input, tables.lag, tables.duration
+    end = [NEVER] * tables.done + [0.0]  # the last entry: "waits for nothing", done at 0
+    P = problem.ranks
     pos = [0] * P
     free = [0.0] * P
     lengths = [len(row) for row in rows]
@@ -39,38 +39,18 @@ def finish_times(problem: Problem, rows: Sequence[Sequence[int]]) -> list[float]
             t = free[r]
             while i < n:
                 code = row[i]
-                sm, slot = divmod(code, 3)
-                s = sm // M
-                if slot == FWD:
-                    ready = 0.0
-                    if s > 0:
-                        ready = end[code - 3 * M]
-                        if ready == NEVER:
-                            break
-                        if placement[s - 1] != r:
-                            ready += comm
-                    d = cost[s][0]
-                elif slot == GRAD:
-                    ready = end[code - 1]
-                    if ready == NEVER:
-                        break
-                    if s < S - 1:
-                        up = end[code + 3 * M]
-                        if up == NEVER:
-                            break
-                        if placement[s + 1] != r:
-                            up += comm
-                        if up > ready:
-                            ready = up
-                    d = cost[s][gk]
-                else:
-                    ready = end[code - 1]
-                    if ready == NEVER:
-                        break
-                    d = cost[s][2]
+                ready = end[local[code]]
+                if ready == NEVER:
+                    break
+                up = end[inputs[code]]
+                if up == NEVER:
+                    break
+                up += lag[code]
+                if up > ready:
+                    ready = up
                 if ready > t:
                     t = ready
-                t += d
+                t += duration[code]
                 end[code] = t
                 i += 1
             if i != pos[r]:
@@ -84,19 +64,13 @@ def finish_times(problem: Problem, rows: Sequence[Sequence[int]]) -> list[float]
 
 def peaks(problem: Problem, rows: Sequence[Sequence[int]]) -> list[float]:
     """Peak live activations per rank, in the search's unit (see `problem`)."""
-    weight = problem.weight
-    M = problem.microbatches
-    free_slot = WGT if problem.split else GRAD
+    delta = problem.tables.delta
     out = []
     for row in rows:
         live = peak = 0.0
         for code in row:
-            sm, slot = divmod(code, 3)
-            if slot == FWD:
-                live += weight[sm // M]
-                if live > peak:
-                    peak = live
-            elif slot == free_slot:
-                live -= weight[sm // M]
+            live += delta[code]
+            if live > peak:
+                peak = live
         out.append(peak)
     return out

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ..generators.registry import ArgValue, Built, Context, GeneratorError, GeneratorSpec, Param, require
 from ..limits import MAX_SEARCH_ACTIONS
 from ..memory import UNIT
+from .slots import SLOTS
 
 if TYPE_CHECKING:
     from ..costs import CostModel
@@ -37,7 +38,7 @@ def build_in(context: Context, values: Mapping[str, ArgValue]) -> Built:
     limit = float(values["max_memory"])
     require(limit > 0, "`search` needs `max_memory=L`, a positive number of microbatches of a rank's share",
             "max_memory", help="e.g. use search(max_memory=3)")
-    actions = 2 * ranks * microbatches * 3
+    actions = 2 * ranks * microbatches * SLOTS  # the V shape's stages, a search code each slot
     if actions > MAX_SEARCH_ACTIONS:
         raise GeneratorError("PPS015", f"ranks={ranks} x microbatches={microbatches} is {actions:,} actions to "
                              f"order, more than the search handles ({MAX_SEARCH_ACTIONS:,})",

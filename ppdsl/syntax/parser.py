@@ -24,7 +24,7 @@ from .. import placement as placement_mod
 from attrs import evolve, field, frozen
 
 from ..diagnostics import Diagnostic, PpsError, sorted_unique
-from ..english import did_you_mean, plural
+from ..wording import did_you_mean, plural
 from ..ir import IDLE, KIND_BY_NAME, Batch, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, steps_from_codes
 from ..gcpause import no_gc
 from ..limits import (DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_MEMORY, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS,
@@ -580,14 +580,11 @@ class _Builder:
                 self.whole = text if fast is not None else None
                 if fast is None and self.tokens is not None:
                     fast = self.tokens.codes(text.split())
-                if fast is None:  # something to report (or a reader for other bounds): token by token
+                if fast is None:  # something to report: token by token, every bad one told
                     self.make_steps(steps)
                     pos.append(Segment(len(steps), line, col, text))
-                    try:
-                        scan.scan_run(text, bounds, steps, IDLE)  # type: ignore[arg-type]
-                    except scan.ScanError as first:  # every bad token of the run is told
-                        for err in scan.run_errors(text, bounds, MAX_REPORTED_ERRORS) or [first]:
-                            self.note(self.error(err.code, err.message, line, col + err.offset, err.width, err.help))
+                    for err in scan.locate_run(text, bounds, steps, IDLE, MAX_REPORTED_ERRORS):  # type: ignore[arg-type]
+                        self.note(self.error(err.code, err.message, line, col + err.offset, err.width, err.help))
                 elif self.known is None:  # the row already has steps: these join them
                     pos.append(Segment(len(steps), line, col, text))
                     steps.extend(steps_from_codes(fast, IDLE))  # type: ignore[arg-type]

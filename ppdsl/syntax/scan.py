@@ -10,8 +10,8 @@ CSV row's cells) into actions without a regex or a Python frame per token: the r
 and bound) each distinct string once; `ir.make_actions` then makes the row's actions in one go,
 or, through `codes`, the run stays as (stage-kind, microbatch) integers (`ir.RowCodes`) that the
 encoding and the printer read and `ir.LazyRows` turns into actions only when a pass asks.
-A run neither of them accepts goes the careful way (`scan_run`), which finds and locates the
-first bad token. Ranges (`0F{0..3}`), zips, overlapped pairs and batches are rare and always go the
+A run neither of them accepts has an error: `locate_run`, the one reader that locates errors,
+reads it token by token (`parse_word`) and says where each bad one is. Ranges (`0F{0..3}`), zips, overlapped pairs and batches are rare and always go the
 careful way. Every problem is raised as a `ScanError` holding the offset inside the text it
 was given, so the caller can turn it into a file:line:col diagnostic.
 """
@@ -24,7 +24,7 @@ from itertools import repeat
 from operator import is_
 from typing import TypeVar, cast
 
-from ..ir import KIND_BITS, KIND_BY_NAME, Action, Kind, RowCodes, ir_setters, make_action, steps_from_codes
+from ..ir import KIND_BITS, KIND_BY_NAME, Action, Kind, RowCodes, make_action, steps_from_codes
 from ..limits import MAX_MICROBATCHES, MAX_STAGES
 
 TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)(?=\s|\Z)|(_)(?=\s|\Z)|(\S+)")
@@ -115,8 +115,6 @@ def _short(word: str) -> str:
     return word if len(word) <= 40 else word[:37] + "..."
 
 
-_KINDS_WITH_MB = {name: k for name, k in KIND_BY_NAME.items() if not k.stage_only}
-_KINDS_STAGE_ONLY = {name: k for name, k in KIND_BY_NAME.items() if k.stage_only}
 
 
 _PREFIX_RE = re.compile(r"(\d+)([A-Z_]+)\Z")
@@ -333,74 +331,18 @@ _CANONICAL_PREFIX_RE = re.compile(r"(0|[1-9][0-9]{0,17})([A-Z_]+)\Z")
 _CANONICAL_NUMBER_RE = re.compile(r"(?:0|[1-9][0-9]{0,17})\Z")
 
 
-def scan_run(text: str, bounds: Bounds, out: list[object], idle: object) -> int:
-    """Append the actions of a run of plain tokens to `out`; return how many were added.
-
-    The careful path: runs that `PlainRuns` and `TokenReader` refuse (an error to locate, or a
-    reader for other bounds) come here, token by token with `TOKEN_RE`; at a bad token
-    `_locate_run_error` raises a `ScanError` at its offset. Locals only and the Action slots
-    filled directly (see `ir.make_action`), so a file of such runs is still read quickly.
-    """
-    stages, microbatches = bounds
-    with_mb = _KINDS_WITH_MB
-    stage_only = _KINDS_STAGE_ONLY
-    new, action_cls = object.__new__, Action
-    set_stage, set_kind, set_mb = ir_setters()
-    append = out.append
-    start = len(out)
-    # The same few hundred number strings recur across a run: a dict hit is cheaper than int().
-    ints: dict[str, int] = {}
-    cached = ints.get
-    try:
-        for s, k, mb, underscore, bad in TOKEN_RE.findall(text):
-            if underscore:
-                append(idle)
-                continue
-            if bad:
-                return _locate_run_error(text, bounds)
-            stage = cached(s)
-            if stage is None:
-                stage = ints[s] = int(s)
-            a = new(action_cls)
-            if mb:
-                kind = with_mb.get(k)
-                micro = cached(mb)
-                if micro is None:
-                    micro = ints[mb] = int(mb)
-                if kind is None or stage >= stages or micro >= microbatches:
-                    return _locate_run_error(text, bounds)
-            else:
-                kind = stage_only.get(k)
-                micro = None
-                if kind is None or stage >= stages:
-                    return _locate_run_error(text, bounds)
-            set_stage(a, stage)
-            set_kind(a, kind)
-            set_mb(a, micro)
-            append(a)
-    except ValueError:  # a number of thousands of digits: int() refuses it
-        del out[start:]
-        return _locate_run_error(text, bounds)
-    return len(out) - start
-
-
-def _locate_run_error(text: str, bounds: Bounds) -> int:
-    """The slow path: find the first bad token in a run and raise with its offset."""
-    for m in TOKEN_RE.finditer(text):
-        if m.group(4):
-            continue
-        parse_word(m.group(0), m.start(), bounds)
-    raise AssertionError("a run failed to scan but every token in it is valid")  # pragma: no cover
-
-
-def run_errors(text: str, bounds: Bounds, limit: int) -> list[ScanError]:
-    """Every bad token of a run (at most `limit`), each located: a file's errors are all told."""
+def locate_run(text: str, bounds: Bounds, out: list[object], idle: object, limit: int) -> list[ScanError]:
+    """The reader that locates errors, for a run the fast readers refused: each token
+    (`TOKEN_RE`) read alone by `parse_word`, its step appended to `out`; every bad one (at
+    most `limit`) becomes a `ScanError` at its offset, so a file's errors are all told. Not
+    on the hot path: a run comes here only when it has something to report."""
     found: list[ScanError] = []
     for m in TOKEN_RE.finditer(text):
         if m.group(4):
+            out.append(idle)
             continue
         try:
-            parse_word(m.group(0), m.start(), bounds)
+            out.append(parse_word(m.group(0), m.start(), bounds))
         except ScanError as err:
             found.append(err)
             if len(found) >= limit:

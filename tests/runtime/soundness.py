@@ -271,7 +271,7 @@ def run(selected: Sequence[Case], verdicts: dict[str, str] | None = None,
 def crosses_kinds(program: Program) -> bool:
     """Some receive gets a message of the other kind (a gradient for an activation): then the
     first step's shape header meets data, and gloo aborts the process on the size. Read off
-    the one matching rule (`semantics.Links`: k-th receive on a link, k-th send)."""
+    the one matching rule (`links.Links`: k-th receive on a link, k-th send)."""
     for sent, got in encode(program).links.order.values():
         for s, r in zip(sent, got):
             if (s & KIND_MASK == SEND_F) != (r & KIND_MASK == RECV_F):

@@ -1,6 +1,6 @@
-"""`scan.TokenReader` (whole-run C-level passes) and the careful token loop (`scan.scan_run`)
-agree on every run: the same steps when both accept, and a refusal exactly when the careful
-loop has an error to report."""
+"""`scan.TokenReader` (whole-run C-level passes) and the reader that locates errors
+(`scan.locate_run`, one `parse_word` a token) agree on every run: the same steps when both
+accept, and a refusal exactly when the locator has an error to report."""
 
 from __future__ import annotations
 
@@ -22,11 +22,7 @@ word = st.one_of(
 
 def careful(text: str) -> list[object] | None:
     out: list[object] = []
-    try:
-        scan.scan_run(text, BOUNDS, out, IDLE)
-    except scan.ScanError:
-        return None
-    return out
+    return None if scan.locate_run(text, BOUNDS, out, IDLE, 1) else out
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 from ppdsl.check import check
 from ppdsl.cli import main
 from ppdsl.diagnostics import PpsError
-from ppdsl.english import plural
+from ppdsl.wording import plural
 from ppdsl.formats.torch_csv import read_csv, write_csv
 from ppdsl.expansion import parse
 
@@ -58,7 +58,7 @@ def test_generator_names_are_suggested_whatever_their_case(written: str, meant: 
 
 
 def test_did_you_mean_names_the_closest_choice_whatever_its_case() -> None:
-    from ppdsl.english import closest, did_you_mean
+    from ppdsl.wording import closest, did_you_mean
 
     assert did_you_mean("rank", ["ranks", "microbatches", "stages"]) == "did you mean `ranks`? "
     assert closest("FTHENB", ["fthenb", "1f1b"]) == "fthenb"
