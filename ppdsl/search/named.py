@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from ..costs import CostModel
+from ..costs import CostModel, reshape
 from ..generators import registry
 from ..ir import Action, Kind, Program
 from ..simulate import simulate
 from ..memory import EPSILON
 from .listsched import FWD, GRAD, WGT
-from .problem import Problem, cuts_of, reshape
+from .problem import Problem, cuts_of
 
 # Arguments a generator is tried with besides its defaults (the search's shapes hold <= 2 stages a rank).
 VARIANTS: dict[str, tuple[dict[str, object], ...]] = {"interleaved_1f1b": ({"virtual": 2},),
