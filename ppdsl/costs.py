@@ -66,6 +66,19 @@ class CostError(Exception):
         self.help = help
 
 
+class ShapeError(CostError):
+    """A profile's per-stage costs that do not carry over to the program's stages."""
+
+
+class NotCosted(PpsError):
+    """`ShapeError` located in the profile: the program cannot be costed with it (a
+    comparison keeps its column and says why: `reason`)."""
+
+    def __init__(self, diagnostics: list[Diagnostic], reason: str):
+        super().__init__(diagnostics)
+        self.reason = reason
+
+
 def _check_key(key: str) -> tuple[str, int | None]:
     """(kind or global key, stage or None) of a valid key."""
     if key in COMPUTE_KINDS or key in GLOBAL_KEYS:
@@ -148,7 +161,7 @@ class CostModel:
         if given is None or given == stages:
             return self
         if not carries(given, stages):
-            raise CostError("PPS350", f"the profile measured {plural(given, 'stage')}; its per-stage costs do not carry "
+            raise ShapeError("PPS350", f"the profile measured {plural(given, 'stage')}; its per-stage costs do not carry "
                             f"over to {plural(stages, 'stage')}", "stages",
                             help="one count must divide the other (each stage then holds a share of a measured one, "
                                  "or several whole ones): profile a run of this shape")
@@ -549,7 +562,10 @@ def load_costs(spec: str, stages: int, fit: bool = True) -> CostModel:
         return model
     except CostError as exc:
         line, col = _json_location(text, exc.key)
-        raise PpsError([Diagnostic(exc.code, exc.message, spec, line, col, help=exc.help)]) from None
+        found = [Diagnostic(exc.code, exc.message, spec, line, col, help=exc.help)]
+        if isinstance(exc, ShapeError):
+            raise NotCosted(found, exc.message) from None
+        raise PpsError(found) from None
 
 
 def resolve(program: Program, specs: Iterable[str] = ()) -> CostModel:
