@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             status = 1
         sims.append((path, sim))
     print_diagnostics(problems, limit=SHOWN_DIAGNOSTICS)
-    if not sims:
+    if not sims and (not uncosted or len(args.files) == 1 or args.format == "json"):
         return status
     if args.format == "json":
         data: object = [s.as_json(p) for p, s in sims] + [{"file": p, "costed": False, "reason": r} for p, r in uncosted]
@@ -261,12 +261,12 @@ def compare(sims: list[tuple[str, Simulation]], uncosted: Sequence[tuple[str, st
         line("peak bytes (max)", figure(lambda s: bytes_text(max(s.peak_bytes.peak)) if s.peak_bytes else "-"))
     line("comm time (sum)", figure(lambda s: num(sum(s.comm) + s.handoff_time)))
     line("critical path steps", figure(lambda s: str(len(s.critical_path))))
-    ranks = max(s.program.ranks for _, s in sims)
+    ranks = max((s.program.ranks for _, s in sims), default=0)
     for r in range(ranks):
         line(f"rank {r} busy / peak", [f"{num(s.busy[r])} / {num(s.peak_memory[r])}" if r < s.ranks and s.completed
                                        else "-" for _, s in sims])
     costs = {_costs_line(s) for _, s in sims}
-    foot = [next(iter(costs))] if len(costs) == 1 else [f"{path}: {_costs_line(s)}" for path, s in sims]
+    foot = list(costs) if len(costs) == 1 else [f"{path}: {_costs_line(s)}" for path, s in sims]
     foot.append(MEMORY_NOTE)
     if any(s.peak_bytes is not None for _, s in sims):
         foot.append("peak bytes: a rank's weights, gradients and optimizer state and the peak of its live activations, "
