@@ -37,11 +37,13 @@ from typing import Final
 
 from attrs import field, frozen
 
+from .cuts import carried, carries
 from .diagnostics import Diagnostic, PpsError, UsageError
 from .wording import plural
 from .files import read_text
 from .ir import Kind, Overlap, Program
 from .limits import MAX_COST, MAX_QUANTITY, MAX_STAGES, MIN_COST
+from .memory import Sizes
 from .semantics import Timing
 
 COMPUTE_KINDS: Final = ("F", "B", "I", "W")
@@ -62,6 +64,19 @@ class CostError(Exception):
         self.message = message
         self.key = key
         self.help = help
+
+
+class ShapeError(CostError):
+    """A profile's per-stage costs that do not carry over to the program's stages."""
+
+
+class NotCosted(PpsError):
+    """`ShapeError` located in the profile: the program cannot be costed with it (a
+    comparison keeps its column and says why: `reason`)."""
+
+    def __init__(self, diagnostics: list[Diagnostic], reason: str):
+        super().__init__(diagnostics)
+        self.reason = reason
 
 
 def _check_key(key: str) -> tuple[str, int | None]:
@@ -101,11 +116,19 @@ class CostModel:
     `measured_comm`: the `comm` time was measured on explicit sends and receives (a runtime
     profile), which occupy both ranks; a compute-only program is then simulated lowered
     (`lowered_for`), as the runtime runs it, so that the measured time lands where it was spent.
+
+    `sizes`: bytes per stage (a runtime profile's), for memory in bytes. `stages`: how many
+    stages the per-stage keys and sizes describe, when they were measured on a program of
+    their own (a profile); `fitted` carries them over to another program's stages, and
+    `carried_from` says from how many they came. None: the program's own stages.
     """
 
     items: tuple[tuple[str, float], ...] = ()
     unit: str = "unit"
     measured_comm: bool = False
+    sizes: Sizes | None = None
+    stages: int | None = None
+    carried_from: int | None = None
     _values: dict[str, float] = field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -127,7 +150,24 @@ class CostModel:
     def merged(self, other: CostModel) -> CostModel:
         """These costs overridden by `other`'s keys (and its unit when it names one)."""
         unit = other.unit if other.unit != "unit" else self.unit
-        return CostModel(self.items + other.items, unit, self.measured_comm or other.measured_comm)
+        return CostModel(self.items + other.items, unit, self.measured_comm or other.measured_comm,
+                         other.sizes or self.sizes, other.stages or self.stages, other.carried_from or self.carried_from)
+
+    def fitted(self, stages: int) -> CostModel:
+        """These costs for a program of `stages` stages: per-stage keys and sizes measured on
+        another number of stages carried over by share of layers (`reshape`). Raises CostError
+        (PPS350) when neither count divides the other."""
+        given = self.stages
+        if given is None or given == stages:
+            return self
+        if not carries(given, stages):
+            raise ShapeError("PPS350", f"the profile measured {plural(given, 'stage')}; its per-stage costs do not carry "
+                            f"over to {plural(stages, 'stage')}", "stages",
+                            help="one count must divide the other (each stage then holds a share of a measured one, "
+                                 "or several whole ones): profile a run of this shape")
+        shaped = reshape(self, given, stages)
+        sizes = self.sizes.for_stages(stages) if self.sizes is not None else None
+        return CostModel(shaped.items, self.unit, self.measured_comm, sizes, stages, given)
 
     def get(self, key: str) -> float | None:
         return self._values.get(key)
@@ -249,6 +289,34 @@ def shares_of(program: Program) -> list[int]:
     return [per_rank[rank] for rank in program.placement]
 
 
+def reshape(costs: CostModel, given: int, stages: int) -> CostModel:
+    """Per-stage costs measured on `given` equal cuts of the model, for `stages` equal cuts.
+
+    Stage s of `stages` holds a share of one cut (when there are more stages than cuts) or
+    the sum of the cuts it holds (when fewer), as `cuts.carried` says: a model whose first
+    layers are heavier stays so whatever the shape.
+    """
+    if given in (0, stages):
+        return costs
+    plain = tuple((k, v) for k, v in costs.items if "_s" not in k)
+    per: dict[tuple[str, int], float] = {}
+    for key, value in costs.items:
+        head, sep, tail = key.partition("_s")
+        if sep:
+            per[(head, int(tail))] = value
+    items = list(plain)
+    base = costs.kind_costs()
+    for kind in ("F", "B", "I", "W"):
+        measured = {stage: v for (k, stage), v in per.items() if k == kind}
+        if not measured:
+            continue
+        # A cut nothing names costs its share of the global value: a rank's share over the
+        # cuts a rank holds (given // ranks, and ranks is the smaller of the two counts).
+        default = base[kind] * min(given, stages) / given
+        items.extend((f"{kind}_s{s}", v) for s, v in enumerate(carried(measured, given, stages, default)))
+    return CostModel(tuple(items), costs.unit)
+
+
 def parse_inline(text: str) -> CostModel:
     """`F=1,B=2,W=1,comm=0.1` (commas or blanks between items). Raises CostError."""
     items: list[tuple[str, float]] = []
@@ -285,10 +353,12 @@ def parse_profile(text: str) -> CostModel:
     if version != PROFILE_VERSION:
         raise CostError("PPS352", f"`ppdsl_profile` must be {PROFILE_VERSION}, not {_shown(version)}", "ppdsl_profile",
                         help="the first key of a profile names its format version")
-    unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "memory", "source", "notes"})
+    unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "stages", "sizes", "memory", "source",
+                                  "notes"})
     if unknown:
         raise CostError("PPS352", f"unknown profile key `{unknown[0]}`", unknown[0],
-                        help="a profile holds ppdsl_profile, unit, costs, actions (and free-form memory, source, notes)")
+                        help="a profile holds ppdsl_profile, unit, costs, actions, stages, sizes "
+                             "(and free-form memory, source, notes)")
     unit = data.get("unit", "unit")
     if not isinstance(unit, str) or unit not in UNITS:
         raise CostError("PPS352", f"unknown time unit {_shown(unit)}", "unit", help="use one of " + ", ".join(UNITS))
@@ -303,7 +373,58 @@ def parse_profile(text: str) -> CostModel:
         if number is None:
             raise CostError("PPS351", f"cost `{key}` must be a number, not {_shown(value)}", key)
         items.append((key, number))
-    return CostModel(tuple(items), unit, measured_comm)
+    sizes = _sizes(data.get("sizes"))
+    stages = _measured_stages(data, items, sizes)
+    return CostModel(tuple(items), unit, measured_comm, sizes, stages)
+
+
+# What a profile's `sizes` holds, per stage, in bytes (`memory.Sizes`).
+SIZE_KEYS: Final = ("activation", "kept", "state")
+
+
+def _sizes(sizes: object) -> Sizes | None:
+    if sizes is None:
+        return None
+    example = '"sizes": {"activation": [4096, 4096], "kept": [1024, 1024], "state": [8192, 8192]}'
+    if not isinstance(sizes, dict) or set(sizes) != set(SIZE_KEYS):
+        raise CostError("PPS352", "`sizes` must be an object of " + ", ".join(SIZE_KEYS) + ": bytes per stage", "sizes",
+                        help=f"e.g. {example}")
+    lists: dict[str, list[float]] = {}
+    for key in SIZE_KEYS:
+        values = sizes[key]
+        if not isinstance(values, list) or not 0 < len(values) <= MAX_STAGES:
+            raise CostError("PPS352", f"`sizes.{key}` must be a list of bytes, one per stage (1 to {MAX_STAGES})", key,
+                            help=f"e.g. {example}")
+        for n, value in enumerate(values):
+            number = _number(value)
+            if number is None or not math.isfinite(number) or not 0 <= number <= MAX_QUANTITY:
+                raise CostError("PPS352", f"`sizes.{key}[{n}]` must be a number of bytes from 0 to {MAX_QUANTITY:g}, "
+                                f"not {_shown(value)}", key)
+        lists[key] = [float(v) for v in values]
+    if len({len(v) for v in lists.values()}) != 1:
+        raise CostError("PPS352", "`sizes` lists give different numbers of stages: "
+                        + ", ".join(f"{k} {len(v)}" for k, v in lists.items()), "sizes")
+    return Sizes(lists["activation"], lists["kept"], lists["state"])
+
+
+def _measured_stages(data: dict[str, object], items: list[tuple[str, float]], sizes: Sizes | None) -> int | None:
+    """How many stages the profile measured: `stages`, or what `sizes` or `actions` cover.
+    None when nothing says (hand-written `costs` only: their stages are the program's)."""
+    stages = data.get("stages")
+    if stages is not None and (isinstance(stages, bool) or not isinstance(stages, int) or not 0 < stages <= MAX_STAGES):
+        raise CostError("PPS352", f"`stages` must be a whole number from 1 to {MAX_STAGES}, not {_shown(stages)}", "stages")
+    if sizes is not None:
+        if stages is not None and stages != sizes.stages:
+            raise CostError("PPS352", f"`sizes` give {plural(sizes.stages, 'stage')}, `stages` says {stages}", "sizes")
+        stages = sizes.stages
+    named = [stage for key, _ in items if (stage := _check_key(key)[1]) is not None]
+    if stages is None and data.get("actions"):
+        stages = max(named, default=-1) + 1 or None
+    if stages is not None and named and max(named) >= stages:
+        key = next(k for k, _ in reversed(items) if _check_key(k)[1] == max(named))
+        raise CostError("PPS350", f"cost `{key}` names stage {max(named)} but the profile measured "
+                        f"{plural(stages, 'stage')}", key)
+    return stages
 
 
 def _number(value: object) -> float | None:
@@ -404,8 +525,10 @@ def _json_location(text: str, key: str | None) -> tuple[int, int]:
     return 1, 1
 
 
-def load_costs(spec: str, stages: int) -> CostModel:
-    """A `--costs` argument: inline `K=V,...` or the path of a JSON profile.
+def load_costs(spec: str, stages: int, fit: bool = True) -> CostModel:
+    """A `--costs` argument: inline `K=V,...` or the path of a JSON profile, for a program
+    of `stages` stages: a profile measured on another number of stages is carried over to
+    it (`CostModel.fitted`) unless `fit` is False (the search carries over itself).
 
     A bad inline value is a usage error (exit 2); a bad profile file is a problem in an input
     file (PpsError located in it, exit 1).
@@ -433,11 +556,16 @@ def load_costs(spec: str, stages: int) -> CostModel:
         raise UsageError(f"--costs {exc}") from None
     try:
         model = parse_profile(text)
-        model.table(stages)
+        if fit:
+            model = model.fitted(stages)
+        model.table(model.stages or stages)
         return model
     except CostError as exc:
         line, col = _json_location(text, exc.key)
-        raise PpsError([Diagnostic(exc.code, exc.message, spec, line, col, help=exc.help)]) from None
+        found = [Diagnostic(exc.code, exc.message, spec, line, col, help=exc.help)]
+        if isinstance(exc, ShapeError):
+            raise NotCosted(found, exc.message) from None
+        raise PpsError(found) from None
 
 
 def resolve(program: Program, specs: Iterable[str] = ()) -> CostModel:
@@ -449,15 +577,19 @@ def resolve(program: Program, specs: Iterable[str] = ()) -> CostModel:
 
 
 def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterable[Mapping[str, object]] = (),
-                 memory: Iterable[Mapping[str, object]] = ()) -> str:
-    """A profile file's text: what the runtime writes from measured times (and, per rank, the
-    memory it measured: informative, the simulator does not read it)."""
+                 memory: Iterable[Mapping[str, object]] = (), sizes: Sizes | None = None) -> str:
+    """A profile file's text: what the runtime writes from measured times and sizes (and, per
+    rank, the memory it measured: informative, the simulator does not read it)."""
     data: dict[str, object] = {"ppdsl_profile": PROFILE_VERSION, "unit": unit}
     if costs:
         data["costs"] = dict(costs)
     acts = list(actions)
     if acts:
         data["actions"] = acts
+    if sizes is not None:
+        data["stages"] = sizes.stages
+        data["sizes"] = {"activation": [round(v) for v in sizes.activation], "kept": [round(v) for v in sizes.kept],
+                         "state": [round(v) for v in sizes.state]}
     mem = list(memory)
     if mem:
         data["memory"] = mem

@@ -17,19 +17,30 @@ each step), `peaks_from_codes` only the peaks, by prefix sums over the codes.
 
 from __future__ import annotations
 
+import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from itertools import accumulate, compress, repeat
 from operator import and_, eq, rshift
 
-from attrs import frozen
+from attrs import field, frozen
 
+from .cuts import carried
 from .encoding import B, Encoded, F, I, W, encode
 from .layout import KIND_BITS, KIND_MASK
 from .ir import Program
 
 
 UNIT = "microbatches of a rank's activations"  # what every printed peak and limit counts
+# A limit in bytes (`--max-memory 6GiB`): decimal and binary multiples, as disks and
+# allocators write them.
+BYTE_UNITS: dict[str, int] = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
+                              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+_UNIT_OF = {name.lower(): name for name in BYTE_UNITS}
+_AMOUNT = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
+# No machine holds more (an exabyte): past it a limit is a typo, and its sums stop being exact.
+MAX_BYTES = 10**18
 # A limit is compared after adding weights such as 1/3 a few thousand times: absorb the rounding.
 EPSILON = 1e-9
 
@@ -74,14 +85,22 @@ def _split(enc: Encoded) -> set[int]:
     return out
 
 
-def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool) -> Sequence[Sequence[float]]:
+def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
+            kept: Sequence[float] | None = None) -> Sequence[Sequence[float]]:
     """Per rank, per action (code): the activations it makes live (+) or frees (-).
 
     `F` adds its stage's weight; `B` frees it unless that backward is split, `W` when it is.
     One sign per kind says it when no backward is both full and split and every `W` has its
     `I` (always after the checker's completeness: `trusted`), and the deltas come from
-    C-level passes; otherwise each `B` and `W` is looked up."""
+    C-level passes; otherwise each `B` and `W` is looked up.
+
+    `kept` (bytes, with `weights` in bytes): per stage, what a split backward's `I` leaves
+    live until its `W` (the saved inputs and output gradients of the weight gradient, not
+    the whole graph): that `I` frees the rest of the forward's bytes and `W` frees `kept`."""
     M = enc.microbatches
+    if kept is not None:
+        assert weights is not None, "bytes kept after I need the forward's bytes"
+        return _byte_deltas(enc, weights, kept)
     # A program with both kinds of backward: a `B` frees and so does a `W` (of a split one).
     sign = signs(split=False)
     split: set[int] = set()
@@ -122,6 +141,31 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool) -> Seq
     return out
 
 
+def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float]) -> list[list[float]]:
+    """`_deltas` with an `I` that frees part of its forward's bytes: one lookup per action."""
+    M = enc.microbatches
+    split = _split(enc)
+    out: list[list[float]] = []
+    km, kb = KIND_MASK, KIND_BITS
+    for codes in enc.codes:
+        row: list[float] = []
+        for c in codes:
+            k, sm = c & km, c >> kb
+            s = sm // M
+            if k == F:
+                row.append(weights[s])
+            elif k == B and sm not in split:
+                row.append(-weights[s])
+            elif k == I:
+                row.append(kept[s] - weights[s])
+            elif k == W and sm in split:
+                row.append(-kept[s])
+            else:
+                row.append(0.0)
+        out.append(row)
+    return out
+
+
 def _unit(placement: Sequence[int], weights: Sequence[float] | None) -> tuple[Sequence[float] | None, float]:
     """(weights for `_deltas`, factor for what it sums). In `UNIT` on ranks that all hold v
     stages, count stage activations (integers, the fast path) and divide the sums by v;
@@ -139,7 +183,8 @@ def _check_weights(program: Program, weights: Sequence[float] | None) -> None:
         raise ValueError(f"memory weights give {len(weights)} stages, the program has {program.stages}")
 
 
-def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryProfile:
+def profile(program: Program, weights: Sequence[float] | None = None,
+            kept: Sequence[float] | None = None) -> MemoryProfile:
     _check_weights(program, weights)
     enc = encode(program)
     if enc.invalid:
@@ -148,7 +193,7 @@ def profile(program: Program, weights: Sequence[float] | None = None) -> MemoryP
     peak_steps: list[int | None] = []
     lives: list[tuple[float, ...]] = []
     weights, scale = _unit(program.placement, weights)
-    for rank, deltas in enumerate(_deltas(enc, weights, trusted=False)):
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted=False, kept=kept)):
         n = len(program.rows[rank])
         # Per step: what it allocates and what it frees (an overlapped pair does both).
         alloc = [0.0] * n
@@ -188,8 +233,8 @@ def peak_stage_activations(program: Program) -> tuple[int, ...]:
     return tuple(int(p) for p in profile(program, [1.0] * program.stages).peak)
 
 
-def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: bool = False
-                     ) -> list[tuple[float, int | None]] | None:
+def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: bool = False,
+                     kept: Sequence[float] | None = None) -> list[tuple[float, int | None]] | None:
     """Per rank (peak, first step at the peak): `profile`'s peaks as prefix sums over the
     codes, at a fraction of its cost (a test holds them equal). None (use `profile`) for rows
     with overlapped pairs, where a step both allocates and frees. `trusted`: the checker,
@@ -198,7 +243,7 @@ def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: boo
         return None
     out: list[tuple[float, int | None]] = []
     weights, scale = _unit(enc.placement, weights)
-    for rank, deltas in enumerate(_deltas(enc, weights, trusted)):
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted, kept)):
         live = list(accumulate(deltas))
         peak = max(live, default=0)
         if peak <= 0:
@@ -206,3 +251,120 @@ def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: boo
             continue
         out.append((float(peak) * scale, enc.step_of(rank, live.index(peak))))
     return out
+
+
+# --- memory in bytes ------------------------------------------------------------------------
+
+def _sizes(values: Sequence[float]) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+@frozen
+class Sizes:
+    """Bytes per stage, as `ppdsl run --profile` measures them (one microbatch's worth):
+
+    - `activation[s]`: what a forward of stage s keeps alive until its backward frees it;
+    - `kept[s]`: what a split backward's `I` keeps alive until its `W`;
+    - `state[s]`: the stage's weights, gradients and optimizer state, alive all step.
+    """
+
+    activation: tuple[float, ...] = field(converter=_sizes)
+    kept: tuple[float, ...] = field(converter=_sizes)
+    state: tuple[float, ...] = field(converter=_sizes)
+
+    def __attrs_post_init__(self) -> None:
+        if not len(self.activation) == len(self.kept) == len(self.state):
+            raise ValueError("sizes give activation, kept and state for different numbers of stages")
+
+    @property
+    def stages(self) -> int:
+        return len(self.activation)
+
+    def for_stages(self, stages: int) -> Sizes:
+        """The same model cut into `stages` stages (`cuts.carried`: by share of layers)."""
+        if stages == self.stages:
+            return self
+
+        def carry(values: tuple[float, ...]) -> list[float]:
+            return carried(dict(enumerate(values)), self.stages, stages)
+
+        return Sizes(carry(self.activation), carry(self.kept), carry(self.state))
+
+    def state_of_ranks(self, placement: Sequence[int]) -> list[float]:
+        """Per rank, the state bytes of the stages it holds."""
+        out = [0.0] * (max(placement, default=-1) + 1)
+        for stage, rank in enumerate(placement):
+            out[rank] += self.state[stage]
+        return out
+
+
+@frozen
+class BytesProfile:
+    """Per rank: the peak bytes (state plus the peak of live activations) and its parts."""
+
+    peak: tuple[float, ...]
+    activations: tuple[float, ...]
+    state: tuple[float, ...]
+    peak_step: tuple[int | None, ...]  # per rank: the first step at the activations' peak
+
+
+def peak_bytes(program: Program, sizes: Sizes) -> BytesProfile:
+    """Per rank, its stages' state and its peak live activation bytes under `_deltas`' rule,
+    each `F` counting its stage's `activation` bytes and each split backward's `I` keeping
+    `kept` of them until its `W`. `sizes` must be for the program's stages."""
+    if sizes.stages != program.stages:
+        raise ValueError(f"sizes give {sizes.stages} stages, the program has {program.stages}")
+    enc = encode(program)
+    if enc.invalid:
+        raise ValueError("the program has out-of-range actions; check() reports them")
+    fast = peaks_from_codes(enc, sizes.activation, kept=sizes.kept)
+    if fast is None:
+        prof = profile(program, sizes.activation, sizes.kept)
+        fast = list(zip(prof.peak, prof.peak_step))
+    state = sizes.state_of_ranks(program.placement)
+    state += [0.0] * (program.ranks - len(state))
+    return BytesProfile(tuple(a + s for (a, _), s in zip(fast, state)), tuple(a for a, _ in fast), tuple(state),
+                        tuple(step for _, step in fast))
+
+
+@frozen
+class Limit:
+    """A `--max-memory`: `amount` in `UNIT`, or in bytes when `in_bytes`."""
+
+    amount: float
+    in_bytes: bool = False
+
+    def __str__(self) -> str:
+        return bytes_text(self.amount) if self.in_bytes else f"{self.amount:g}"
+
+
+def parse_limit(text: str, max_units: float) -> Limit:
+    """`4` (in `UNIT`), `6GiB`, `512MiB`, `1.5GB`, `100KB`, `2e9B`. Raises ValueError with
+    the reason in words."""
+    m = _AMOUNT.match(text) if len(text) <= 100 else None
+    if m is None:
+        raise ValueError(f"expected a number ({UNIT}) or bytes such as 6GiB or 1.5GB, not `{text[:40]}`")
+    number, suffix = float(m.group(1)), m.group(2)
+    if suffix and suffix.lower() not in _UNIT_OF:
+        raise ValueError(f"unknown unit `{suffix[:20]}` in `{text[:40]}`: use " + ", ".join(BYTE_UNITS))
+    amount = number * BYTE_UNITS[_UNIT_OF[suffix.lower()]] if suffix else number
+    top = MAX_BYTES if suffix else max_units
+    if amount <= 0:
+        raise ValueError(f"must be more than 0, not `{text[:40]}`")
+    if not math.isfinite(amount) or amount > top:
+        raise ValueError(f"`{text[:40]}` is more than " + (bytes_text(top) if suffix else f"{top:g}"))
+    return Limit(amount, bool(suffix))
+
+
+def bytes_text(n: float) -> str:
+    """`1.88 MiB`, `512 B`, `6 GiB`: binary multiples, three significant digits."""
+    for name in ("PiB", "TiB", "GiB", "MiB", "KiB"):
+        if abs(n) >= BYTE_UNITS[name]:
+            return f"{n / BYTE_UNITS[name]:.3g} {name}"
+    return f"{n:.0f} B"
+
+
+def bytes_unit(values: Sequence[float]) -> str:
+    """The binary multiple a column of byte figures is printed in (its largest's)."""
+    top = max((abs(v) for v in values), default=0.0)
+    return next((name for name in ("PiB", "TiB", "GiB", "MiB", "KiB") if top >= BYTE_UNITS[name]), "B")

@@ -25,7 +25,7 @@ from .costs import DEFAULT, CostModel, shares_of
 from .diagnostics import Diagnostic
 from .wording import plural
 from .ir import Action, Batch, Kind, Overlap, Program
-from .memory import UNIT, MemoryProfile, peaks_from_codes, profile
+from .memory import UNIT, BytesProfile, MemoryProfile, peak_bytes, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path
 from .semantics import CommModel, Execution, Wait, execute, wait_cycle
 from .encoding import KIND_MASK, code_space, encode, kind_slice
@@ -138,6 +138,14 @@ class Simulation:
         return tuple(peak for peak, _ in fast)
 
     @functools.cached_property
+    def peak_bytes(self) -> BytesProfile | None:
+        """Per rank, peak bytes (state and live activations), when the costs carry sizes."""
+        sizes = self.costs.sizes
+        if sizes is None or sizes.stages != self.program.stages:
+            return None
+        return peak_bytes(self.program, sizes)
+
+    @functools.cached_property
     def critical_path(self) -> tuple[PathStep, ...]:
         """A chain of steps, first to last, whose durations and waits add up to the makespan."""
         return critical_path(self.program, self.starts, self.ends, self.costs.message_time,
@@ -162,6 +170,9 @@ class Simulation:
             "idle": list(self.idle),
             "peak_memory": list(self.peak_memory),
             "memory_unit": UNIT if self._weights is None else "the given memory weights",
+            **({} if self.peak_bytes is None else {"peak_bytes": list(self.peak_bytes.peak),
+                                                  "state_bytes": list(self.peak_bytes.state),
+                                                  "activation_bytes": list(self.peak_bytes.activations)}),
             "costs": self.costs.describe(self.program.stages),
             "unit": self.costs.unit,
             "critical_path": [{"rank": p.rank, "step": p.step, "action": p.text, "start": p.start, "end": p.end}

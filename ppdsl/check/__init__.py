@@ -24,6 +24,7 @@ from attrs import frozen
 
 from ..diagnostics import Diagnostic, PpsError, sorted_unique
 from ..ir import Program
+from ..memory import Sizes
 from ..lower import lower, refuse_communication, unit_run
 from ..semantics import CommModel
 from . import completeness, comms, deadlock, links, memory, order, structure, warnings
@@ -35,8 +36,8 @@ RULE_OF_CODE: dict[str, ModuleType] = {code: rule for rule in RULES for code in 
 
 
 def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_memory: float | None = None,
-            memory_weights: Sequence[float] | None = None, families: Sequence[str] | None = None
-            ) -> tuple[list[Diagnostic], Context]:
+            memory_weights: Sequence[float] | None = None, families: Sequence[str] | None = None,
+            max_bytes: tuple[float, Sizes] | None = None) -> tuple[list[Diagnostic], Context]:
     """check() and the context it built (with the execution, when the program got that far).
 
     `families` limits the rule families run. The analysis is kept on the program
@@ -44,7 +45,7 @@ def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_me
     nothing."""
     model = CommModel(comm_model)
     wanted = frozenset(r.FAMILY for r in RULES) if families is None else frozenset(families)
-    memory_key = (max_memory, None if memory_weights is None else tuple(memory_weights))
+    memory_key = (max_memory, None if memory_weights is None else tuple(memory_weights), max_bytes)
     last = program.derived.get(_ANALYSIS)
     if isinstance(last, _Analysis) and (last.model is model or not wanted & _BY_MODEL) and wanted <= last.families \
             and ("memory" not in wanted or last.memory_key == memory_key):
@@ -52,7 +53,7 @@ def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_me
         codes = {c for r in RULES if r.FAMILY in wanted for c in r.CODES}
         return [d for d in last.found if d.code in codes], last.ctx
     with no_gc():
-        ctx = Context(program, model, max_memory, memory_weights)
+        ctx = Context(program, model, max_memory, memory_weights, max_bytes)
         found = _analyse(ctx, wanted)
     program.derived[_ANALYSIS] = _Analysis(model, wanted, memory_key, ctx, found)  # one per program: it holds the execution
     return found, ctx
@@ -68,7 +69,7 @@ class _Analysis:
 
     model: CommModel
     families: frozenset[str]
-    memory_key: tuple[float | None, tuple[float, ...] | None]
+    memory_key: tuple[float | None, tuple[float, ...] | None, tuple[float, Sizes] | None]
     ctx: Context
     found: list[Diagnostic]
 
@@ -88,9 +89,11 @@ def _analyse(ctx: Context, families: frozenset[str]) -> list[Diagnostic]:
 
 
 def check(program: Program, comm_model: str | CommModel = "rendezvous", max_memory: float | None = None,
-          memory_weights: Sequence[float] | None = None) -> list[Diagnostic]:
-    """Every problem in `program`, sorted by position, without duplicates."""
-    found = analyse(program, comm_model, max_memory, memory_weights)[0]
+          memory_weights: Sequence[float] | None = None, max_bytes: tuple[float, Sizes] | None = None
+          ) -> list[Diagnostic]:
+    """Every problem in `program`, sorted by position, without duplicates. `max_bytes`: a
+    memory limit in bytes and the sizes of the program's stages (PPS301 in bytes)."""
+    found = analyse(program, comm_model, max_memory, memory_weights, max_bytes=max_bytes)[0]
     if not program.costs:
         return found
     from ..costs import from_program  # the `costs` line is checked here, not only when simulating

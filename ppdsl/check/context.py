@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ..diagnostics import Diagnostic, Severity
 from ..ir import Program, Span
+from ..memory import Sizes
 from ..semantics import CommModel, Execution
 from ..encoding import LOW as LOW, SHIFT as SHIFT, Encoded, encode
 from ..gcpause import no_gc as no_gc
@@ -44,11 +45,12 @@ def mb_ranges(mbs: Sequence[int]) -> str:
 
 class Context:
     def __init__(self, program: Program, model: CommModel, max_memory: float | None,
-                 memory_weights: Sequence[float] | None):
+                 memory_weights: Sequence[float] | None, max_bytes: tuple[float, Sizes] | None = None):
         self.program = program
         self.model = model
         self.max_memory = max_memory
         self.memory_weights = memory_weights
+        self.max_bytes = max_bytes  # (limit, sizes of the program's stages)
         self.S, self.M = program.stages, program.microbatches
         self.enc: Encoded = encode(program)
         self.path = program.source.path if program.source is not None else "<input>"

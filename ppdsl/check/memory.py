@@ -7,7 +7,8 @@ the `W` when the backward is split; an overlapped pair counts both.
 
 PPS301 - peak live activations on a rank exceed the limit (`memory=N` in the header, or
     `ppdsl lint --max-memory N`, which wins). The report names the rank and the step where
-    the peak is first reached. Fix: fewer warm-up forwards on that rank (e.g. 1F1B instead
+    the peak is first reached. In bytes (`--max-memory 6GiB` with a profile's sizes), the
+    rank's weights, gradients and optimizer state count too. Fix: fewer warm-up forwards on that rank (e.g. 1F1B instead
     of GPipe), or a higher limit.
 
 PPS302 - memory weights given for another number of stages than the program has.
@@ -37,6 +38,9 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     if weights is not None and len(weights) != ctx.S:
         yield ctx.diag("PPS302", f"{plural(len(weights), 'memory weight')} for {plural(ctx.S, 'stage')}", help="give one weight per stage")
         return
+    if ctx.max_bytes is not None:
+        yield from _check_bytes(ctx, *ctx.max_bytes)
+        return
     if limit is None:
         return
     peaks = _fast_peaks(ctx, weights)
@@ -54,3 +58,16 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
 def _fast_peaks(ctx: Context, weights: Sequence[float] | None) -> list[tuple[float, int | None]] | None:
     """`memory.profile`'s peaks from the checker's encoding (completeness holds here)."""
     return memory.peaks_from_codes(ctx.enc, weights, trusted=True)
+
+
+def _check_bytes(ctx: Context, limit: float, sizes: memory.Sizes) -> Iterator[Diagnostic]:
+    """PPS301 in bytes: a rank's state and live activations against `--max-memory 6GiB`."""
+    found = memory.peak_bytes(ctx.program, sizes)
+    for rank, (peak, step) in enumerate(zip(found.peak, found.peak_step)):
+        if peak > limit:
+            at = f" at step {step}" if step is not None else ""
+            yield ctx.diag("PPS301", f"rank {rank} holds {memory.bytes_text(peak)}{at} "
+                           f"({memory.bytes_text(found.state[rank])} of weights, gradients and optimizer state and "
+                           f"{memory.bytes_text(found.activations[rank])} of activations), over the limit of "
+                           f"{memory.bytes_text(limit)} (--max-memory)", rank, step,
+                           help="start fewer forwards before the first backward on this rank, or raise the limit")

@@ -17,6 +17,7 @@ from ..diagnostics import Diagnostic, UsageError, render_text
 from ..wording import plural
 from ..limits import DEFAULT_MAX_LOWERED_STEPS, DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_MEMORY
 from ..files import read_bytes
+from ..memory import UNIT, Limit, parse_limit
 
 def _source_lines(path: str) -> list[str]:
     """The lines of an input as the parser counts them (only `\n` ends a line), undecodable
@@ -152,3 +153,18 @@ def add_max_steps(p: argparse.ArgumentParser, default: int = DEFAULT_MAX_STEPS, 
 
 
 positive_number = number(0, MAX_MEMORY)  # --max-memory: only compared, so only finite matters
+
+
+def memory_limit(text: str) -> Limit:
+    """An argparse type: `--max-memory 4` (in `memory.UNIT`) or `6GiB`, `1.5GB` (bytes)."""
+    try:
+        return parse_limit(text, MAX_MEMORY)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def byte_limit_needs_sizes(limit: Limit) -> UsageError:
+    """A limit in bytes given without sizes to compare it with."""
+    return UsageError(f"--max-memory {limit} is in bytes, and no profile with sizes is given: add --costs PROFILE.json "
+                      "from `ppdsl run --profile` (it measures each stage's bytes), or give the limit in "
+                      f"{UNIT} (a plain number)")

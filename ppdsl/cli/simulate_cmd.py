@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ..costs import CostError, resolve
+from ..costs import CostError, NotCosted, resolve
 from ..diagnostics import Diagnostic, PpsError, UsageError
 from ..wording import plural
 from ..ir import Program
 from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import check_steps, load_program
 from ..lower import needs_lowering
-from ..memory import UNIT
+from ..memory import BYTE_UNITS, UNIT, bytes_text, bytes_unit
 from ..semantics import CommModel
 from ..simulate import (Simulation, applying_to, simulate, stuck_diagnostic, stuck_summary, wait_text,
                         waiting_forever)
@@ -95,11 +95,17 @@ def run(args: argparse.Namespace) -> int:
     for source in [*args.files, *args.costs]:  # a cost spec that is no file is no file on disk either
         refuse_overwriting(source, args.output)
     sims: list[tuple[str, Simulation]] = []
+    uncosted: list[tuple[str, str]] = []
     problems: list[Diagnostic] = []
     status = 0
     for path in args.files:
         try:
             sim = load_and_simulate(path, args)
+        except NotCosted as exc:
+            print_diagnostics(exc.diagnostics)
+            uncosted.append((path, exc.reason))
+            status = 1
+            continue
         except PpsError as exc:
             print_diagnostics(exc.diagnostics)
             status = 1
@@ -110,16 +116,18 @@ def run(args: argparse.Namespace) -> int:
             status = 1
         sims.append((path, sim))
     print_diagnostics(problems, limit=SHOWN_DIAGNOSTICS)
-    if not sims:
+    if not sims and (not uncosted or len(args.files) == 1 or args.format == "json"):
         return status
     if args.format == "json":
-        data: object = sims[0][1].as_json(sims[0][0]) if len(sims) == 1 else [s.as_json(p) for p, s in sims]
+        data: object = [s.as_json(p) for p, s in sims] + [{"file": p, "costed": False, "reason": r} for p, r in uncosted]
+        if len(args.files) == 1:
+            data = sims[0][1].as_json(sims[0][0])
         write_output(args.output, json.dumps(data, indent=2) + "\n")
-    elif len(sims) == 1:
-        note = "the schedule has errors (above): the figures describe it as written" if status else ""
+    elif len(args.files) == 1:
+        note = "the schedule has errors (above): the figures describe it as written" if problems else ""
         write_output(args.output, report(*sims[0], full_path=args.critical_path, status_note=note))
     else:
-        write_output(args.output, compare(sims))
+        write_output(args.output, compare(sims, uncosted))
     return status
 
 
@@ -180,6 +188,8 @@ def report(path: str, sim: Simulation, full_path: bool = False, status_note: str
              f"{plural(p.action_count, 'action', str(p.action_count))}, comm model {sim.comm_model}", _costs_line(sim)]
     if sim.lowered:
         lines.append("lowered to explicit send/recv as `ppdsl run` runs it (the profile measured them)")
+    if sim.costs.carried_from is not None:
+        lines.append(carried_note(sim))
     if not sim.completed:
         # No makespan or bubble: figures of the part that ran would read as the schedule's.
         waits = sim.waits
@@ -195,22 +205,44 @@ def report(path: str, sim: Simulation, full_path: bool = False, status_note: str
     if sim.handoff_time:
         lines.append(f"hand-offs: {plural(sim.handoffs, 'message')} between ranks with no send/recv in the file, "
                      f"{num(sim.handoff_time)} in flight in all (in no rank's comm)")
-    rows = [["rank", "busy", "comm", "idle", "peak memory"]]
+    in_bytes = sim.peak_bytes
+    unit = bytes_unit(in_bytes.peak) if in_bytes is not None else ""
+    rows = [["rank", "busy", "comm", "idle", "peak memory"] + ([f"peak {unit}"] if in_bytes is not None else [])]
     for r in range(p.ranks):
-        rows.append([str(r), num(sim.busy[r]), num(sim.comm[r]), num(sim.idle[r]), num(sim.peak_memory[r])])
+        rows.append([str(r), num(sim.busy[r]), num(sim.comm[r]), num(sim.idle[r]), num(sim.peak_memory[r])]
+                    + ([in_unit(in_bytes.peak[r], unit)] if in_bytes is not None else []))
     lines.extend(_table(rows))
     lines.append(MEMORY_NOTE)
+    if in_bytes is not None:
+        lines.append(bytes_note(unit))
     lines.extend(_path_summary(sim, full_path))
     return "\n".join(lines) + "\n"
 
 
-def compare(sims: list[tuple[str, Simulation]]) -> str:
-    """Several schedules side by side, one column each."""
-    header = ["", *[path for path, _ in sims]]
+def in_unit(n: float, unit: str) -> str:
+    return f"{n / BYTE_UNITS[unit]:.3g}" if unit != "B" else f"{n:.0f}"
+
+
+def bytes_note(unit: str) -> str:
+    return (f"peak {unit}: weights, gradients and optimizer state and the peak of live activations, in {unit}, "
+            "from the profile's sizes")
+
+
+def carried_note(sim: Simulation) -> str:
+    costs = sim.costs
+    what = "costs and sizes" if costs.sizes is not None else "costs"
+    return (f"{what} carried over from the profile's {plural(costs.carried_from or 0, 'stage')} to "
+            f"{plural(sim.program.stages, 'stage')}, by share of layers")
+
+
+def compare(sims: list[tuple[str, Simulation]], uncosted: Sequence[tuple[str, str]] = ()) -> str:
+    """Several schedules side by side, one column each; `uncosted`: (file, why) of those the
+    costs do not apply to, with a column of `-`."""
+    header = ["", *[path for path, _ in sims], *[path for path, _ in uncosted]]
     rows: list[list[str]] = [header]
 
     def line(name: str, values: list[str]) -> None:
-        rows.append([name, *values])
+        rows.append([name, *values, *["-"] * len(uncosted)])
 
     line("ranks x stages x mbs", [f"{s.program.ranks}x{s.program.stages}x{s.program.microbatches}" for _, s in sims])
     line("completed", ["yes" if s.completed else "NO (stuck)" for _, s in sims])
@@ -225,15 +257,22 @@ def compare(sims: list[tuple[str, Simulation]]) -> str:
     line("bubble", figure(lambda s: pct(s.bubble_ratio)))
     line("peak memory (max)", figure(lambda s: num(max(s.peak_memory, default=0.0))))
     line("peak memory (sum)", figure(lambda s: num(sum(s.peak_memory))))
+    if any(s.peak_bytes is not None for _, s in sims):
+        line("peak bytes (max)", figure(lambda s: bytes_text(max(s.peak_bytes.peak)) if s.peak_bytes else "-"))
     line("comm time (sum)", figure(lambda s: num(sum(s.comm) + s.handoff_time)))
     line("critical path steps", figure(lambda s: str(len(s.critical_path))))
-    ranks = max(s.program.ranks for _, s in sims)
+    ranks = max((s.program.ranks for _, s in sims), default=0)
     for r in range(ranks):
         line(f"rank {r} busy / peak", [f"{num(s.busy[r])} / {num(s.peak_memory[r])}" if r < s.ranks and s.completed
                                        else "-" for _, s in sims])
     costs = {_costs_line(s) for _, s in sims}
-    foot = [next(iter(costs))] if len(costs) == 1 else [f"{path}: {_costs_line(s)}" for path, s in sims]
+    foot = list(costs) if len(costs) == 1 else [f"{path}: {_costs_line(s)}" for path, s in sims]
     foot.append(MEMORY_NOTE)
+    if any(s.peak_bytes is not None for _, s in sims):
+        foot.append("peak bytes: a rank's weights, gradients and optimizer state and the peak of its live activations, "
+                    "from the profile's sizes")
+    foot.extend(f"{path}: {carried_note(s)}" for path, s in sims if s.costs.carried_from is not None)
+    foot.extend(f"{path}: not costed: {why}" for path, why in uncosted)
     if any(s.handoff_time for _, s in sims):
         foot.append("comm time: sends and receives, and a compute-only file's hand-offs between ranks in flight")
     foot.extend(f"{path}: {stuck_summary(s)}" for path, s in sims if not s.completed)

@@ -164,6 +164,15 @@ class Framework(abc.ABC):
     def allocator_peak_bytes(self) -> int | None:
         """The accelerator allocator's peak, when one is in use (None on CPU)."""
 
+    @abc.abstractmethod
+    def saving(self, pack: Callable[[Any], None]) -> AbstractContextManager[Any]:
+        """A context in which `pack(t)` sees every tensor autograd saves for a backward
+        (`--profile` counts the bytes a forward keeps alive; the tensors are kept as they are)."""
+
+    @abc.abstractmethod
+    def optimizer_state_bytes(self, optimizer: Any, parameters: Sequence[Any]) -> int:
+        """Bytes of the state `optimizer` keeps for `parameters` (moments, velocities)."""
+
     # --- the process group ---------------------------------------------------------------
     @abc.abstractmethod
     def init_process_group(self) -> None:

@@ -21,7 +21,7 @@ import statistics
 from typing import Any
 
 from ..costs import profile_json
-from ..memory import peak_stage_activations
+from ..memory import Sizes, peak_bytes, peak_stage_activations
 from .watchdog import Reporter
 
 _LABEL = re.compile(r"^(\d+)([A-Z_]+?)(\d+)?$")
@@ -70,15 +70,32 @@ def pair_messages(actions: list[dict[str, Any]]) -> None:
         a.pop("_spans", None)
 
 
-def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: int = 0) -> None:
+def stage_sizes(sched: Any, optimizer: Any = None) -> dict[int, tuple[int, int, int]]:
+    """Per stage of this rank, bytes: (activation, kept, state), as `memory.Sizes` counts them.
+    State is the stage's parameters, their gradients and the optimizer's state for them."""
+    fw, live = sched.fw, sched.memory
+    out: dict[int, tuple[int, int, int]] = {}
+    for s, layer in sched.layers.items():
+        params = [p for _, p in fw.named_parameters(layer)]
+        grads = [g for g in map(fw.grad_of, params) if g is not None]
+        state = live.bytes_of(fw, params) + live.bytes_of(fw, grads)
+        if optimizer is not None:
+            state += fw.optimizer_state_bytes(optimizer, params)
+        out[s] = (live.activation.get(s, 0), live.kept.get(s, 0), state)
+    return out
+
+
+def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: int = 0, optimizer: Any = None) -> None:
     from .comm import gather_objects
 
     mine = local_actions(sched.timings, cfg.warmup, sched.started)
     for entry in mine:
         entry["rank"] = rank
+    sizes = stage_sizes(sched, optimizer)
     memory = {"rank": rank, "peak_microbatches": sched.memory.peak_graphs,
               "predicted_microbatches": peak_stage_activations(sched.program)[rank],
-              "peak_bytes": sched.memory.peak_bytes}
+              "peak_bytes": sched.memory.peak_bytes, "state_bytes": sum(st for _, _, st in sizes.values()),
+              "_sizes": sizes}
     allocator = sched.fw.allocator_peak_bytes()
     if allocator is not None:
         memory["allocator_peak_bytes"] = allocator
@@ -93,7 +110,20 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
     for a in actions:
         a.pop("_spans", None)
     memories = [m for _, _, m in gathered]
-    text = profile_json({}, unit="us", actions=actions, memory=memories)
+    measured = _sizes_of(sched.program, memories)
+    predicted = peak_bytes(sched.program, measured).peak
+    for m in memories:
+        m["predicted_bytes"] = round(predicted[m["rank"]])
+    text = profile_json({}, unit="us", actions=actions, memory=memories, sizes=measured)
     with open(cfg.profile, "w", encoding="utf-8") as f:
         f.write(text)
     reporter.send("profile", file=file, path=cfg.profile, actions=len(actions), memory=memories)
+
+
+def _sizes_of(program: Any, memories: list[dict[str, Any]]) -> Sizes:
+    """Every rank's stage sizes as one `Sizes` of the program's stages (each taken off its entry)."""
+    per_stage: dict[int, tuple[int, int, int]] = {}
+    for m in memories:
+        per_stage.update(m.pop("_sizes"))
+    rows = [per_stage.get(s, (0, 0, 0)) for s in range(program.stages)]
+    return Sizes([a for a, _, _ in rows], [k for _, k, _ in rows], [st for _, _, st in rows])

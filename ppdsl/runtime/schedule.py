@@ -104,6 +104,8 @@ class PipelineSchedule:
         self.timings: dict[str, list[float]] = {}
         self.started: dict[str, list[float]] = {}  # perf_counter at each start (same clock on one machine)
         self.memory = LiveMemory()
+        if profile:
+            self.memory.parameters = {fw.data_ptr(p) for layer in self.layers.values() for _, p in fw.named_parameters(layer)}
         self.deferred: DeferredGrads | None = None
         self.split_warnings: list[str] = []
         if split_backward and self.plan.training and _has_split_backward(self.plan):
@@ -236,7 +238,7 @@ class PipelineSchedule:
                             started.setdefault(op.label, []).append(t0)
                             t0 = t1
                         if memory is not None:
-                            memory.observe(self)
+                            memory.observe(self, op)
                             if timings is not None:
                                 t0 = clock()
                 else:
@@ -282,6 +284,15 @@ class PipelineSchedule:
             x = V.hand_over(self.fw, self._y[(s - 1, m)], plan.training)
         else:
             x = self._recv_x.pop((s, m))
+        with self.memory.saving(self, (s, m)) if self.profile else nullcontext():
+            y = self._stage_forward(s, m, x)
+        if s > 0 and plan.training:
+            self._x[(s, m)] = V.grad_members(self.fw, x)
+        self._y[(s, m)] = y
+
+    def _stage_forward(self, s: int, m: int, x: Any) -> Any:
+        """The stage's output, or at the last stage when training the (scaled) loss."""
+        plan = self.plan
         y = V.call(self.layers[s], x, self._kwargs[m])
         if s == plan.stages - 1:
             if self._keep_outputs:
@@ -294,9 +305,7 @@ class PipelineSchedule:
                     self._loss_checked = True
                 self._losses[m] = loss.detach()
                 y = loss * self.scale if self.scale != 1.0 else loss
-        if s > 0 and plan.training:
-            self._x[(s, m)] = V.grad_members(self.fw, x)
-        self._y[(s, m)] = y
+        return y
 
     def _grad_of_output(self, s: int, m: int) -> list[Any] | None:
         """The gradients of the output members that need one (None at the last stage: the loss)."""
@@ -366,7 +375,7 @@ class PipelineSchedule:
         for part in op.parts:  # forwards first (plan order): a forward never needs a backward
             self._handlers[part.code](part)
             if self.profile:  # the forward allocates before the backward frees: both count
-                self.memory.observe(self)
+                self.memory.observe(self, part)
 
     def _noop(self, op: P.Op) -> None:
         log.debug("rank %d: %s is a no-op without data parallelism", self.rank, op.label)

@@ -64,9 +64,10 @@ class DeferredGrads:
     def keys(self) -> Iterator[Key]:
         return iter(self._pending)
 
-    def tensors(self) -> Iterator[Any]:
-        """The tensors the deferred gradients keep alive (inputs and output gradients)."""
-        for work in self._pending.values():
+    def tensors(self, key: Key | None = None) -> Iterator[Any]:
+        """The tensors the deferred gradients keep alive (inputs and output gradients), of
+        one key or of all."""
+        for work in self._pending.values() if key is None else [self._pending.get(key, [])]:
             for _, x, dy in work:
                 yield x
                 yield dy

@@ -261,7 +261,7 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
     if cfg.profile:
         from .profile import gather_profile
 
-        gather_profile(sched, cfg, rank, reporter, index)
+        gather_profile(sched, cfg, rank, reporter, index, optimizer)
     return 1 if verifier is not None and verifier.failure is not None else 0
 
 

@@ -64,7 +64,7 @@ class Found:
     stopped_early: bool
     start: str  # what the winning order grew from
     named: NamedResult | None  # the best named generator within the limit, for comparison
-    cuts: int  # how many stages the per-stage costs number (see problem.reshape)
+    cuts: int  # how many stages the per-stage costs number (see costs.reshape)
 
 
 @frozen

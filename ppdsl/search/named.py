@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from ..costs import CostModel
+from ..costs import CostModel, reshape
 from ..generators import registry
 from ..ir import Action, Kind, Program
 from ..simulate import simulate
 from ..memory import EPSILON
 from .slots import FWD, GRAD, WGT, search_code, sm_and_slot
-from .problem import Problem, cuts_of, reshape
+from .problem import Problem, cuts_of
 
 # Arguments a generator is tried with besides its defaults (the search's shapes hold <= 2 stages a rank).
 VARIANTS: dict[str, tuple[dict[str, object], ...]] = {"interleaved_1f1b": ({"virtual": 2},),
@@ -33,7 +33,7 @@ class NamedResult:
 
 def named_results(ranks: int, microbatches: int, costs: CostModel, cuts: int | None = None) -> list[NamedResult]:
     """Every named generator that accepts this size, priced under `costs` (per-stage keys
-    numbering `cuts` stages, see `problem.reshape`), shortest first."""
+    numbering `cuts` stages, see `costs.reshape`), shortest first."""
     out = []
     if cuts is None:
         cuts = cuts_of(costs, ranks)

@@ -11,14 +11,13 @@ from __future__ import annotations
 from attrs import evolve
 
 from ..check import check
-from ..costs import CostModel
+from ..costs import CostModel, reshape
 from ..limits import DEFAULT_MAX_STEPS
 from ..lower import lower
 from ..simulate import simulate
 from ..syntax.printer import print_program
 from .driver import Found
 from ..memory import UNIT, over
-from .problem import reshape
 
 
 def _number(x: float) -> str:

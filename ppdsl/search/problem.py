@@ -10,7 +10,7 @@ import functools
 
 from attrs import frozen
 
-from ..costs import DEFAULT, CostModel
+from ..costs import DEFAULT, CostModel, reshape
 from ..ir import Kind
 from ..memory import rank_weights
 from ..placement import loop, v_shape
@@ -89,34 +89,3 @@ def cuts_of(costs: CostModel, ranks: int) -> int | None:
     if highest < ranks:
         return ranks
     return 2 * ranks if highest < 2 * ranks else None
-
-
-def reshape(costs: CostModel, given: int, stages: int) -> CostModel:
-    """Per-stage costs measured on `given` equal cuts of the model, for `stages` equal cuts.
-
-    Stage s of `stages` holds the layers of cut s * given // stages (when there are more
-    stages than cuts, a share of them) or the sum of the cuts it holds (when fewer): a model
-    whose first layers are heavier stays so whatever the shape.
-    """
-    if given in (0, stages):
-        return costs
-    plain = tuple((k, v) for k, v in costs.items if "_s" not in k)
-    per: dict[tuple[str, int], float] = {}
-    for key, value in costs.items:
-        head, sep, tail = key.partition("_s")
-        if sep:
-            per[(head, int(tail))] = value
-    items = list(plain)
-    base = costs.kind_costs()
-    for kind in ("F", "B", "I", "W"):
-        if not any(k == kind for k, _ in per):
-            continue
-        for s in range(stages):
-            if stages > given:
-                cut = s * given // stages
-                value = per.get((kind, cut), base[kind]) * given / stages
-            else:
-                ratio = given // stages
-                value = sum(per.get((kind, c), base[kind] * stages / given) for c in range(s * ratio, (s + 1) * ratio))
-            items.append((f"{kind}_s{s}", value))
-    return CostModel(tuple(items), costs.unit)

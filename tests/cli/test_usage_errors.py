@@ -17,8 +17,13 @@ DEADLOCK = "pipeline ranks=2 microbatches=1\nrank 0: 0RECV_B0 0F0 0SEND_F0 0B0\n
 @pytest.mark.parametrize("argv, complaint", [
     (["lint", "--max-errors", "-1"], "argument --max-errors: must be at least 0, not -1"),
     (["lint", "--max-errors", "two"], "argument --max-errors: expected a whole number, not `two`"),
-    (["lint", "--max-memory", "nan"], "argument --max-memory: must be a finite number above 0, not `nan`"),
-    (["lint", "--max-memory", "-3"], "argument --max-memory: must be a finite number above 0, not `-3`"),
+    (["lint", "--max-memory", "nan"], "argument --max-memory: expected a number (microbatches of a rank's "
+                                      "activations) or bytes such as 6GiB or 1.5GB, not `nan`"),
+    (["lint", "--max-memory", "-3"], "argument --max-memory: must be more than 0, not `-3`"),
+    (["lint", "--max-memory=-1GiB"], "argument --max-memory: must be more than 0, not `-1GiB`"),
+    (["lint", "--max-memory", "1.5XB"], "argument --max-memory: unknown unit `XB` in `1.5XB`: use B, KB, MB, GB, TB, "
+                                        "PB, KiB, MiB, GiB, TiB, PiB"),
+    (["lint", "--max-memory", "1e300GiB"], "argument --max-memory: `1e300GiB` is more than 888 PiB"),
     (["show", "--width", "5"], "argument --width: must be at least 20, not 5"),
     (["lint", "--bogus"], "unrecognized arguments: --bogus"),
     (["simulate", "--bogus"], "unrecognized arguments: --bogus"),

@@ -132,6 +132,20 @@ class PaddleFramework(Framework):
             return None
         return int(paddle.device.cuda.max_memory_allocated())
 
+    def saving(self, pack: Callable[[Any], None]) -> AbstractContextManager[Any]:
+        def keep(t: Any) -> Any:
+            pack(t)
+            return t
+
+        return paddle.autograd.saved_tensors_hooks(keep, lambda t: t)  # type: ignore[no-any-return]
+
+    def optimizer_state_bytes(self, optimizer: Any, parameters: Sequence[Any]) -> int:
+        names = {p.name for p in parameters}
+        # Paddle keeps each kind of state (moment1, velocity, ...) as a dict by parameter name.
+        tables = list(getattr(optimizer, "_accumulators", {}).values())
+        tables.append(getattr(optimizer, "_master_weights", {}))
+        return sum(self.nbytes(t) for table in tables for name, t in table.items() if name in names)
+
     # --- the process group ---------------------------------------------------------------
     def init_process_group(self) -> None:
         dist.init_parallel_env()

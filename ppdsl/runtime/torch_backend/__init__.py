@@ -124,6 +124,18 @@ class TorchFramework(Framework):
             return None
         return int(torch.cuda.max_memory_allocated())
 
+    def saving(self, pack: Callable[[Any], None]) -> AbstractContextManager[Any]:
+        def keep(t: Any) -> Any:
+            pack(t)
+            return t
+
+        hooks: AbstractContextManager[Any] = torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t)
+        return hooks
+
+    def optimizer_state_bytes(self, optimizer: Any, parameters: Sequence[Any]) -> int:
+        state = optimizer.state
+        return sum(self.nbytes(t) for p in parameters for t in state.get(p, {}).values() if torch.is_tensor(t))
+
     # --- the process group ---------------------------------------------------------------
     def init_process_group(self) -> None:
         dist.init_process_group(backend=self.default_backend())
