@@ -343,6 +343,8 @@ def parse_limit(text: str, max_units: float) -> Limit:
     the reason in words."""
     m = _AMOUNT.match(text) if len(text) <= 100 else None
     if m is None:
+        if text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            raise ValueError(f"must be a finite number ({UNIT}) or bytes such as 6GiB or 1.5GB, not `{text[:40]}`")
         raise ValueError(f"expected a number ({UNIT}) or bytes such as 6GiB or 1.5GB, not `{text[:40]}`")
     number, suffix = float(m.group(1)), m.group(2)
     if suffix and suffix.lower() not in _UNIT_OF:

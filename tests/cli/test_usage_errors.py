@@ -17,8 +17,10 @@ DEADLOCK = "pipeline ranks=2 microbatches=1\nrank 0: 0RECV_B0 0F0 0SEND_F0 0B0\n
 @pytest.mark.parametrize("argv, complaint", [
     (["lint", "--max-errors", "-1"], "argument --max-errors: must be at least 0, not -1"),
     (["lint", "--max-errors", "two"], "argument --max-errors: expected a whole number, not `two`"),
-    (["lint", "--max-memory", "nan"], "argument --max-memory: expected a number (microbatches of a rank's "
+    (["lint", "--max-memory", "nan"], "argument --max-memory: must be a finite number (microbatches of a rank's "
                                       "activations) or bytes such as 6GiB or 1.5GB, not `nan`"),
+    (["lint", "--max-memory", "four"], "argument --max-memory: expected a number (microbatches of a rank's "
+                                       "activations) or bytes such as 6GiB or 1.5GB, not `four`"),
     (["lint", "--max-memory", "-3"], "argument --max-memory: must be more than 0, not `-3`"),
     (["lint", "--max-memory=-1GiB"], "argument --max-memory: must be more than 0, not `-1GiB`"),
     (["lint", "--max-memory", "1.5XB"], "argument --max-memory: unknown unit `XB` in `1.5XB`: use B, KB, MB, GB, TB, "
