@@ -95,7 +95,9 @@ class Wire:
         the receives up to and including the first one with a header, the next call its data
         and on to the next header. So each link keeps the protocol's order (head, body, member
         after member) and the k-th receive on a link still meets the k-th send; on later steps,
-        which send no headers, a batch is one call."""
+        which send no headers, a batch is one call. Still waiting forever on the first step: two
+        batches facing each other that each send and receive a new activation (docs/runtime.md),
+        since each first call holds a send whose data the peer posts only in its second."""
         if self.transport.model is not comm_model_of("nccl") or len(exchanges) == 1:
             for exchange in exchanges:
                 self.run(exchange)
@@ -103,12 +105,16 @@ class Wire:
         todo = list(exchanges)  # members with messages left to post, in written order
         headed: set[int] = set()  # receives whose header has been posted
         while todo:
-            messages: list[Message] = []
+            # gloo runs a call's messages one by one in list order (NCCL all at once): receives
+            # that need no header first, then the sends, then the headers a peer sends last.
+            ready: list[Message] = []
+            sends: list[Message] = []
+            heads: list[Message] = []
             blocked: set[int] = set()  # incoming links with a header in this call
             later: list[Exchange] = []
             for e in todo:
                 if e.sends:  # needs nothing from its peer: whole, in the first call
-                    messages += e.head() + e.body()
+                    sends += e.head() + e.body()
                     continue
                 if e.peer in blocked:
                     later.append(e)
@@ -117,12 +123,12 @@ class Wire:
                     headed.add(id(e))
                     head = e.head()
                     if head:  # its data is sized from this header: in the next call
-                        messages += head
+                        heads += head
                         blocked.add(e.peer)
                         later.append(e)
                         continue
-                messages += e.body()
-            self._post_together(messages, label)
+                (heads if e.peer in blocked else ready).extend(e.body())
+            self._post_together(ready + sends + heads, label)
             todo = later
         for exchange in exchanges:
             if exchange.finish is not None:
