@@ -45,12 +45,12 @@ def main(argv: list[str]) -> int:
             step = f"{r.seconds[1]:.3f}" if len(r.seconds) > 1 else "-"
             print(f"| {r.case.name} | {r.case.kind} | {verdicts[r.case.name]} | {r.mode} | {r.outcome} | {step} |")
     bad = S.disagreements(results, verdicts)
-    gloo = [r for r in results if r.mode != S.BATCH_PATH]
-    gloo_bad = [r for r in bad if r.mode != S.BATCH_PATH]
+    gloo = [r for r in results if r.mode not in S.NCCL_PATH]
+    gloo_bad = [r for r in bad if r.mode not in S.NCCL_PATH]
     print(f"\n{len(cases)} programs, {len(results)} runs in {seconds:.0f} s: on the gloo path "
           f"{len(gloo) - len(gloo_bad)}/{len(gloo)} runs agree with the checker; on the NCCL batch path "
           f"{len(results) - len(gloo) - (len(bad) - len(gloo_bad))}/{len(results) - len(gloo)}")
-    return 1 if gloo_bad else 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from .common import add_max_steps, number, whole_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Program
+    from ..runtime.devices import Device
     from ..runtime.launcher import FileOutcome
     from ..semantics import CommModel
 
@@ -37,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=whole_number(1, MAX_STEPS), default=20, help="training steps (default 20)")
     p.add_argument("--framework", choices=FRAMEWORKS, default=PADDLE,
                    help="run the stages with PaddlePaddle (default) or PyTorch")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="where each rank's stages, messages and optimizer state live: auto (default: a GPU per "
+                        "local rank when the framework has CUDA and there are enough, else the CPU), cpu, or gpu")
     p.add_argument("--model", metavar="MODULE[:NAME]",
                    help="build_stage(stage_index, num_stages) -> paddle.nn.Layer (torch.nn.Module with "
                         "--framework torch); a MODULE alone also gives "
@@ -97,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     import os
     import warnings
 
+    from ..runtime.comm import comm_model_of
     from ..runtime.worker import in_distributed_env
     from ..semantics import CommModel
 
@@ -114,12 +119,15 @@ def run(args: argparse.Namespace) -> int:
         # Everything checkable alone is checked before any process (or, under Paddle's
         # launcher, any process group) starts: exit 1 for a bad file, 2 for a bad argument.
         if distributed:
-            from ..runtime.comm import comm_model_of
             from ..runtime.worker import backend_from_env
 
-            model = comm_model_of(backend_from_env(args.framework), not args.blocking_sends)
-        else:  # local processes talk over gloo
-            model = CommModel.RENDEZVOUS if args.blocking_sends else CommModel.BUFFERED
+            require(args.framework)
+            model = comm_model_of(backend_from_env(args.framework, args.device),  # exit 2 without the device
+                                  not args.blocking_sends)
+        else:
+            device = _local_device(args.device, args.framework, args.file[0], args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
+            # On the CPU gloo: buffered with sends in the background, else rendezvous; NCCL's grouped on GPUs.
+            model = comm_model_of(device.backend, not args.blocking_sends)
         programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
         if not distributed:
             _warn_oversubscription(programs[0].ranks, args.threads)
@@ -138,7 +146,25 @@ def run(args: argparse.Namespace) -> int:
         from ..runtime.worker import run_from_args
 
         return run_from_args(args)
-    return _launch(args, programs)
+    return _launch(args, programs, device)
+
+
+def _local_device(requested: str, framework: str, file: str, steps_limit: int) -> Device:
+    """The device kind of every local rank (one per rank of `file`), decided once before they
+    start (gloo and NCCL do not mix): exit 2 when `--device gpu` cannot be had. The framework
+    is imported only where a GPU driver's device node exists (`devices.hints_of_gpus`) or a GPU
+    is asked for."""
+    from ..load import load_program
+    from ..runtime.devices import AUTO, CPU, CPU_DEVICE, choose_device, hints_of_gpus
+    from ..runtime.framework import get_framework
+
+    if requested == CPU:
+        return choose_device(CPU, False, 0, 0, 1, {})
+    if requested == AUTO and not hints_of_gpus():
+        return CPU_DEVICE
+    ranks = load_program(file, steps_limit=steps_limit).ranks
+    fw = get_framework(framework)
+    return choose_device(requested, fw.cuda_built(), fw.device_count(), 0, ranks, {})
 
 
 def _check_batches(data: str | None, framework: str, programs: list[Program], files: list[str]) -> None:
@@ -169,7 +195,7 @@ def _warn_oversubscription(ranks: int, requested: int | None) -> None:
         print(f"ppdsl run: warning: {warning}", file=sys.stderr, flush=True)
 
 
-def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
+def _launch(args: argparse.Namespace, programs: list[Program], device: Device) -> int:
     from ..runtime.launcher import launch, threads_per_rank
 
     out = sys.stdout
@@ -177,11 +203,13 @@ def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
     threads, why = threads_per_rank(first.ranks, args.threads)
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
+        where = "one GPU each, " if device.is_gpu else ""
         print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}, {plural(first.stages, 'stage')}, "
               f"{plural(first.microbatches, 'microbatch')}, {plural(args.steps, 'step')} on {args.framework} "
-              f"(gloo, local processes, {plural(threads, 'thread')} each: {why})", file=out, flush=True)
+              f"({device.backend}, local processes, {where}{plural(threads, 'thread')} each: {why})", file=out, flush=True)
+    args.device = device.kind  # every rank binds the kind decided here
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
-                     keep_logs=args.logs, names=args.file, threads=threads)
+                     keep_logs=args.logs, names=args.file, threads=threads, device=device)
     if outcome.failure is not None:
         print(f"ppdsl run: failed: {outcome.failure}", file=sys.stderr)
         return 1
@@ -208,7 +236,8 @@ def _launch(args: argparse.Namespace, programs: list[Program]) -> int:
 
 def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     """The arguments again, for each rank's own `ppdsl run`."""
-    argv = [*args.file, "--steps", str(args.steps), "--framework", args.framework, "--optimizer", args.optimizer, "--lr", repr(args.lr),
+    argv = [*args.file, "--steps", str(args.steps), "--framework", args.framework, "--device", args.device,
+            "--optimizer", args.optimizer, "--lr", repr(args.lr),
             "--seed", str(args.seed), "--timeout", repr(args.timeout), "--rtol", repr(args.rtol)]
     for name in ("model", "data", "loss", "profile"):
         value = getattr(args, name)
@@ -227,7 +256,7 @@ def memory_line(m: dict[str, object], file: str = "") -> str:
     line = (f"ppdsl run: {where}rank {m['rank']}: peak {m['peak_microbatches']} live graphs, one per stage and microbatch "
             f"(checker predicts {m['predicted_microbatches']}), {_mib(m['peak_bytes'])} in tensors kept between actions")
     if "allocator_peak_bytes" in m:
-        line += f", allocator peak {_mib(m['allocator_peak_bytes'])}"
+        line += f", allocator peak {_mib(m['allocator_peak_bytes'])} on {m.get('device', 'the GPU')}"
     return line
 
 

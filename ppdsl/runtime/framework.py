@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..diagnostics import UsageError
+from .devices import CPU_DEVICE, Device
 
 PADDLE, TORCH = "paddle", "torch"
 FRAMEWORKS = (PADDLE, TORCH)
@@ -33,6 +34,8 @@ class Framework(abc.ABC):
     layer_type: str
     #: What a tensor is, as a user would write it (`paddle.Tensor`).
     tensor_type: str
+    #: Where new tensors and stages go (`set_device`); the CPU until a run binds a GPU.
+    device: Device = CPU_DEVICE
 
     # --- tensors -------------------------------------------------------------------------
     @abc.abstractmethod
@@ -172,6 +175,31 @@ class Framework(abc.ABC):
     @abc.abstractmethod
     def optimizer_state_bytes(self, optimizer: Any, parameters: Sequence[Any]) -> int:
         """Bytes of the state `optimizer` keeps for `parameters` (moments, velocities)."""
+
+    # --- devices -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def cuda_built(self) -> bool:
+        """True when the installed framework is built with CUDA (it may still see no GPU)."""
+
+    @abc.abstractmethod
+    def device_count(self) -> int:
+        """The GPUs this process can see (after CUDA_VISIBLE_DEVICES); 0 on a CPU build."""
+
+    @abc.abstractmethod
+    def set_device(self, device: Device) -> None:
+        """Bind `device`: new tensors, received buffers and stages are made there. Called
+        before the process group starts, so that NCCL binds the same GPU."""
+
+    @abc.abstractmethod
+    def to_device(self, obj: Any) -> Any:
+        """A layer (moved in place) or a tensor (a copy) on the bound device; on the CPU, `obj`."""
+
+    @abc.abstractmethod
+    def is_on_gpu(self, t: Any) -> bool: ...
+
+    @abc.abstractmethod
+    def synchronize(self) -> None:
+        """Wait for every kernel queued on the bound GPU (a timer must not stop at a launch)."""
 
     # --- the process group ---------------------------------------------------------------
     @abc.abstractmethod

@@ -28,7 +28,9 @@ from attrs import define, field
 from ..wording import plural
 from ..ir import Program
 from ..lower import needs_lowering
+from .devices import CPU_DEVICE, Device
 from .plan import compile_rank
+from .progress import progress_line
 
 STARTUP_SECONDS = 60.0  # importing paddle and joining the group, on a busy machine
 GRACE_SECONDS = 2.0
@@ -111,7 +113,7 @@ class Progress:
             end = "\n" if step + 1 >= self.steps else ""
             self.stream.write(f"\r{prefix}[{bar}] step {step + 1}/{self.steps}  loss {loss:.6f}{end}")
         else:
-            self.stream.write(f"{prefix}step {step + 1}/{self.steps}  loss {loss:.6f}\n")
+            self.stream.write(f"{prefix}{progress_line(step, self.steps, loss)}\n")
         self.stream.flush()
 
     def close(self) -> None:
@@ -161,12 +163,14 @@ def oversubscription(ranks: int, threads: int, available: int | None = None) -> 
 
 def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, timeout: float, quiet: bool = False,
            stream: TextIO | None = None, keep_logs: str | None = None, names: Sequence[str] = (),
-           command: Sequence[str] | None = None, threads: int | None = None) -> Outcome:
+           command: Sequence[str] | None = None, threads: int | None = None,
+           device: Device = CPU_DEVICE) -> Outcome:
     """Run `ppdsl run argv...` as local processes (one per rank) and collect what they report.
 
     `programs` are the prepared programs of the files in argv, in order; all have the same
     number of ranks. `command` replaces `python -m ppdsl run` (e.g. a script using the API).
-    Each rank gets `threads` intra-op threads (default: `threads_per_rank`)."""
+    Each rank gets `threads` intra-op threads (default: `threads_per_rank`) and, when `device`
+    is a GPU, GPU `rank` and NCCL (the caller checked there are enough)."""
     out = stream or sys.stdout
     n = programs[0].ranks
     if threads is None:
@@ -191,12 +195,14 @@ def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, time
             env.update({
                 "PADDLE_TRAINERS_NUM": str(n), "PADDLE_TRAINER_ENDPOINTS": endpoints,
                 "PADDLE_TRAINER_ID": str(rank), "PADDLE_CURRENT_ENDPOINT": f"127.0.0.1:{ports[rank]}",
-                "PADDLE_DISTRI_BACKEND": "gloo", "PPDSL_REPORT_FD": str(w), "PPDSL_STATUS_FILE": str(status),
+                "PADDLE_DISTRI_BACKEND": device.backend, "PPDSL_REPORT_FD": str(w), "PPDSL_STATUS_FILE": str(status),
                 # torch.distributed's env:// rendezvous (only the chosen framework listens).
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]), "RANK": str(rank),
                 "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(n),
                 "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")])),
             })
+            if device.is_gpu:  # what Paddle's launcher writes for its ranks (`devices.assigned_gpu`)
+                env["FLAGS_selected_gpus"] = str(rank)
             env.setdefault("GLOG_minloglevel", "2")  # Paddle's INFO lines
             # N ranks share this machine's cores; read before paddle loads its math library.
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = env["PPDSL_THREADS"] = str(threads)

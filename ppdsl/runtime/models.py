@@ -239,7 +239,7 @@ def build_stages(build: Any, stages: tuple[int, ...], num_stages: int, seed: int
         if not fw.is_layer(layer):
             raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) returned {type(layer).__name__}, "
                                f"not a {fw.layer_type}")
-        layers[s] = layer
+        layers[s] = fw.to_device(layer)
     return layers
 
 

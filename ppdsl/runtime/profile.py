@@ -96,9 +96,11 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
               "predicted_microbatches": peak_stage_activations(sched.program)[rank],
               "peak_bytes": sched.memory.peak_bytes, "state_bytes": sum(st for _, _, st in sizes.values()),
               "_sizes": sizes}
-    allocator = sched.fw.allocator_peak_bytes()
+    # The CPU has no allocator peak to read; a GPU's is the framework's own count.
+    allocator = sched.fw.allocator_peak_bytes() if sched.fw.device.is_gpu else None
     if allocator is not None:
         memory["allocator_peak_bytes"] = allocator
+        memory["device"] = sched.fw.device.name
     sched.watchdog.arm("gathering the profile", "all ranks")
     gathered = gather_objects(sched.fw, (socket.gethostname(), mine, memory))
     sched.watchdog.disarm()

@@ -98,6 +98,9 @@ class PipelineSchedule:
         self.watchdog = watchdog or Watchdog(timeout, Reporter(self.rank))
         self.step_index = 0
         self.profile = profile
+        # A GPU runs kernels after the call that queues them returns: a timed action waits for
+        # them, so that its time is its own (only when profiling: a sync stalls the pipeline).
+        self._sync = fw.synchronize if profile and _on_gpu(fw, self.layers) else None
         self.pause_gc = pause_gc
         # Called with (step, op index) before each op: the launcher's crash report reads it.
         self.mark: Callable[[int, int], None] | None = None
@@ -225,6 +228,9 @@ class PipelineSchedule:
                     # An action's time runs from the end of the one before: the interpreter's own
                     # work between two actions belongs to the rank's timeline too. Counting memory
                     # is the profile's own work: it is left out (also inside an overlapped pair).
+                    sync = self._sync
+                    if sync is not None:
+                        sync()
                     t0 = clock()
                     for i, (handler, op) in enumerate(self._compiled):
                         if mark is not None:
@@ -232,6 +238,8 @@ class PipelineSchedule:
                         counted = memory.seconds if memory is not None else 0.0
                         handler(op)
                         if timings is not None:
+                            if sync is not None:
+                                sync()
                             t1 = clock()
                             inner = memory.seconds - counted if memory is not None else 0.0
                             timings.setdefault(op.label, []).append(t1 - t0 - inner)
@@ -401,6 +409,13 @@ class PipelineSchedule:
 
 def _has_split_backward(plan: P.Plan) -> bool:
     return any(o.code in (P.I, P.W) for op in plan.ops for o in (op.parts or (op,)))
+
+
+def _on_gpu(fw: Framework, layers: Mapping[int, Any]) -> bool:
+    """The stages live on a GPU: the one bound by `ppdsl run`, or one the caller moved them to."""
+    if fw.device.is_gpu:
+        return True
+    return any(fw.is_on_gpu(p) for layer in layers.values() for _, p in fw.named_parameters(layer))
 
 
 def _framework(framework: str | Framework | None, stages: Mapping[int, Any] | Sequence[Any]) -> Framework:

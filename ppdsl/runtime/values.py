@@ -96,6 +96,14 @@ def hand_over(fw: Framework, value: Any, training: bool) -> Any:
     return layout.join(out)
 
 
+def to_device(fw: Framework, value: Any) -> Any:
+    """A value with its tensor members on the framework's bound device (itself on the CPU)."""
+    if not fw.device.is_gpu:
+        return value
+    layout, members = split(value)
+    return layout.join([fw.to_device(m) if fw.is_tensor(m) else m for m in members])
+
+
 def split_batch(fw: Framework, value: Any, microbatches: int, what: str, need_tensor: bool = True) -> list[Any]:
     """A whole batch -> one value per microbatch: tensors split along dimension 0, other
     members the same in every microbatch (as Paddle's default chunking does)."""

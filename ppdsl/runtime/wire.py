@@ -2,8 +2,9 @@
 
 Each `SEND_*`/`RECV_*` action becomes an `Exchange`: the messages it posts, each with what to
 do once that message is through. A single action runs its messages one after another; a
-batch `<...>` on a backend that posts batches together (NCCL's `grouped` model) runs the
-first-step headers of all its members as one group call, then all their data as another. So
+batch `<...>` on a backend that posts batches together (NCCL's `grouped` model) posts every
+send whole with the receives' first-step headers in one group call, then the receives' data
+(`Wire.run_batch`). So
 the protocol is written once, and the batch path is only an order of running it (as PyTorch's
 pipelining hands out P2P ops that a single send runs alone and a batch runs together).
 
@@ -46,6 +47,8 @@ class Exchange:
     # Built when posted, not when the exchange is made: a label numbers its message among the
     # sends on its link in the order they go out.
     label: str  # the action's, for the watchdog and for errors
+    sends: bool  # a send's messages all go out at once; a receive's body waits for its head
+    peer: int
     head: Callable[[], list[Message]] = lambda: []
     body: Callable[[], list[Message]] = lambda: []
     finish: Then = None
@@ -83,16 +86,50 @@ class Wire:
             exchange.finish()
 
     def run_batch(self, exchanges: Sequence[Exchange], label: str) -> None:
-        """A batch. `grouped` backends post its members' headers together, then their data;
-        `rendezvous` ones (gloo) run each member in written order."""
+        """A batch. `rendezvous` backends (gloo) run each member in written order; `grouped`
+        ones (NCCL) post it together, in as few group calls as the first step's headers allow.
+
+        A send needs nothing from its peer, so every send goes whole (header and data) into the
+        first call: a peer that needs this batch's data before it sends what the batch receives
+        gets it. A receive's data is sized from its header: on each incoming link a call takes
+        the receives up to and including the first one with a header, the next call its data
+        and on to the next header. So each link keeps the protocol's order (head, body, member
+        after member) and the k-th receive on a link still meets the k-th send; on later steps,
+        which send no headers, a batch is one call. Still waiting forever on the first step: two
+        batches facing each other that each send and receive a new activation (docs/runtime.md),
+        since each first call holds a send whose data the peer posts only in its second."""
         if self.transport.model is not comm_model_of("nccl") or len(exchanges) == 1:
             for exchange in exchanges:
                 self.run(exchange)
             return
-        heads = [m for e in exchanges for m in e.head()]
-        self._post_together(heads, label)
-        bodies = [m for e in exchanges for m in e.body()]
-        self._post_together(bodies, label)
+        todo = list(exchanges)  # members with messages left to post, in written order
+        headed: set[int] = set()  # receives whose header has been posted
+        while todo:
+            # gloo runs a call's messages one by one in list order (NCCL all at once): receives
+            # that need no header first, then the sends, then the headers a peer sends last.
+            ready: list[Message] = []
+            sends: list[Message] = []
+            heads: list[Message] = []
+            blocked: set[int] = set()  # incoming links with a header in this call
+            later: list[Exchange] = []
+            for e in todo:
+                if e.sends:  # needs nothing from its peer: whole, in the first call
+                    sends += e.head() + e.body()
+                    continue
+                if e.peer in blocked:
+                    later.append(e)
+                    continue
+                if id(e) not in headed:
+                    headed.add(id(e))
+                    head = e.head()
+                    if head:  # its data is sized from this header: in the next call
+                        heads += head
+                        blocked.add(e.peer)
+                        later.append(e)
+                        continue
+                (heads if e.peer in blocked else ready).extend(e.body())
+            self._post_together(ready + sends + heads, label)
+            todo = later
         for exchange in exchanges:
             if exchange.finish is not None:
                 exchange.finish()
@@ -119,7 +156,7 @@ class Wire:
         key = (op.stage, op.microbatch)
         where = f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}"
         fw = self.fw
-        exchange = Exchange(op.label)
+        exchange = Exchange(op.label, True, op.peer)
         if (op.code, key) not in self._sent:
             try:
                 meta = V.describe(fw, value, self.plan.training, where)
@@ -153,11 +190,11 @@ class Wire:
             label = [(True, self._labelled(op), op.peer, None)] if self.labels else []
             return label + [(True, t, op.peer, None) for t in tensors]
 
-        return Exchange(op.label, body=data)
+        return Exchange(op.label, True, op.peer, body=data)
 
     def recv_f(self, op: P.Op, done: Callable[[Any], None]) -> Exchange:
         key = (op.stage, op.microbatch)
-        exchange = Exchange(op.label)
+        exchange = Exchange(op.label, False, op.peer)
         if key not in self._incoming:
             header = self._header_buffer()
             exchange.head = lambda: [(False, header, op.peer, lambda: self._read_incoming(op, header))]
@@ -182,7 +219,7 @@ class Wire:
                 label.append((False, header, op.peer, lambda: self._unlabelled(op, header)))
             return label + [(False, b, op.peer, None) for b in buffers]
 
-        return Exchange(op.label, body=data, finish=lambda: done(buffers))
+        return Exchange(op.label, False, op.peer, body=data, finish=lambda: done(buffers))
 
     # --- headers and the shapes agreed on the first step ---------------------------------
     def _same_shapes(self, op: P.Op, tensors: list[Any]) -> None:

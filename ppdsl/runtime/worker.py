@@ -26,11 +26,14 @@ from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import load_program
 from ..semantics import CommModel
 from . import models
+from . import values as V
 from .comm import comm_model_of, gather_objects
+from .devices import AUTO, CPU, Device, choose_device, local_position
 from .framework import PADDLE, TORCH, Framework, get_framework
 from .models import SetupFailure, build_stages, make_optimizer
 from .plan import Plan, compile_rank, count_actions
 from .preflight import prepare
+from .progress import RankZeroProgress
 from .watchdog import Reporter, Watchdog
 
 
@@ -56,6 +59,7 @@ class RunConfig:
     split_backward: bool = True
     framework: str = PADDLE
     background_sends: bool = True  # gloo: sends beside compute (`buffered`), else each waits (`rendezvous`)
+    device: str = AUTO  # devices.REQUESTS; ppdsl's launcher passes the one it resolved
 
 
 # Where each launcher puts (this process's rank, the world size): Paddle's and torchrun's.
@@ -159,8 +163,24 @@ def main(cfg: RunConfig) -> int:
         return 1
 
 
-def backend_from_env(framework: str = PADDLE) -> str:
-    return get_framework(framework).default_backend()
+def bind_device(fw: Framework, requested: str, rank: int, world: int) -> Device:
+    """This process's device from the launcher's environment (`devices.choose_device`), bound.
+    `DeviceError` (a usage error) when `requested` cannot be had."""
+    local, size = local_position(os.environ, rank, world)
+    if requested == CPU:  # asks the framework nothing
+        device = choose_device(CPU, False, 0, local, size, os.environ)
+    else:
+        device = choose_device(requested, fw.cuda_built(), fw.device_count(), local, size, os.environ)
+    fw.set_device(device)
+    return device
+
+
+def backend_from_env(framework: str = PADDLE, requested: str = AUTO) -> str:
+    """The backend this rank will run on, its device bound first (the backend follows it)."""
+    fw = get_framework(framework)
+    rank, world = rank_from_env(framework)
+    bind_device(fw, requested, rank, world)
+    return fw.default_backend()
 
 
 def apply_threads(fw: Framework) -> None:
@@ -173,6 +193,7 @@ def apply_threads(fw: Framework) -> None:
 def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: Watchdog) -> int:
     t_start = time.perf_counter()
     fw = get_framework(cfg.framework)
+    bind_device(fw, cfg.device, rank, world)  # before the group: NCCL binds the same GPU
     backend = fw.default_backend()
     apply_threads(fw)
     # Joining waits for the slowest rank to import paddle: allow more than one P2P wait.
@@ -224,6 +245,10 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
         verifier = Verifier(cfg, setup, rank, world)
     if status.mm is not None:
         sched.mark = status.set
+    progress = None
+    if not reporter.attached and setup.plan.training:
+        last = setup.program.placement[setup.program.stages - 1]
+        progress = RankZeroProgress(fw, rank, last, cfg.steps, watchdog, backend == "gloo")
     step_times: list[float] = []
     counting: list[float] = []  # per step, the time --profile spent counting memory
     for step in range(cfg.steps):
@@ -231,6 +256,7 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
             inputs, target = next(setup.batches)
         except StopIteration:
             break
+        inputs, target = V.to_device(fw, inputs), V.to_device(fw, target)
         status.set(step, 0)
         losses: list[Any] = []
         t0, counted_before = time.perf_counter(), sched.memory.seconds
@@ -240,9 +266,9 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
         if setup.plan.last_stage and losses:
             values = [float(v) for v in losses]
             reporter.send("loss", file=index, step=step, loss=sum(values) / len(values), losses=values)
-            if not reporter.attached:
-                # The local launcher's progress format, under a cluster launcher too.
-                print(f"step {step + 1}/{cfg.steps}  loss {sum(values) / len(values):.6f}", flush=True)
+        if progress is not None:
+            watchdog.step = step
+            progress.step(step, [float(v) for v in losses])
         if verifier is not None:
             watchdog.step = step
             watchdog.arm("comparing with the unpipelined model", "rank 0")
@@ -272,7 +298,7 @@ def run_from_args(args: Any) -> int:
                     optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
                     verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads,
                     split_backward=not args.no_split_backward, framework=getattr(args, "framework", PADDLE),
-                    background_sends=not getattr(args, "blocking_sends", False))
+                    background_sends=not getattr(args, "blocking_sends", False), device=getattr(args, "device", AUTO))
     code = main(cfg)
     sys.stdout.flush()
     return code

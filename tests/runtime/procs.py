@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,3 +43,20 @@ def rank_result(log_dir: Path, rank: int) -> Any:
     text = (log_dir / f"rank{rank}.log").read_text()
     line = next(x for x in text.splitlines() if x.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
+
+
+STEP_LINE = re.compile(r"^step \d+/\d+  loss [0-9.]+$", re.M)
+
+
+def progress_lines(text: str) -> list[str]:
+    """The `step N/M  loss X` lines in a command's output, in order."""
+    return STEP_LINE.findall(text)
+
+
+def local_progress(ppdsl: str, args: Sequence[str], cwd: Path, timeout: float) -> list[str]:
+    """The progress lines `ppdsl run ARGS` prints with its own launcher: what a cluster
+    launcher's rank 0 must print for the same file, seed and steps."""
+    done = subprocess.run([ppdsl, "run", *args], env=launcher_env(), cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return progress_lines(done.stdout)

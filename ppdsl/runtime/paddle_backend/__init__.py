@@ -12,6 +12,7 @@ from typing import Any
 import paddle
 import paddle.distributed as dist
 
+from ..devices import PADDLE_SELECTED, Device
 from ..framework import PADDLE, Framework
 from . import split
 
@@ -146,6 +147,39 @@ class PaddleFramework(Framework):
         tables.append(getattr(optimizer, "_master_weights", {}))
         return sum(self.nbytes(t) for table in tables for name, t in table.items() if name in names)
 
+    # --- devices -------------------------------------------------------------------------
+    def cuda_built(self) -> bool:
+        return bool(paddle.device.is_compiled_with_cuda())
+
+    def device_count(self) -> int:
+        return int(paddle.device.cuda.device_count()) if self.cuda_built() else 0
+
+    def set_device(self, device: Device) -> None:
+        if device.is_gpu:
+            # `init_parallel_env` sets the expected place from this variable (CPU under gloo):
+            # written here, NCCL's place and the one set below are the same GPU.
+            os.environ.setdefault(PADDLE_SELECTED, str(device.index))
+        else:
+            # A CUDA build's `init_parallel_env` picks NCCL unless told: CPU tensors need gloo.
+            os.environ.setdefault("PADDLE_DISTRI_BACKEND", device.backend)
+        paddle.set_device(device.name)
+        self.device = device
+
+    def to_device(self, obj: Any) -> Any:
+        if not self.device.is_gpu:
+            return obj
+        if isinstance(obj, paddle.Tensor):
+            return obj.cuda(self.device.index)
+        obj.to(device=self.device.name)  # a Layer moves in place
+        return obj
+
+    def is_on_gpu(self, t: Any) -> bool:
+        return bool(t.place.is_gpu_place())
+
+    def synchronize(self) -> None:
+        if self.device.is_gpu:
+            paddle.device.synchronize()
+
     # --- the process group ---------------------------------------------------------------
     def init_process_group(self) -> None:
         dist.init_parallel_env()
@@ -164,9 +198,7 @@ class PaddleFramework(Framework):
 
     def default_backend(self) -> str:
         name = os.environ.get("PADDLE_DISTRI_BACKEND")
-        if name:
-            return name.lower()
-        return "nccl" if paddle.device.is_compiled_with_cuda() else "gloo"
+        return name.lower() if name else self.device.backend
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         gathered: list[Any] = []

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..devices import Device
 from ..framework import TORCH, Framework
 from . import split
 
@@ -42,7 +43,7 @@ class TorchFramework(Framework):
         return torch.zeros_like(t)
 
     def empty(self, shape: Sequence[int], dtype: str) -> Any:
-        return torch.empty(list(shape), dtype=getattr(torch, dtype))
+        return torch.empty(list(shape), dtype=getattr(torch, dtype), device=self._torch_device)
 
     def empty_like(self, t: Any) -> Any:
         return torch.empty_like(t, memory_format=torch.contiguous_format)
@@ -57,7 +58,8 @@ class TorchFramework(Framework):
         return torch.cat(list(parts), dim=0)
 
     def from_numpy(self, array: Any) -> Any:
-        return torch.from_numpy(np.array(array, copy=True))
+        t = torch.from_numpy(np.array(array, copy=True))
+        return t if self._torch_device is None else t.to(self._torch_device)
 
     def to_numpy(self, t: Any) -> Any:
         return t.detach().cpu().numpy()
@@ -95,7 +97,7 @@ class TorchFramework(Framework):
             layers.append(linear)
             if act:
                 layers.append(torch.nn.Tanh())
-        return torch.nn.Sequential(*layers)
+        return self.to_device(torch.nn.Sequential(*layers))
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
@@ -136,6 +138,34 @@ class TorchFramework(Framework):
         state = optimizer.state
         return sum(self.nbytes(t) for p in parameters for t in state.get(p, {}).values() if torch.is_tensor(t))
 
+    # --- devices -------------------------------------------------------------------------
+    #: The bound torch device; None on the CPU, so CPU tensors are made as before.
+    _torch_device: Any = None
+
+    def cuda_built(self) -> bool:
+        return torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
+
+    def device_count(self) -> int:
+        return int(torch.cuda.device_count()) if self.cuda_built() else 0
+
+    def set_device(self, device: Device) -> None:
+        if device.is_gpu:
+            torch.cuda.set_device(device.index)
+            self._torch_device = torch.device("cuda", device.index)
+        else:
+            self._torch_device = None
+        self.device = device
+
+    def to_device(self, obj: Any) -> Any:
+        return obj.to(self._torch_device) if self._torch_device is not None else obj
+
+    def is_on_gpu(self, t: Any) -> bool:
+        return bool(t.is_cuda)
+
+    def synchronize(self) -> None:
+        if self._torch_device is not None:
+            torch.cuda.synchronize(self._torch_device)
+
     # --- the process group ---------------------------------------------------------------
     def init_process_group(self) -> None:
         dist.init_process_group(backend=self.default_backend())
@@ -153,8 +183,8 @@ class TorchFramework(Framework):
         return str(dist.get_backend()).lower()
 
     def default_backend(self) -> str:
-        # The stages and messages live on the CPU: gloo, unless the launcher says otherwise.
-        return os.environ.get("PPDSL_TORCH_BACKEND", "gloo").lower()
+        # gloo moves CPU tensors, NCCL GPU ones; PPDSL_TORCH_BACKEND names another.
+        return os.environ.get("PPDSL_TORCH_BACKEND", self.device.backend).lower()
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         gathered: list[Any] = [None] * self.world_size()
