@@ -119,9 +119,9 @@ def test_an_excerpt_of_a_huge_row_costs_what_a_short_one_does() -> None:
 
     line = "rank 0: " + "0F0 " * 500_000 + "0X0"
     column = len(line) - 2
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a shared machine's load must not fail it
     for _ in range(50):
         text = render_text(Diagnostic("PPS003", "m", "x.pps", 2, column, column + 3), line).splitlines()
-    assert time.perf_counter() - t0 < 1.0  # 50 diagnostics; looking at every character takes seconds
+    assert time.process_time() - t0 < 1.0  # 50 diagnostics; looking at every character takes seconds
     assert text[1].startswith("2 | ...") and text[1].endswith("0X0") and text[2].endswith("^^^")
     assert text[1][text[2].index("^"):] == "0X0"

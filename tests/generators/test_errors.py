@@ -75,8 +75,10 @@ def test_inference_keeps_forwards_only() -> None:
 
 
 def test_interleaved_benchmark_size_is_fast() -> None:
+    # This process's CPU time, not the wall clock: other work on a shared machine must not fail it.
+    # A bound that only catches a blow-up (quadratic work would take minutes); speed is benchmarked.
     import time
-    start = time.perf_counter()
+    start = time.process_time()
     built = registry.expand("vpp", 64, 1024, {"virtual": 2})
     assert sum(len(r) for r in built.rows) == 64 * 1024 * 2 * 2
-    assert time.perf_counter() - start < 5.0
+    assert time.process_time() - start < 10.0

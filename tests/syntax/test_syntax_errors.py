@@ -136,14 +136,14 @@ def test_billion_element_range_is_refused_fast_without_allocating(token: str) ->
     text = "pipeline ranks=2 microbatches=1000000 stages=2\nrank 0: " + token + "\n"
     parse("pipeline ranks=1 microbatches=1\nrank 0: 0F0\n")  # grammar loaded before measuring
     tracemalloc.start()
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a shared machine's load must not fail it
     try:
         d = first_error(text)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert d.code == "PPS014" and d.line == 2
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert peak < 5 * 2**20, f"peak {peak / 2**20:.1f} MiB"
 
 
@@ -256,10 +256,10 @@ def test_endless_file_is_refused_without_reading_it_all(monkeypatch: pytest.Monk
     if not Path("/dev/zero").exists():
         pytest.skip("no /dev/zero here")
     monkeypatch.setattr(files, "MAX_FILE_BYTES", 1 << 20)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a shared machine's load must not fail it
     with pytest.raises(UsageError, match="larger than"):
         load_program("/dev/zero")
-    assert time.perf_counter() - start < 5
+    assert time.process_time() - start < 5
 
 
 def test_a_use_line_problem_is_told_with_the_lines_read_around_it() -> None:
