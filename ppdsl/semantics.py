@@ -42,8 +42,10 @@ shifts and masks as literals (a named constant costs a global lookup per action)
 it runs ends in `END_OF_ROW`, so it tests no index per action. A compute-only program
 written as a timeline (PyTorch's CSV: one cell per time step) is asked of its steps first
 (`steps_are_an_order`): when every action's inputs are done at earlier steps, the program runs
-to the end under every model and the loop is not needed; the proof reads the same `Needs`
-tables, so it states no rule of its own.
+to the end under every model and the loop is not needed. A program with sends and receives whose
+rows carry their own inputs (a lowered one) is asked of its pairs the same way
+(`rows_carry_their_inputs`). Both proofs (`ppdsl/proofs.py`) read the same `Needs` tables, so
+they state no rule of their own, and only their yes is taken.
 """
 
 from __future__ import annotations
