@@ -19,8 +19,9 @@ Inputs, written to a temporary directory first (not timed):
 - the same at a quarter of the microbatches, so the time per action shows whether growth is linear.
 - `order.csv` (with torch only): the same schedule as the schedule object itself holds it,
   `ScheduleInterleaved1F1B(stages, 1024).pipeline_order`, built by real torch on CPU with
-  torch's fake process group of 64 ranks (its `__init__` also lowers it, untimed), written by
-  `csv.writer` as `_dump_csv` writes it. PyTorch's chain on it is timed in every round too.
+  torch's fake process group of 64 ranks (its `__init__` also lowers it, untimed: 1.5-2 min
+  of CPU), written by `csv.writer` as `_dump_csv` writes it; whether it is byte-identical to
+  `i1f1b.csv` is printed. PyTorch's chain on it is timed in every round too.
 
 Figures (goals from issue 13):
 - `ppdsl lint i1f1b.csv`: actions/s (>= 500k);
@@ -238,6 +239,9 @@ def main() -> int:
         if torch_chain:
             subprocess.run([sys.executable, "-c", TORCH_ORDER_CSV, str(RANKS), str(MICROBATCHES), str(VIRTUAL),
                             str(order_csv)], check=True)
+            same = order_csv.read_bytes() == inputs[full][0].read_bytes()
+            print(f"order.csv (pipeline_order) is {'byte-identical to' if same else 'not the same as'} "
+                  f"{inputs[full][0].name} (_calculate_single_rank_operations)", flush=True)
 
         def chain_on(csv_path: Path) -> list[tuple[list[str], list[str]]]:
             """The chain's three commands on `csv_path`, each with its start-up command."""
