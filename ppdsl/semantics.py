@@ -42,8 +42,10 @@ shifts and masks as literals (a named constant costs a global lookup per action)
 it runs ends in `END_OF_ROW`, so it tests no index per action. A compute-only program
 written as a timeline (PyTorch's CSV: one cell per time step) is asked of its steps first
 (`steps_are_an_order`): when every action's inputs are done at earlier steps, the program runs
-to the end under every model and the loop is not needed; the proof reads the same `Needs`
-tables, so it states no rule of its own.
+to the end under every model and the loop is not needed. A program with sends and receives whose
+rows carry their own inputs (a lowered one) is asked of its pairs the same way
+(`rows_carry_their_inputs`). Both proofs (`ppdsl/proofs.py`) read the same `Needs` tables, so
+they state no rule of their own, and only their yes is taken.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, MB_STR
                        SLOT_BITS, SLOT_MASK, B, Encoded, Needs, RECV_B, SHIFT, code_space, compute_outputs, encode,
                        kind_slice, peer_code, producers, received_key, sent_key)
 from .ir import Action, Overlap, Program, row_length
+from .proofs import rows_carry_their_inputs, steps_are_an_order
 
 
 class CommModel(str, enum.Enum):
@@ -283,14 +286,20 @@ class _Engine:
         return ex
 
     def completes(self) -> bool:
-        """Whether the run ends, by the same loop without keeping any time (or, for a
-        compute-only timeline, by its steps: `steps_are_an_order`)."""
+        """Whether the run ends, by the same loop without keeping any time, or by a proof
+        that reads the same tables (`ppdsl/proofs.py`): for a compute-only timeline, its
+        steps (`steps_are_an_order`); for a program with sends and receives, its rows
+        (`rows_carry_their_inputs`)."""
         enc = self.enc
         # A compute-only program's steps are asked first when its rows have idle steps (a
         # written timeline) and no overlapped pair or batch.
-        timeline = (not enc.has_comms and not any(enc.groups)
-                    and any(steps is not None for steps in enc.steps))
+        compute_only = not enc.has_comms
+        timeline = compute_only and not any(enc.groups) and any(steps is not None for steps in enc.steps)
         if timeline and steps_are_an_order(enc, self.needs):
+            return True
+        # A program with sends and receives whose rows carry their own inputs (a lowered
+        # one): its pairs are walked, one step each, instead of a block and a wake each.
+        if not compute_only and self.model is not CommModel.BUFFERED and rows_carry_their_inputs(enc, self.needs):
             return True
         return self._loop(False) is True
 
@@ -634,58 +643,6 @@ class _Engine:
             out.append(Wait(r, step, action, text, on, "data" if on is not None else "missing"))
         return out
 
-
-
-def steps_are_an_order(enc: Encoded, needs: Needs) -> bool:
-    """Whether a compute-only program's step indices order its dependencies: every input of
-    every action done at an earlier step than the action's own, as in a timeline written one
-    cell per time step (PyTorch's CSV, whose empty cells are the bubbles). Then running the
-    actions step by step across ranks respects program order (steps increase along a row) and
-    every dependency, so the program runs to the end under any model: the loop's verdict,
-    without its blocks and wakes. False answers nothing (the loop decides): also when an
-    action is repeated or a kind is missing for some stage and microbatch, when the proof
-    would need more care than this one takes.
-
-    The test is a few C-level passes over columns: per compute kind, the step of every
-    (stage, microbatch), a slice of `Encoded.step_at`; per need in the `Needs` tables (`local_slot`,
-    `input_off`, whose offset is one per stage), one comparison of two slices."""
-    S, M = enc.stages, enc.microbatches
-    if not enc.unrepeated:
-        return False  # a repeated action: its second place would go unchecked
-    at: dict[int, list[int]] = {}  # kind -> the step of every (stage, microbatch) of that kind
-    for k in COMPUTE_KINDS:
-        if k in enc.kinds:
-            at[k] = enc.step_at[k::MB_STRIDE]
-            if -1 in at[k]:
-                return False
-
-    def made_at(slot: int) -> list[int] | None:
-        """The steps at which each (stage, microbatch)'s `slot` is completed, when one kind
-        of the program completes it."""
-        found = [at[k] for k in PRODUCERS[slot] if k in at]
-        return found[0] if len(found) == 1 else None
-
-    for k, mine in at.items():
-        slot = needs.local_slot[k]
-        if slot != NOTHING:
-            theirs = made_at(slot)
-            if theirs is None or not all(map(lt, theirs, mine)):
-                return False
-        offsets = needs.input_off[k]
-        s = 0
-        while s < S:
-            off = offsets[s * M]
-            end = s + 1
-            while end < S and offsets[end * M] == off:
-                end += 1
-            if off != NOTHING:
-                theirs = made_at(off & SLOT_MASK)
-                shift = off >> SLOT_BITS  # the producer's (stage, microbatch) is this far away
-                a, b = s * M, end * M
-                if theirs is None or not all(map(lt, theirs[a + shift:b + shift], mine[a:b])):
-                    return False
-            s = end
-    return True
 
 
 def _runs(steps: list[int]) -> zip[tuple[int, int]]:
