@@ -34,6 +34,7 @@ from typing import Any
 
 from ..gcpause import no_gc
 from ..ir import Kind, Program
+from ..semantics import CommModel
 from . import plan as P
 from . import values as V
 from .background import JobFailed
@@ -41,7 +42,7 @@ from .comm import PeerError, Transport, comm_model_of, gather_objects
 from .errors import MessageOrderError, SetupError, StepError
 from .framework import Framework, framework_of, get_framework
 from .memory import LiveMemory
-from .preflight import prepare
+from .preflight import lint, prepare
 from .split_backward import DeferredGrads, switch_linears
 from .watchdog import Reporter, Watchdog
 from .wire import Exchange, Wire
@@ -122,6 +123,8 @@ class PipelineSchedule:
         else:
             self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends)
         self.wire = Wire(fw, self.transport, self.plan, self.rank, _guard)
+        if self.transport.model is CommModel.GROUPED:
+            self.wire.first_in_order = not lint(self.program, CommModel.RENDEZVOUS)
         self._loss_checked = False
         split = self.deferred is not None
         self._handlers: dict[int, Callable[[P.Op], None]] = {

@@ -65,6 +65,10 @@ class Wire:
         self.rank = rank
         self.guard = guard
         self.labels = guard  # True until the first step has run: only it sends labels
+        self.first = True  # the first step: shape headers travel
+        # On a `grouped` backend, whether the first step may run each batch member by member
+        # (the program is also sound under `rendezvous`), which its headers never hang.
+        self.first_in_order = False
         self.step = 0
         self._sent_on: dict[int, int] = {}  # peer -> messages sent to it so far (first step)
         self._received_on: dict[int, int] = {}
@@ -74,6 +78,7 @@ class Wire:
 
     def first_step_done(self) -> None:
         self.labels = False
+        self.first = False
 
     # --- running exchanges ---------------------------------------------------------------
     def run(self, exchange: Exchange) -> None:
@@ -93,46 +98,48 @@ class Wire:
         first call: a peer that needs this batch's data before it sends what the batch receives
         gets it. A receive's data is sized from its header: on each incoming link a call takes
         the receives up to and including the first one with a header, the next call its data
-        and on to the next header. So each link keeps the protocol's order (head, body, member
-        after member) and the k-th receive on a link still meets the k-th send; on later steps,
-        which send no headers, a batch is one call. Still waiting forever on the first step: two
-        batches facing each other that each send and receive a new activation (docs/runtime.md),
-        since each first call holds a send whose data the peer posts only in its second."""
-        if self.transport.model is not comm_model_of("nccl") or len(exchanges) == 1:
+        and on to the next header. Within a call the members keep their written order. So each
+        link keeps the protocol's order (head, body, member after member) and the k-th receive
+        on a link still meets the k-th send; on later steps, which send no headers, a batch is
+        one call. Two batches facing each other that each send and receive a new activation
+        would wait forever so (each first call holds a send whose data the peer receives only in
+        its second call), so a program that is sound under `rendezvous` as well runs its first
+        step member by member (`first_in_order`); only one sound under `grouped` alone, with
+        such facing batches, still hangs there (docs/runtime.md)."""
+        if self.transport.model is not comm_model_of("nccl") or len(exchanges) == 1 \
+                or (self.first and self.first_in_order):
             for exchange in exchanges:
                 self.run(exchange)
             return
         todo = list(exchanges)  # members with messages left to post, in written order
         headed: set[int] = set()  # receives whose header has been posted
         while todo:
-            # gloo runs a call's messages one by one in list order (NCCL all at once): receives
-            # that need no header first, then the sends, then the headers a peer sends last.
-            ready: list[Message] = []
-            sends: list[Message] = []
-            heads: list[Message] = []
+            # In written order (gloo, which the soundness tests run this path on, posts a call's
+            # messages one by one; NCCL all at once): a send whole, a receive's header or data.
+            call: list[Message] = []
             blocked: set[int] = set()  # incoming links with a header in this call
             later: list[Exchange] = []
             for e in todo:
                 if e.sends:  # needs nothing from its peer: whole, in the first call
-                    sends += e.head() + e.body()
-                    continue
-                if e.peer in blocked:
+                    call += e.head() + e.body()
+                elif e.peer in blocked:
                     later.append(e)
-                    continue
-                if id(e) not in headed:
-                    headed.add(id(e))
-                    head = e.head()
-                    if head:  # its data is sized from this header: in the next call
-                        heads += head
-                        blocked.add(e.peer)
-                        later.append(e)
-                        continue
-                (heads if e.peer in blocked else ready).extend(e.body())
-            self._post_together(ready + sends + heads, label)
+                elif id(e) not in headed and (head := self._head_of(e, headed)):
+                    call += head  # its data is sized from this header: in the next call
+                    blocked.add(e.peer)
+                    later.append(e)
+                else:
+                    call += e.body()
+            self._post_together(call, label)
             todo = later
         for exchange in exchanges:
             if exchange.finish is not None:
                 exchange.finish()
+
+    @staticmethod
+    def _head_of(e: Exchange, headed: set[int]) -> list[Message]:
+        headed.add(id(e))
+        return e.head()
 
     def _post(self, message: Message, label: str) -> None:
         is_send, tensor, peer, then = message

@@ -62,6 +62,7 @@ def _run_case(index: int, case: dict[str, Any], rank: int, world: int, reporter:
     # "nccl" on these gloo groups: the runtime takes its NCCL path (a batch is one
     # batch_isend_irecv, labels first), which gloo then runs member by member as written.
     sched = PipelineSchedule(program, layers, models.loss, rank=rank, backend=case["backend"], check=False,
+                             background_sends=bool(case.get("background")),
                              _guard=bool(case["guarded"]), watchdog=_Published(reporter, shared / f"{index}.{rank}.since"),
                              _transport=clean)
     t1 = time.monotonic()
