@@ -282,5 +282,6 @@ def _simulated_vs_measured(path: str, file: str, outcome: FileOutcome, model: st
     except (CostError, OSError, PpsError, UsageError):
         return ""
     us = measured * 1e6
-    return (f"; ppdsl simulate {file} --costs {path}: makespan {num(sim.makespan)} us vs measured step {us:.0f} us "
+    model_flag = "" if model == "rendezvous" else f" --comm-model {model}"
+    return (f"; ppdsl simulate {file} --costs {path}{model_flag}: makespan {num(sim.makespan)} us vs measured step {us:.0f} us "
             f"({(sim.makespan - us) / us * 100:+.1f}%)")

@@ -138,10 +138,11 @@ def test_default_run_trains_prints_each_loss_and_profiles(capsys: pytest.Capture
     assert len(losses) == 3 and all(x > 0 for x in losses)
     costs = parse_profile(profile.read_text())  # the simulator reads what the runtime wrote
     assert costs.unit == "us" and costs.get("F_s0") and costs.get("I_s1") and costs.get("W_s1") and costs.get("comm")
-    said = re.search(r"makespan ([0-9.]+) us vs measured step (\d+) us", out)
+    said = re.search(r"--comm-model buffered: makespan ([0-9.]+) us vs measured step (\d+) us", out)
     assert said, out
-    # One number for "simulated step": `ppdsl simulate` on the same file and profile prints it.
-    assert main(["simulate", str(f), "--costs", str(profile)]) == 0
+    # One number for "simulated step": `ppdsl simulate` on the same file, profile and model (sends
+    # in the background: buffered) prints it.
+    assert main(["simulate", str(f), "--costs", str(profile), "--comm-model", "buffered"]) == 0
     sim_out = capsys.readouterr().out
     assert "lowered to explicit send/recv" in sim_out
     assert f"\nmakespan: {said.group(1)}\n" in sim_out
