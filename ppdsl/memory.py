@@ -25,7 +25,7 @@ from operator import and_, eq, rshift
 from attrs import frozen
 
 from .encoding import B, Encoded, F, I, W, encode
-from .layout import KIND_BITS, KIND_MASK
+from .layout import KIND_BITS, KIND_MASK, KIND_SPACE
 from .ir import Program
 
 
@@ -59,7 +59,7 @@ def signs(split: bool) -> list[int]:
     activations live, -1 for the one that frees them, 0 otherwise. `split`: the backward is
     split, so its `W` frees (the weight gradient still needs the saved inputs), not its `I`.
     The one statement of the model: `_deltas` and the search's memory read it."""
-    sign = [0] * (KIND_MASK + 1)
+    sign = [0] * KIND_SPACE
     sign[F] = 1
     sign[W if split else B] = -1
     return sign
