@@ -165,33 +165,7 @@ class RowReader(Reporter):
         line, col = item.line or 1, item.column or 1
         try:
             if item.type == "ACTIONS":
-                if "\n" in item:  # pragma: no cover - the terminal cannot span lines
-                    raise AssertionError
-                aside = self.set_aside.get(line)
-                if aside is not None and aside[0] == col and (aside[2] is not None or len(aside[1]) == len(item)):
-                    text, whole = aside[1], aside[2]  # the run read before Lark (set aside, or not read whole)
-                else:
-                    text = str(item)
-                    whole = self.runs.read(text) if self.whole_runs else None
-                fast = self.tokens.within(whole, self.runs) if whole is not None and self.tokens is not None else None
-                self.whole = text if fast is not None else None
-                if fast is None and self.tokens is not None:
-                    fast = self.tokens.codes(text.split())
-                if fast is None:  # something to report: token by token, every bad one told
-                    self.make_steps(steps)
-                    pos.append(Segment(len(steps), line, col, text))
-                    for err in scan.locate_run(text, bounds, steps, IDLE, MAX_REPORTED_ERRORS):  # type: ignore[arg-type]
-                        self.note(self.error(err.code, err.message, line, col + err.offset, err.width, err.help))
-                elif self.known is None:  # the row already has steps: these join them
-                    pos.append(Segment(len(steps), line, col, text))
-                    steps.extend(steps_from_codes(fast, IDLE))  # type: ignore[arg-type]
-                else:
-                    pos.append(Segment(len(self.known[0]), line, col, text))
-                    if self.known[0]:
-                        self.known[0].extend(fast[0])
-                        self.known[1].extend(fast[1])
-                    else:  # the row's first run: its lists are the reader's fresh ones
-                        self.known = fast
+                self.plain_run(item, line, col, bounds, steps, pos)
                 return
             self.make_steps(steps)  # a range, an overlapped pair or a batch: the row is made of steps
             if item.type == "RANGED":
@@ -205,6 +179,45 @@ class RowReader(Reporter):
                 steps.append(self.batch(str(item), bounds))
         except scan.ScanError as err:
             self.note(self.error(err.code, err.message, line, col + err.offset, err.width, err.help))
+
+    def run_codes(self, item: Token, line: int, col: int) -> tuple[str, RowCodes | None]:
+        """The run's real text and its integers, read by the fast readers (whole, else word by
+        word); None when they refuse it (it has an error to report)."""
+        aside = self.set_aside.get(line)
+        if aside is not None and aside[0] == col and (aside[2] is not None or len(aside[1]) == len(item)):
+            text, whole = aside[1], aside[2]  # the run read before Lark (set aside, or not read whole)
+        else:
+            text = str(item)
+            whole = self.runs.read(text) if self.whole_runs else None
+        fast = self.tokens.within(whole, self.runs) if whole is not None and self.tokens is not None else None
+        self.whole = text if fast is not None else None
+        if fast is None and self.tokens is not None:
+            fast = self.tokens.codes(text.split())
+        return text, fast
+
+    def plain_run(self, item: Token, line: int, col: int, bounds: scan.Bounds, steps: list[Step],
+                  pos: list[Segment]) -> None:
+        """A run of plain tokens joins its row in one of three forms: kept as integers while
+        the row has only such runs (`known`), made into steps once the row has others, or read
+        token by token by the error locator when the fast readers refuse it."""
+        if "\n" in item:  # pragma: no cover - the terminal cannot span lines
+            raise AssertionError
+        text, fast = self.run_codes(item, line, col)
+        if fast is None:  # something to report: token by token, every bad one told
+            self.make_steps(steps)
+            pos.append(Segment(len(steps), line, col, text))
+            for err in scan.locate_run(text, bounds, steps, IDLE, MAX_REPORTED_ERRORS):  # type: ignore[arg-type]
+                self.note(self.error(err.code, err.message, line, col + err.offset, err.width, err.help))
+        elif self.known is None:  # the row already has steps: these join them
+            pos.append(Segment(len(steps), line, col, text))
+            steps.extend(steps_from_codes(fast, IDLE))  # type: ignore[arg-type]
+        else:
+            pos.append(Segment(len(self.known[0]), line, col, text))
+            if self.known[0]:
+                self.known[0].extend(fast[0])
+                self.known[1].extend(fast[1])
+            else:  # the row's first run: its lists are the reader's fresh ones
+                self.known = fast
 
     def make_steps(self, steps: list[Step]) -> None:
         """From here on the row is built as steps: the plain runs read before become steps."""
