@@ -49,8 +49,8 @@ from typing import cast
 from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of
 # The layout of codes and keys, and the peer and matching rules, live in their own modules;
 # they are named here too, where the rest of the encoding is read from.
-from .layout import (kind_of as kind_of, sm_of as sm_of, key as key, key_sm as key_sm, key_slot as key_slot,
-    code_key as code_key, KIND_MASK as KIND_MASK, SLOT_BITS as SLOT_BITS, SLOT_MASK as SLOT_MASK,
+from .layout import (kind_of as kind_of, sm_of as sm_of, key_of as key_of, key_sm as key_sm, key_slot as key_slot,
+    code_key as code_key, KIND_MASK as KIND_MASK, KIND_SPACE as KIND_SPACE, SLOT_BITS as SLOT_BITS, SLOT_MASK as SLOT_MASK,
     INVALID_CODE as INVALID_CODE, SHIFT as SHIFT, LOW as LOW, F as F, I as I, W as W, B as B, SEND_F as SEND_F,
     RECV_F as RECV_F, SEND_B as SEND_B, RECV_B as RECV_B, KIND_OF as KIND_OF, F_DONE as F_DONE,
     GRAD_DONE as GRAD_DONE, I_DONE as I_DONE, RECV_F_DONE as RECV_F_DONE, RECV_B_DONE as RECV_B_DONE,
@@ -390,8 +390,8 @@ def comm_tables(M: int, buffered: bool) -> tuple[list[int], list[int | None], li
     nothing; a send waits for its producer, and a buffered receive for its send); it completes
     the key of slot `out_slot[kind]` of its own sm."""
     peer_delta = named_deltas(M)
-    need_off: list[int | None] = [None] * 16
-    out_slot = [0] * 16
+    need_off: list[int | None] = [None] * KIND_SPACE
+    out_slot = [0] * KIND_SPACE
     for k in COMM_KINDS:
         out_slot[k] = COMPLETES[k]
         if k in SEND_NEEDS:
@@ -442,16 +442,16 @@ def code_of(action: Action, microbatches: int) -> int:
 def recv_offsets(M: int) -> list[int]:
     """Per kind of send/receive: the offset from `code_key(code, 0)` to the key the receive of
     its pair completes (its own for a receive; its peer's for a send)."""
-    off = [0] * 16
+    off = [0] * KIND_SPACE
     off[RECV_F], off[RECV_B] = RECV_F_DONE, RECV_B_DONE
-    off[SEND_F], off[SEND_B] = key(M, RECV_F_DONE), key(-M, RECV_B_DONE)
+    off[SEND_F], off[SEND_B] = key_of(M, RECV_F_DONE), key_of(-M, RECV_B_DONE)
     return off
 
 
 def input_tables(S: int, M: int, placement: tuple[int, ...], with_comms: bool
                  ) -> tuple[list[list[int]], list[list[bool]]]:
     """Per compute kind (indexed by Kind value), per (stage, microbatch) `sm`: the offset from
-    `key(sm, 0)` to the key of its input from a neighbouring stage (`INPUT_FROM_STAGE`; NOTHING:
+    `key_of(sm, 0)` to the key of its input from a neighbouring stage (`INPUT_FROM_STAGE`; NOTHING:
     none, as at the ends of the pipeline and for W); per compute kind and stage, whether that
     input crosses ranks with no receive (compute-only programs: the hand-off costs a message
     time). Lists of shared small objects: the loops read them in order. An offset is the same

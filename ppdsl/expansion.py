@@ -1,6 +1,6 @@
 """A `use` line's generator, run: the pass above the syntax that makes a file's rows.
 
-The parser reads a `use` line as data (`syntax.parser.UseLine`); this module looks its name up
+The parser reads a `use` line as data (`syntax.handoff.UseLine`); this module looks its name up
 in `GENERATORS` (the registry's generators and the search, one table), runs it in a `Context`
 (the header's sizes and mode, the file's costs line) within the file's bound on steps, and
 tells every problem under the argument, name or header option it concerns. Here, not in the
@@ -20,7 +20,8 @@ from .generators.registry import Context, GeneratorError, GeneratorSpec
 from .ir import Generated, Program, SourceMap, Span
 from .limits import steps_help
 from .search import use as search_use
-from .syntax.parser import Unexpanded, read
+from .syntax.handoff import Unexpanded
+from .syntax.parser import read
 
 # Every generator a `use` line may name, in the order `ppdsl` lists them.
 GENERATORS: Mapping[str, GeneratorSpec] = {**registry.REGISTRY, search_use.SPEC.name: search_use.SPEC}

@@ -6,7 +6,7 @@
   `MB_STRIDE` are the bulk forms derived from `code`;
 - a *stage-kind* ("sk", `stage_kind`) is how a reader keeps a step before it knows the
   microbatch count: `stage << KIND_BITS | kind`;
-- a *key* is one thing that completes: `key = sm << SLOT_BITS | slot` (`key`, `key_sm`,
+- a *key* is one thing that completes: `key = sm << SLOT_BITS | slot` (`key_of`, `key_sm`,
   `key_slot`), the slots F_DONE..MSG_B_SENT below;
 - a *place* is `rank << SHIFT | i`, i the index of an action in its rank's codes.
 
@@ -33,7 +33,8 @@ LOW = (1 << SHIFT) - 1
 # Kind numbers as plain ints (IntEnum arithmetic is slower on the hot paths).
 F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)
 SEND_F, RECV_F, SEND_B, RECV_B = int(Kind.SEND_F), int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
-KIND_OF: tuple[Kind, ...] = tuple(Kind(k) if k < len(Kind) else Kind.F for k in range(16))
+KIND_SPACE = KIND_MASK + 1  # how many kind values the low bits hold: the length of a table per kind
+KIND_OF: tuple[Kind, ...] = tuple(Kind(k) if k < len(Kind) else Kind.F for k in range(KIND_SPACE))
 
 # Slots of a dependency key: key = sm << 3 | slot, where sm = stage * microbatches + mb.
 F_DONE, GRAD_DONE, I_DONE, RECV_F_DONE, RECV_B_DONE, MSG_F_SENT, MSG_B_SENT = range(7)
@@ -65,7 +66,7 @@ def sm_of(code: int) -> int:
     return code >> KIND_BITS
 
 
-def key(sm: int, slot: int) -> int:
+def key_of(sm: int, slot: int) -> int:
     """The key of slot `slot` of the stage-and-microbatch `sm`."""
     return sm << SLOT_BITS | slot
 

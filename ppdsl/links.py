@@ -12,7 +12,7 @@ from itertools import compress, repeat
 from operator import add, and_, eq, lt
 from typing import TYPE_CHECKING
 
-from .layout import COMM_KINDS, KIND_BITS, KIND_MASK, RECV_B, RECV_F, SEND_B, SEND_F, code_space, kind_of, kind_slice
+from .layout import COMM_KINDS, KIND_BITS, KIND_MASK, KIND_SPACE, RECV_B, RECV_F, SEND_B, SEND_F, code_space, kind_of, kind_slice
 
 if TYPE_CHECKING:
     from .encoding import Encoded
@@ -30,7 +30,7 @@ PEER_OF_KIND: dict[int, tuple[int, int]] = {SEND_F: (1, RECV_F), RECV_F: (-1, SE
 
 def named_deltas(M: int) -> list[int]:
     """Per kind: `code + delta[kind]` is the operation a send or receive names as its peer."""
-    delta = [0] * 16
+    delta = [0] * KIND_SPACE
     for k, (step, peer) in PEER_OF_KIND.items():
         delta[k] = (step * M << KIND_BITS) + peer - k
     return delta

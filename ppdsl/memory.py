@@ -28,7 +28,7 @@ from attrs import field, frozen
 
 from .cuts import carried
 from .encoding import B, Encoded, F, I, W, encode
-from .layout import KIND_BITS, KIND_MASK
+from .layout import KIND_BITS, KIND_MASK, KIND_SPACE
 from .ir import Program
 
 
@@ -70,7 +70,7 @@ def signs(split: bool) -> list[int]:
     activations live, -1 for the one that frees them, 0 otherwise. `split`: the backward is
     split, so its `W` frees (the weight gradient still needs the saved inputs), not its `I`.
     The one statement of the model: `_deltas` and the search's memory read it."""
-    sign = [0] * (KIND_MASK + 1)
+    sign = [0] * KIND_SPACE
     sign[F] = 1
     sign[W if split else B] = -1
     return sign

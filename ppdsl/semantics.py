@@ -60,7 +60,7 @@ from typing import cast
 
 from attrs import frozen
 
-from .layout import kind_of
+from .layout import KIND_SPACE, key_of, kind_of
 from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, MB_STRIDE, NO_PEER, NOTHING, PRODUCERS,
                        SLOT_BITS, SLOT_MASK, B, Encoded, Needs, RECV_B, SHIFT, code_space, compute_outputs, encode,
                        kind_slice, peer_code, producers, received_key, sent_key)
@@ -316,7 +316,7 @@ class _Engine:
         unit = timing.is_unit
         needs = self.needs = enc.needs(buffered)  # the tables of what each code waits for (encoding.Needs)
         local_slot, input_off, out_slots = needs.local_slot, needs.input_off, needs.out_slots
-        dur, dur_mask, hop_time = self._durations(with_comms, needs.input_hop) if timed else ([0.0] * 16, DUR_PER_KIND, None)
+        dur, dur_mask, hop_time = self._durations(with_comms, needs.input_hop) if timed else ([0.0] * KIND_SPACE, DUR_PER_KIND, None)
         peer_delta, need_off, recv_off = needs.peer_delta, needs.need_off, needs.recv_off
         out_slot = needs.out_slot
         meets = needs.meets  # where a link's order differs from the labels: who meets whom
@@ -324,7 +324,7 @@ class _Engine:
         # Completion time per key (-1: not yet). M microbatches' worth of keys past the end
         # that nothing writes: the input of a send or receive to a stage outside the pipeline
         # lands there (a negative key wraps around to them) and never completes.
-        size = (S * M + M) << 3
+        size = key_of(S * M + M, 0)
         if timed:
             done = [-1.0] * size
             done[NOTHING::8] = [0.0] * (S * M + M)  # what waits for nothing waits for a key done at 0

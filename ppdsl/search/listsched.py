@@ -196,8 +196,9 @@ def run(problem: Problem, policy: Policy, bias: list[float] | None = None) -> Or
             g_end[sm] = end
             rows[r].append(sm * n_slots + GRAD)
             if split:
-                wq[r].append(sm)
-            live[r] += g_delta[s]
+                wq[r].append(sm)  # its W frees the activation (g_delta is 0)
+            else:
+                live[r] += g_delta[s]
             # wake the rank that waits for this gradient
             if s > 0:
                 q = placement[s - 1]

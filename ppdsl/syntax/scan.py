@@ -1,7 +1,7 @@
 """Scanning action tokens: the readers that turn runs of tokens into integers or actions.
 
 A run of canonical tokens and idle ones, `0F0 _ 0B0` (or a CSV row's cells), is read whole by
-`PlainRuns`, before Lark sees the row (see `parser._Builder.set_aside_runs`): a few C-level
+`PlainRuns`, before Lark sees the row (see `rows.RowReader.set_aside_runs`): a few C-level
 string passes over the run and two dictionary lookups a word, into the integers `ir.RowCodes`.
 Lark hands over the other runs of tokens (`0F0 0F1 0B0 ...`). `TokenReader` turns a run (or a
 CSV row's cells) into actions without a regex or a Python frame per token: the run is split by
@@ -27,8 +27,16 @@ from typing import TypeVar, cast
 from ..ir import KIND_BITS, KIND_BY_NAME, Action, Kind, RowCodes, make_action, steps_from_codes
 from ..limits import MAX_MICROBATCHES, MAX_STAGES
 
-TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)(?=\s|\Z)|(_)(?=\s|\Z)|(\S+)")
-_ONE_TOKEN_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
+# The token syntax, stated once: [stage][kind][microbatch], the microbatch left out for a
+# stage-only kind, and `_` for an idle step. Every reader below matches these pieces (the
+# grammar's ACTIONS terminal only finds where a run of words starts and ends).
+_STAGE, _KIND, _MICRO = r"(\d+)", r"([A-Z_]+)", r"(\d*)"
+IDLE_WORD = "_"
+_ONE_TOKEN_RE = re.compile(_STAGE + _KIND + _MICRO + r"\Z")
+_PREFIX_RE = re.compile(_STAGE + _KIND + r"\Z")  # a token without its microbatch digits
+# A run for the reader that locates errors: a token, an idle word, or anything else (a bad word).
+TOKEN_RE = re.compile(_STAGE + _KIND + _MICRO + r"(?=\s|\Z)|(" + IDLE_WORD + r")(?=\s|\Z)|(\S+)")
+_DIGITS = "0123456789"  # what ends a token: its microbatch
 _PART_RE = re.compile(r"(\d+|\{[^}]*\})([A-Za-z_]+)(\d+|\{[^}]*\})?\Z")
 _RANGE_RE = re.compile(r"\{\s*(\d+)\s*\.\.\s*(\d+)\s*\}\Z")
 
@@ -117,8 +125,6 @@ def _short(word: str) -> str:
 
 
 
-_PREFIX_RE = re.compile(r"(\d+)([A-Z_]+)\Z")
-_DIGITS = "0123456789"
 
 
 Value = TypeVar("Value")
@@ -272,9 +278,9 @@ class PlainRuns:
         that each fell apart into a prefix and a microbatch (see `_learn_micros`)."""
         learned: dict[str, int | None] = {}
         for prefix in new:
-            m = _CANONICAL_PREFIX_RE.match(prefix)
+            m = _PREFIX_RE.match(prefix)
             kind = self.names.get(m.group(2)) if m else None
-            if m is None or kind is None or kind.stage_only or int(m.group(1)) >= MAX_STAGES:
+            if m is None or kind is None or kind.stage_only or not canonical(m.group(1)) or int(m.group(1)) >= MAX_STAGES:
                 return False
             learned[prefix] = int(m.group(1)) << KIND_BITS | kind
         self.sk_of.update(learned)
@@ -289,7 +295,7 @@ class PlainRuns:
         one digits or nothing (so each is a word's end): each word is then one of each."""
         learned: dict[str, int | None] = {}
         for digits in new:
-            if _CANONICAL_NUMBER_RE.match(digits) is None or int(digits) >= MAX_MICROBATCHES:
+            if not canonical(digits) or int(digits) >= MAX_MICROBATCHES:
                 return False
             learned[digits] = int(digits)
         self.micro_of.update(learned)
@@ -327,8 +333,12 @@ class PlainRuns:
 # not read whole).
 IDLE_MARK = "~"
 
-_CANONICAL_PREFIX_RE = re.compile(r"(0|[1-9][0-9]{0,17})([A-Z_]+)\Z")
 _CANONICAL_NUMBER_RE = re.compile(r"(?:0|[1-9][0-9]{0,17})\Z")
+
+
+def canonical(digits: str) -> bool:
+    """Whether a number is written as the printer writes it: no leading zero, within `HUGE`."""
+    return _CANONICAL_NUMBER_RE.match(digits) is not None
 
 
 def locate_run(text: str, bounds: Bounds, out: list[object], idle: object, limit: int) -> list[ScanError]:
