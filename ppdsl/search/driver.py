@@ -23,9 +23,11 @@ from attrs import frozen
 from ..costs import CostModel
 from ..ir import Kind, Program, Step, make_action
 from ..memory import EPSILON
+from .blocks import block_orders
 from .exact import MAX_PAIRS, pairs, solve
 from .exact import available as exact_available
 from .listsched import Order, Policy, default_limits, random_policy, run
+from .gaps import fill_gaps
 from .local import improve
 from .named import NamedResult, best_fitting, named_results, seed_rows
 from .problem import Problem, cuts_of, make_problem
@@ -37,6 +39,12 @@ from .slots import FWD, GRAD, SLOTS, sm_and_slot
 CANDIDATES = 6000
 ACTION_STEPS = 1_500_000
 MIN_CANDIDATES = 800
+# Building blocks tried per V shape, and the action-steps their memory check may cost (each is
+# a cheap prefix sum; only those within the limit are reworked and priced).
+BLOCKS = 2000
+BLOCK_STEPS = 3_000_000
+FILLED = 3  # the shortest reworked blocks whose gaps are filled
+FILL_CANDIDATES = 600  # orders priced per gap filling at most (8 x 32 needs about 300)
 EXACT_SECONDS = 5.0  # per shape, for the MILP on a small problem
 # A result within this relative gap of a lower bound is reported optimal: HiGHS's own default
 # gap, far below any difference two real costs make.
@@ -76,6 +84,11 @@ class Infeasible:
 def budget(problem: Problem) -> int:
     actions = problem.stages * problem.microbatches * SLOTS
     return max(MIN_CANDIDATES, min(CANDIDATES, ACTION_STEPS // actions))
+
+
+def block_budget(problem: Problem) -> int:
+    actions = problem.stages * problem.microbatches * SLOTS
+    return max(MIN_CANDIDATES // 4, min(BLOCKS, BLOCK_STEPS // actions))
 
 
 def lower_bound(problem: Problem) -> float:
@@ -138,6 +151,16 @@ def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidat
         t = replay(problem, rows)
         if t is not None:
             best.offer(rows, t, name)
+    # Phase 0 (V only): building blocks with their ends reworked, the shortest gap-filled.
+    orders, tried = block_orders(problem, block_budget(problem), rng)
+    best.count += tried
+    for t, rows in orders[:FILLED]:
+        if stop():
+            return best
+        filled, t, priced = fill_gaps(problem, rows, FILL_CANDIDATES, stop)
+        best.count += priced
+        best.offer(filled, t, "building block + gap filling")
+    spent = best.count  # the phases below keep their own budgets
     # Phase 1: list-scheduling policies.
     policies: list[tuple[float, Policy]] = []
     tries = [Policy(default_limits(problem)), Policy(default_limits(problem), reserve=False)]
@@ -175,12 +198,16 @@ def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidat
                     best.count += 1
     # Phase 3: local search over the best order.
     if best.rows is not None:
-        n3 = candidates - best.count
+        n3 = candidates + spent - best.count
         if n3 > 0:
             rows, t = improve(problem, best.rows, best.makespan, n3, rng, stop)
             best.count += n3
             if t < best.makespan - EPSILON:
                 best.rows, best.makespan, best.start = rows, t, best.start + " + local search"
+        filled, t, priced = fill_gaps(problem, best.rows, FILL_CANDIDATES, stop)
+        best.count += priced
+        if t < best.makespan - EPSILON:
+            best.rows, best.makespan, best.start = filled, t, best.start + " + gap filling"
     return best
 
 
