@@ -92,27 +92,54 @@ def block_budget(problem: Problem) -> int:
 
 
 def lower_bound(problem: Problem) -> float:
-    """No schedule is shorter: a rank's work after the first input can reach it, or one
-    microbatch's whole chain of forwards, input gradients and its last weight gradient."""
+    """No schedule is shorter than the longest of: one microbatch's whole chain of forwards,
+    input gradients and its last weight gradient; and, for each rank, the time its first
+    input can reach it plus its work plus the idle time memory forces on it before its first
+    free can start.
+
+    The last term, for rank r with first input at `a` (`arrive`): let `t` be the earliest a
+    freeing action (`W`; `B` unsplit) of r can start, and `g` the earliest any of its
+    gradients can. Until r's first free starts, its live activations only grow, so the
+    forwards it runs before then weigh at most the limit L together, and take at most
+    L x (the largest cost-to-weight ratio of its stages) of its time; its gradients (with a
+    split backward; unsplit, the gradient is the free) cannot run before `g`, so they take at
+    most t - g of [a, t]. Nothing else can run before a free (a `W` needs its own gradient), so
+    r idles at least (t - a) - that in [a, t], and all its work lies after a. At a limit that
+    holds a rank's whole warm-up this term is 0 (ZB-V at p meets the bound); below it, it is
+    the warm-up bubble the limit forces on the last rank.
+    """
     P, S, M = problem.ranks, problem.stages, problem.microbatches
     gk = 1 if problem.split else 3
+    cost = problem.cost
+
+    def hop(a: int, b: int) -> float:
+        return problem.comm if problem.placement[a] != problem.placement[b] else 0.0
+
     arrive = [0.0] * S  # earliest start of F(s, 0)
     for s in range(1, S):
-        hop = problem.comm if problem.placement[s - 1] != problem.placement[s] else 0.0
-        arrive[s] = arrive[s - 1] + problem.cost[s - 1][0] + hop
+        arrive[s] = arrive[s - 1] + cost[s - 1][0] + hop(s - 1, s)
+    grad = [0.0] * S  # earliest start of stage s's first gradient
+    grad[S - 1] = arrive[S - 1] + cost[S - 1][0]
+    for s in range(S - 2, -1, -1):
+        grad[s] = max(arrive[s] + cost[s][0], grad[s + 1] + cost[s + 1][gk] + hop(s + 1, s))
+    weight = problem.weight
     bound = 0.0
     for r in range(P):
         mine = [s for s in range(S) if problem.placement[s] == r]
-        work = sum(M * (problem.cost[s][0] + problem.cost[s][gk] + (problem.cost[s][2] if problem.split else 0.0))
-                   for s in mine)
-        bound = max(bound, min(arrive[s] for s in mine) + work)
-    chain = arrive[S - 1] + problem.cost[S - 1][0]
+        work = sum(M * (cost[s][0] + cost[s][gk] + (cost[s][2] if problem.split else 0.0)) for s in mine)
+        first = min(arrive[s] for s in mine)
+        g = min(grad[s] for s in mine)
+        t = min(grad[s] + cost[s][gk] for s in mine) if problem.split else g
+        forwards = problem.limit * max(cost[s][0] / weight[s] for s in mine)
+        idle = max(0.0, (t - first) - forwards - max(0.0, t - g))
+        bound = max(bound, first + work + idle)
+    chain = arrive[S - 1] + cost[S - 1][0]
     for s in range(S - 1, -1, -1):
-        chain += problem.cost[s][gk]
-        if s > 0 and problem.placement[s - 1] != problem.placement[s]:
-            chain += problem.comm
+        chain += cost[s][gk]
+        if s > 0:
+            chain += hop(s - 1, s)
     if problem.split:
-        chain += problem.cost[0][2]
+        chain += cost[0][2]
     return max(bound, chain)
 
 
