@@ -22,7 +22,8 @@ named generator here, so it is in the "best named" column.
 Claims checked (exit 1 if one fails): the search is never longer than the best named
 generator that fits, nor than a published reference for the case; it is shorter than the best
 fitting named generator by at least 1% in at least four unit-cost cases; each unit-cost case
-takes at most 60 s (both shapes; on a loaded machine say so beside the figures); with uneven
+takes at most 60 s of the process's CPU time, both shapes (the wall-clock seconds are printed
+beside it: on a machine shared with other work they are longer; say so beside them); with uneven
 costs it is no longer than any fitting named generator. The lower bound (`lower_bound`) is
 printed beside each result; "yes" under optimal means the result meets it. Every schedule it
 returns has been simulated, checked and lowered (`ppdsl.search.output.finish`) before it is
@@ -62,26 +63,27 @@ def uneven(p: int) -> CostModel:
     return parse_inline(",".join([*keys, "comm=0.05", "overlap=0"]))
 
 
-def one(p: int, m: int, limit: float, costs: CostModel) -> tuple[str, float | None, Found, float]:
+def one(p: int, m: int, limit: float, costs: CostModel) -> tuple[str, float | None, Found, float, float]:
+    """The best fitting named generator, the search's result, its wall and CPU seconds."""
     named = best_fitting(named_results(p, m, costs), limit)
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     result = search(p, m, costs, limit)
     assert isinstance(result, Found)
     found = finish(result, costs)
-    seconds = time.monotonic() - t0
-    return named.name if named else "-", named.makespan if named else None, found, seconds
+    return (named.name if named else "-", named.makespan if named else None, found, time.monotonic() - t0,
+            time.process_time() - c0)
 
 
-HEADER = ("| case | limit | best named (makespan) | published | search | lower bound | shorter | shape | seconds | optimal |\n"
-          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+HEADER = ("| case | limit | best named (makespan) | published | search | lower bound | shorter | shape | seconds | cpu s | optimal |\n"
+          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 
 
-def row(p: int, m: int, limit: float, name: str, theirs: float | None, found: Found, seconds: float) -> str:
+def row(p: int, m: int, limit: float, name: str, theirs: float | None, found: Found, seconds: float, cpu: float) -> str:
     gain = "-" if not theirs else ("as short" if found.makespan >= theirs * (1 - 5e-4) else f"{1 - found.makespan / theirs:.1%}")
     shown = f"{name} ({theirs:g})" if theirs is not None else "none fits"
     published = PUBLISHED.get((p, m, int(limit)))
     return (f"| ({p},{m}) | {limit:g} | {shown} | {published[0]:g} | " if published else f"| ({p},{m}) | {limit:g} | {shown} | - | ") + (
-        f"{found.makespan:g} | {found.lower_bound:g} | {gain} | {found.stages_per_rank} | {seconds:.1f} | "
+        f"{found.makespan:g} | {found.lower_bound:g} | {gain} | {found.stages_per_rank} | {seconds:.1f} | {cpu:.1f} | "
         f"{'yes' if found.optimal else 'no'} |")
 
 
@@ -97,29 +99,29 @@ def main() -> int:
     print(HEADER)
     for p, m in cases:
         for limit in limits(p):
-            name, theirs, found, seconds = one(p, m, limit, unit)
+            name, theirs, found, seconds, cpu = one(p, m, limit, unit)
             mine = found.makespan
             if theirs is not None and mine > theirs + 1e-9:
                 failures.append(f"({p},{m}) limit {limit}: search {mine} > {name} {theirs}")
             published = PUBLISHED.get((p, m, limit))
             if published is not None and mine > published[0] + 1e-9:
                 failures.append(f"({p},{m}) limit {limit}: search {mine} > published {published[0]} ({published[1]})")
-            if seconds > SECONDS:
-                failures.append(f"({p},{m}) limit {limit}: {seconds:.1f} s > {SECONDS:g} s")
+            if cpu > SECONDS:
+                failures.append(f"({p},{m}) limit {limit}: {cpu:.1f} s of CPU > {SECONDS:g} s")
             if mine < found.lower_bound - 1e-9:
                 failures.append(f"({p},{m}) limit {limit}: found {mine} under the lower bound {found.lower_bound}")
             wins += theirs is not None and mine <= 0.99 * theirs + 1e-9
-            print(row(p, m, limit, name, theirs, found, seconds), flush=True)
+            print(row(p, m, limit, name, theirs, found, seconds, cpu), flush=True)
     if wins < WINS:
         failures.append(f"shorter by >= 1% in {wins} unit-cost cases, fewer than {WINS}")
     print("\nuneven costs: first stage 1.2x, last 1.5x, comm 0.05, overlap 0; limit p")
     print(HEADER)
     for p, m in cases:
         costs = uneven(p)
-        name, theirs, found, seconds = one(p, m, p, costs)
+        name, theirs, found, seconds, cpu = one(p, m, p, costs)
         if theirs is not None and found.makespan > theirs + 1e-9:
             failures.append(f"uneven ({p},{m}): search {found.makespan} > {name} {theirs}")
-        print(row(p, m, p, name, theirs, found, seconds), flush=True)
+        print(row(p, m, p, name, theirs, found, seconds, cpu), flush=True)
     if args.speed:
         print("\nspeed (unit costs, limit (p+2)//2, both shapes)")
         for p, m, budget in ((8, 32, 60.0), (16, 64, 300.0)):

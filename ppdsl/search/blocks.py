@@ -30,7 +30,7 @@ actions), so a block that suits unit costs but not yours is simply a worse candi
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import permutations
 
 from ..memory import EPSILON
@@ -201,10 +201,12 @@ def reworked(problem: Problem, rows: Sequence[Sequence[int]]) -> Rows:
     return out
 
 
-def block_orders(problem: Problem, budget: int, rng: random.Random) -> tuple[list[tuple[float, Rows]], int]:
+def block_orders(problem: Problem, budget: int, rng: random.Random,
+                 stop: Callable[[], bool] = lambda: False) -> tuple[list[tuple[float, Rows]], int]:
     """The reworked orders of up to `budget` building blocks (a sample drawn with `rng` when
     there are more) whose repeated order fits the limit, shortest first, with their
-    makespans, and how many blocks were tried (a V problem only; none for a loop)."""
+    makespans, and how many blocks were tried (a V problem only; none for a loop). `stop`
+    ends the tries early (a time limit)."""
     if problem.stages_per_rank != 2:
         return [], 0
     every = list(blocks(problem.ranks))
@@ -213,7 +215,11 @@ def block_orders(problem: Problem, budget: int, rng: random.Random) -> tuple[lis
     limit = problem.limit + EPSILON
     found: list[tuple[float, Rows]] = []
     seen: set[tuple[tuple[int, ...], ...]] = set()
+    tried = 0
     for block in every:
+        if tried % 64 == 0 and stop():
+            break
+        tried += 1
         rows = repeated(problem, block)
         if max(peaks(problem, rows)) > limit:
             continue
@@ -226,4 +232,4 @@ def block_orders(problem: Problem, budget: int, rng: random.Random) -> tuple[lis
         if t is not None:
             found.append((t, rows))
     found.sort(key=lambda x: x[0])
-    return found, len(every)
+    return found, tried

@@ -53,7 +53,11 @@ PROOF_TOLERANCE = 1e-4
 # whole share stay live until its backward (a V rank holds both chunks at its turn).
 SMALLEST_LIMIT = 1.0
 
-Progress = Callable[[float, float, int], None]  # (best makespan, seconds elapsed, candidates priced)
+# (best makespan, seconds elapsed, candidates priced, candidates the budget allows in all)
+Progress = Callable[[float, float, int, int], None]
+ShapeProgress = Callable[[float, float, int], None]  # one shape's: the first three
+# Whether the exact MILP (`exact.py`) ran, and if not why: what `Found.exact` holds.
+EXACT_RAN, EXACT_MISSING, EXACT_TOO_LARGE, EXACT_OFF = "ran", "scipy not installed", "too large", "off"
 
 
 @frozen
@@ -73,6 +77,9 @@ class Found:
     start: str  # what the winning order grew from
     named: NamedResult | None  # the best named generator within the limit, for comparison
     cuts: int  # how many stages the per-stage costs number (see problem.reshape)
+    planned: int = 0  # the candidates the budget allows over every shape (`planned`)
+    exact: str = EXACT_OFF  # EXACT_RAN, or why the MILP did not run
+    pairs: int = 0  # the MILP's ordering binaries for the largest shape (`exact.pairs`)
 
 
 @frozen
@@ -84,6 +91,14 @@ class Infeasible:
 def budget(problem: Problem) -> int:
     actions = problem.stages * problem.microbatches * SLOTS
     return max(MIN_CANDIDATES, min(CANDIDATES, ACTION_STEPS // actions))
+
+
+def planned(problem: Problem) -> int:
+    """The candidates a shape's search may price: its phases' budget, the building blocks
+    and every gap filling (what progress counts towards)."""
+    blocks = block_budget(problem) if problem.stages_per_rank == 2 else 0
+    fills = (FILLED + 1) * FILL_CANDIDATES if problem.stages_per_rank == 2 else FILL_CANDIDATES
+    return budget(problem) + blocks + fills
 
 
 def block_budget(problem: Problem) -> int:
@@ -144,7 +159,7 @@ def lower_bound(problem: Problem) -> float:
 
 
 class _Best:
-    def __init__(self, problem: Problem, progress: Progress | None, started: float):
+    def __init__(self, problem: Problem, progress: ShapeProgress | None, started: float):
         self.problem = problem
         self.rows: list[list[int]] | None = None
         self.makespan = math.inf
@@ -167,7 +182,7 @@ class _Best:
 
 
 def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidates: int,
-                 deadline: float | None, progress: Progress | None, started: float) -> _Best:
+                 deadline: float | None, progress: ShapeProgress | None, started: float) -> _Best:
     rng = random.Random(seed)
     best = _Best(problem, progress, started)
 
@@ -179,7 +194,7 @@ def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidat
         if t is not None:
             best.offer(rows, t, name)
     # Phase 0 (V only): building blocks with their ends reworked, the shortest gap-filled.
-    orders, tried = block_orders(problem, block_budget(problem), rng)
+    orders, tried = block_orders(problem, block_budget(problem), rng, stop)
     best.count += tried
     for t, rows in orders[:FILLED]:
         if stop():
@@ -291,22 +306,26 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     named = named_results(ranks, microbatches, costs, cuts)
     results: list[tuple[float, int, Problem, _Best]] = []
     done_best, done_count = math.inf, 0
-    for k, v in enumerate(shapes):
-        problem = make_problem(ranks, microbatches, v, limit, costs, cuts=cuts)
-        report: Progress | None = None
+    problems = [make_problem(ranks, microbatches, v, limit, costs, cuts=cuts) for v in shapes]
+    total = sum(planned(problem) for problem in problems)
+    for k, (v, problem) in enumerate(zip(shapes, problems)):
+        report: ShapeProgress | None = None
         if progress is not None:
             def report(best: float, elapsed: float, count: int, b: float = done_best, c: int = done_count) -> None:
                 assert progress is not None
-                progress(min(best, b), elapsed, count + c)
+                progress(min(best, b), elapsed, min(count + c, total), total)
         best = search_shape(problem, named, seed + k, budget(problem), deadline, report, started)
         done_best, done_count = min(done_best, best.makespan), done_count + best.count
         if best.rows is not None:
             results.append((best.makespan, v, problem, best))
     if not results:  # pragma: no cover - every shape finishes at the smallest limit
         raise AssertionError(f"no schedule found at memory limit {limit}")
-    method = "heuristic: named-generator seeds, list scheduling, priority search, local search over orders"
+    method = ("heuristic: named-generator seeds, V building blocks, list scheduling, priority search, local search "
+              "over orders, gap filling")
     bounds = {v: lower_bound(problem) for _, v, problem, _ in results}
-    if exact and all(pairs(problem) <= MAX_PAIRS for _, _, problem, _ in results) and exact_available():
+    largest = max(pairs(problem) for problem in problems)
+    status = EXACT_OFF if not exact else EXACT_TOO_LARGE if largest > MAX_PAIRS else EXACT_MISSING if not exact_available() else EXACT_RAN
+    if status == EXACT_RAN:
         method += "; exact MILP (scipy HiGHS) on each shape"
         for entry in results:
             _, v, problem, best = entry
@@ -336,4 +355,4 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     peak = max(peaks(problem, best.rows))
     return Found(program, makespan, 0.0, peak, limit, v, method, makespan <= bound + PROOF_TOLERANCE * max(1.0, makespan), bound,
                  sum(r[3].count for r in results), time.monotonic() - started, stopped, best.start,
-                 best_fitting(named, limit), cuts)
+                 best_fitting(named, limit), cuts, total, status, largest)
