@@ -25,7 +25,7 @@ from ..diagnostics import UsageError
 from ..limits import MAX_MICROBATCHES, MAX_RANKS, MAX_SEARCH_ACTIONS
 from ..memory import UNIT
 from ..search.driver import Found, search
-from ..search.output import finish, to_json, to_text
+from ..search.output import exact_note, finish, progress_line, proof_words, to_json, to_text
 from ..search.problem import cuts_of
 from .common import refuse_overwriting, write_output
 
@@ -68,9 +68,8 @@ def run(args: argparse.Namespace) -> int:
         if cuts_of(costs, args.ranks) is None:  # pragma: no cover - load_costs bounds stages by 2P
             raise UsageError("--costs: a per-stage key names a stage past two a rank")
 
-    def progress(best: float, elapsed: float, count: int) -> None:
-        shown = f"{best:.6g}" if math.isfinite(best) else "none yet"
-        print(f"ppdsl search: best makespan {shown} after {elapsed:.1f} s ({count} candidates)", file=sys.stderr)
+    def progress(best: float, elapsed: float, count: int, total: int) -> None:
+        print(progress_line(best, elapsed, count, total, args.time_limit), file=sys.stderr)
 
     result = search(args.ranks, args.microbatches, costs, args.max_memory, args.stages_per_rank,
                     args.time_limit, progress)
@@ -81,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
               f"{result.smallest:g} ({UNIT})", file=sys.stderr)
         return 1
     found = finish(result, costs)
+    note = exact_note(found)
+    if note:
+        print(f"ppdsl search: {note}", file=sys.stderr)
     text = to_text(found, costs)
     if args.format == "json":
         data = to_json(found, args.output)
@@ -94,7 +96,6 @@ def run(args: argparse.Namespace) -> int:
     if args.output and args.output != "-":
         named = found.named
         against = f"; best named generator {named.name}: {named.makespan:.6g}" if named is not None else ""
-        proof = "proven optimal" if found.optimal else "not proven optimal"
         print(f"makespan {found.makespan:.6g}, bubble {found.bubble:.1%}, peak memory {found.peak:.6g} "
-              f"(limit {found.limit:g}; {UNIT}){against}; {proof}; wrote {args.output}")
+              f"(limit {found.limit:g}; {UNIT}){against}; {proof_words(found)}; wrote {args.output}")
     return 0

@@ -23,9 +23,11 @@ from attrs import frozen
 from ..costs import CostModel
 from ..ir import Kind, Program, Step, make_action
 from ..memory import EPSILON
+from .blocks import block_orders
 from .exact import MAX_PAIRS, pairs, solve
 from .exact import available as exact_available
 from .listsched import Order, Policy, default_limits, random_policy, run
+from .gaps import fill_gaps
 from .local import improve
 from .named import NamedResult, best_fitting, named_results, seed_rows
 from .problem import Problem, cuts_of, make_problem
@@ -37,6 +39,12 @@ from .slots import FWD, GRAD, SLOTS, sm_and_slot
 CANDIDATES = 6000
 ACTION_STEPS = 1_500_000
 MIN_CANDIDATES = 800
+# Building blocks tried per V shape, and the action-steps their memory check may cost (each is
+# a cheap prefix sum; only those within the limit are reworked and priced).
+BLOCKS = 2000
+BLOCK_STEPS = 3_000_000
+FILLED = 3  # the shortest reworked blocks whose gaps are filled
+FILL_CANDIDATES = 600  # orders priced per gap filling at most (8 x 32 needs about 300)
 EXACT_SECONDS = 5.0  # per shape, for the MILP on a small problem
 # A result within this relative gap of a lower bound is reported optimal: HiGHS's own default
 # gap, far below any difference two real costs make.
@@ -45,7 +53,11 @@ PROOF_TOLERANCE = 1e-4
 # whole share stay live until its backward (a V rank holds both chunks at its turn).
 SMALLEST_LIMIT = 1.0
 
-Progress = Callable[[float, float, int], None]  # (best makespan, seconds elapsed, candidates priced)
+# (best makespan, seconds elapsed, candidates priced, candidates the budget allows in all)
+Progress = Callable[[float, float, int, int], None]
+ShapeProgress = Callable[[float, float, int], None]  # one shape's: the first three
+# Whether the exact MILP (`exact.py`) ran, and if not why: what `Found.exact` holds.
+EXACT_RAN, EXACT_MISSING, EXACT_TOO_LARGE, EXACT_OFF = "ran", "scipy not installed", "too large", "off"
 
 
 @frozen
@@ -65,6 +77,9 @@ class Found:
     start: str  # what the winning order grew from
     named: NamedResult | None  # the best named generator within the limit, for comparison
     cuts: int  # how many stages the per-stage costs number (see costs.reshape)
+    planned: int = 0  # the candidates the budget allows over every shape (`planned`)
+    exact: str = EXACT_OFF  # EXACT_RAN, or why the MILP did not run
+    pairs: int = 0  # the MILP's ordering binaries for the largest shape (`exact.pairs`)
 
 
 @frozen
@@ -78,33 +93,73 @@ def budget(problem: Problem) -> int:
     return max(MIN_CANDIDATES, min(CANDIDATES, ACTION_STEPS // actions))
 
 
+def planned(problem: Problem) -> int:
+    """The candidates a shape's search may price: its phases' budget, the building blocks
+    and every gap filling (what progress counts towards)."""
+    blocks = block_budget(problem) if problem.stages_per_rank == 2 else 0
+    fills = (FILLED + 1) * FILL_CANDIDATES if problem.stages_per_rank == 2 else FILL_CANDIDATES
+    return budget(problem) + blocks + fills
+
+
+def block_budget(problem: Problem) -> int:
+    actions = problem.stages * problem.microbatches * SLOTS
+    return max(MIN_CANDIDATES // 4, min(BLOCKS, BLOCK_STEPS // actions))
+
+
 def lower_bound(problem: Problem) -> float:
-    """No schedule is shorter: a rank's work after the first input can reach it, or one
-    microbatch's whole chain of forwards, input gradients and its last weight gradient."""
+    """No schedule is shorter than the longest of: one microbatch's whole chain of forwards,
+    input gradients and its last weight gradient; and, for each rank, the time its first
+    input can reach it plus its work plus the idle time memory forces on it before its first
+    free can start.
+
+    The last term, for rank r with first input at `a` (`arrive`): let `t` be the earliest a
+    freeing action (`W`; `B` unsplit) of r can start, and `g` the earliest any of its
+    gradients can. Until r's first free starts, its live activations only grow, so the
+    forwards it runs before then weigh at most the limit L together, and take at most
+    L x (the largest cost-to-weight ratio of its stages) of its time; its gradients (with a
+    split backward; unsplit, the gradient is the free) cannot run before `g`, so they take at
+    most t - g of [a, t]. Nothing else can run before a free (a `W` needs its own gradient), so
+    r idles at least (t - a) - that in [a, t], and all its work lies after a. At a limit that
+    holds a rank's whole warm-up this term is 0 (ZB-V at p meets the bound); below it, it is
+    the warm-up bubble the limit forces on the last rank.
+    """
     P, S, M = problem.ranks, problem.stages, problem.microbatches
     gk = 1 if problem.split else 3
+    cost = problem.cost
+
+    def hop(a: int, b: int) -> float:
+        return problem.comm if problem.placement[a] != problem.placement[b] else 0.0
+
     arrive = [0.0] * S  # earliest start of F(s, 0)
     for s in range(1, S):
-        hop = problem.comm if problem.placement[s - 1] != problem.placement[s] else 0.0
-        arrive[s] = arrive[s - 1] + problem.cost[s - 1][0] + hop
+        arrive[s] = arrive[s - 1] + cost[s - 1][0] + hop(s - 1, s)
+    grad = [0.0] * S  # earliest start of stage s's first gradient
+    grad[S - 1] = arrive[S - 1] + cost[S - 1][0]
+    for s in range(S - 2, -1, -1):
+        grad[s] = max(arrive[s] + cost[s][0], grad[s + 1] + cost[s + 1][gk] + hop(s + 1, s))
+    weight = problem.weight
     bound = 0.0
     for r in range(P):
         mine = [s for s in range(S) if problem.placement[s] == r]
-        work = sum(M * (problem.cost[s][0] + problem.cost[s][gk] + (problem.cost[s][2] if problem.split else 0.0))
-                   for s in mine)
-        bound = max(bound, min(arrive[s] for s in mine) + work)
-    chain = arrive[S - 1] + problem.cost[S - 1][0]
+        work = sum(M * (cost[s][0] + cost[s][gk] + (cost[s][2] if problem.split else 0.0)) for s in mine)
+        first = min(arrive[s] for s in mine)
+        g = min(grad[s] for s in mine)
+        t = min(grad[s] + cost[s][gk] for s in mine) if problem.split else g
+        forwards = problem.limit * max(cost[s][0] / weight[s] for s in mine)
+        idle = max(0.0, (t - first) - forwards - max(0.0, t - g))
+        bound = max(bound, first + work + idle)
+    chain = arrive[S - 1] + cost[S - 1][0]
     for s in range(S - 1, -1, -1):
-        chain += problem.cost[s][gk]
-        if s > 0 and problem.placement[s - 1] != problem.placement[s]:
-            chain += problem.comm
+        chain += cost[s][gk]
+        if s > 0:
+            chain += hop(s - 1, s)
     if problem.split:
-        chain += problem.cost[0][2]
+        chain += cost[0][2]
     return max(bound, chain)
 
 
 class _Best:
-    def __init__(self, problem: Problem, progress: Progress | None, started: float):
+    def __init__(self, problem: Problem, progress: ShapeProgress | None, started: float):
         self.problem = problem
         self.rows: list[list[int]] | None = None
         self.makespan = math.inf
@@ -127,7 +182,7 @@ class _Best:
 
 
 def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidates: int,
-                 deadline: float | None, progress: Progress | None, started: float) -> _Best:
+                 deadline: float | None, progress: ShapeProgress | None, started: float) -> _Best:
     rng = random.Random(seed)
     best = _Best(problem, progress, started)
 
@@ -138,6 +193,16 @@ def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidat
         t = replay(problem, rows)
         if t is not None:
             best.offer(rows, t, name)
+    # Phase 0 (V only): building blocks with their ends reworked, the shortest gap-filled.
+    orders, tried = block_orders(problem, block_budget(problem), rng, stop)
+    best.count += tried
+    for t, rows in orders[:FILLED]:
+        if stop():
+            return best
+        filled, t, priced = fill_gaps(problem, rows, FILL_CANDIDATES, stop)
+        best.count += priced
+        best.offer(filled, t, "building block + gap filling")
+    spent = best.count  # the phases below keep their own budgets
     # Phase 1: list-scheduling policies.
     policies: list[tuple[float, Policy]] = []
     tries = [Policy(default_limits(problem)), Policy(default_limits(problem), reserve=False)]
@@ -175,12 +240,16 @@ def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidat
                     best.count += 1
     # Phase 3: local search over the best order.
     if best.rows is not None:
-        n3 = candidates - best.count
+        n3 = candidates + spent - best.count
         if n3 > 0:
             rows, t = improve(problem, best.rows, best.makespan, n3, rng, stop)
             best.count += n3
             if t < best.makespan - EPSILON:
                 best.rows, best.makespan, best.start = rows, t, best.start + " + local search"
+        filled, t, priced = fill_gaps(problem, best.rows, FILL_CANDIDATES, stop)
+        best.count += priced
+        if t < best.makespan - EPSILON:
+            best.rows, best.makespan, best.start = filled, t, best.start + " + gap filling"
     return best
 
 
@@ -237,22 +306,26 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     named = named_results(ranks, microbatches, costs, cuts)
     results: list[tuple[float, int, Problem, _Best]] = []
     done_best, done_count = math.inf, 0
-    for k, v in enumerate(shapes):
-        problem = make_problem(ranks, microbatches, v, limit, costs, cuts=cuts)
-        report: Progress | None = None
+    problems = [make_problem(ranks, microbatches, v, limit, costs, cuts=cuts) for v in shapes]
+    total = sum(planned(problem) for problem in problems)
+    for k, (v, problem) in enumerate(zip(shapes, problems)):
+        report: ShapeProgress | None = None
         if progress is not None:
             def report(best: float, elapsed: float, count: int, b: float = done_best, c: int = done_count) -> None:
                 assert progress is not None
-                progress(min(best, b), elapsed, count + c)
+                progress(min(best, b), elapsed, min(count + c, total), total)
         best = search_shape(problem, named, seed + k, budget(problem), deadline, report, started)
         done_best, done_count = min(done_best, best.makespan), done_count + best.count
         if best.rows is not None:
             results.append((best.makespan, v, problem, best))
     if not results:  # pragma: no cover - every shape finishes at the smallest limit
         raise AssertionError(f"no schedule found at memory limit {limit}")
-    method = "heuristic: named-generator seeds, list scheduling, priority search, local search over orders"
+    method = ("heuristic: named-generator seeds, V building blocks, list scheduling, priority search, local search "
+              "over orders, gap filling")
     bounds = {v: lower_bound(problem) for _, v, problem, _ in results}
-    if exact and all(pairs(problem) <= MAX_PAIRS for _, _, problem, _ in results) and exact_available():
+    largest = max(pairs(problem) for problem in problems)
+    status = EXACT_OFF if not exact else EXACT_TOO_LARGE if largest > MAX_PAIRS else EXACT_MISSING if not exact_available() else EXACT_RAN
+    if status == EXACT_RAN:
         method += "; exact MILP (scipy HiGHS) on each shape"
         for entry in results:
             _, v, problem, best = entry
@@ -282,4 +355,4 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     peak = max(peaks(problem, best.rows))
     return Found(program, makespan, 0.0, peak, limit, v, method, makespan <= bound + PROOF_TOLERANCE * max(1.0, makespan), bound,
                  sum(r[3].count for r in results), time.monotonic() - started, stopped, best.start,
-                 best_fitting(named, limit), cuts)
+                 best_fitting(named, limit), cuts, total, status, largest)

@@ -22,6 +22,13 @@ def replay(problem: Problem, rows: Sequence[Sequence[int]]) -> float | None:
 
 def finish_times(problem: Problem, rows: Sequence[Sequence[int]]) -> list[float] | None:
     """When each rank finishes its row, or None when the rows cannot finish."""
+    timed = action_ends(problem, rows)
+    return None if timed is None else timed[1]
+
+
+def action_ends(problem: Problem, rows: Sequence[Sequence[int]]) -> tuple[list[float], list[float]] | None:
+    """When each action ends (indexed by code; the last entry, 0, is "waits for nothing") and
+    when each rank finishes its row, or None when the rows cannot finish."""
     tables = problem.tables
     local, inputs, lag, duration = tables.local, tables.input, tables.lag, tables.duration
     end = [NEVER] * tables.done + [0.0]  # the last entry: "waits for nothing", done at 0
@@ -59,7 +66,7 @@ def finish_times(problem: Problem, rows: Sequence[Sequence[int]]) -> list[float]
                 progress = True
     if any(p != n for p, n in zip(pos, lengths)):
         return None
-    return free
+    return end, free
 
 
 def peaks(problem: Problem, rows: Sequence[Sequence[int]]) -> list[float]:

@@ -146,6 +146,7 @@ def test_time_limit_returns_the_best_so_far_with_progress(tmp_path: Path, capsys
     assert code == 0
     assert "stopped at the time limit" in out.read_text()
     assert "ppdsl search: best makespan" in captured.err
+    assert "candidates priced" in captured.err and " of 1.5 s" in captured.err  # how far, out of what
     assert main(["lint", str(out)]) == 0
 
 
