@@ -23,6 +23,7 @@ from attrs import frozen
 from ..costs import CostModel
 from ..ir import Kind, Program, Step, make_action
 from ..memory import EPSILON
+from .byte_limit import ByteLimit
 from .exact import MAX_PAIRS, pairs, solve
 from .exact import available as exact_available
 from .listsched import Order, Policy, default_limits, random_policy, run
@@ -221,10 +222,12 @@ def can_fuse(problem: Problem) -> bool:
 
 def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages_per_rank: str = "auto",
            time_limit: float | None = None, progress: Progress | None = None, seed: int = 0,
-           cuts: int | None = None, exact: bool = True) -> Found | Infeasible:
+           cuts: int | None = None, exact: bool = True, in_bytes: ByteLimit | None = None) -> Found | Infeasible:
     """Search; `stages_per_rank` is "1", "2" or "auto" (both). `cuts`: how many stages the
     per-stage costs number (default: `problem.cuts_of`, one or two a rank by the highest key).
-    `exact`: also run the MILP (`exact.py`) on small problems when scipy is installed."""
+    `exact`: also run the MILP (`exact.py`) on small problems when scipy is installed.
+    `in_bytes`: the limit is in bytes, `limit` is `byte_limit.SCALED_LIMIT` and each shape's
+    stages weigh what `ByteLimit.weights` says (the shapes asked for must fit)."""
     if cuts is None:
         cuts = cuts_of(costs, ranks)
         if cuts is None:
@@ -238,7 +241,8 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     results: list[tuple[float, int, Problem, _Best]] = []
     done_best, done_count = math.inf, 0
     for k, v in enumerate(shapes):
-        problem = make_problem(ranks, microbatches, v, limit, costs, cuts=cuts)
+        weights = None if in_bytes is None else in_bytes.weights(ranks, v)
+        problem = make_problem(ranks, microbatches, v, limit, costs, cuts=cuts, weights=weights)
         report: Progress | None = None
         if progress is not None:
             def report(best: float, elapsed: float, count: int, b: float = done_best, c: int = done_count) -> None:
