@@ -43,7 +43,7 @@ class ByteLimit:
 
     def smallest(self, ranks: int, stages_per_rank: int) -> float:
         """The smallest limit in bytes a shape runs under: a rank's state and one
-        microbatch's activations of every stage it holds (what `search.SMALLEST_LIMIT` is in
+        microbatch's activations of every stage it holds (what `search.driver.SMALLEST_LIMIT` is in
         the unit)."""
         placement = shape(ranks, stages_per_rank)
         counted = self.counted(len(placement))
