@@ -179,15 +179,18 @@ class CostModel:
                 raise CostError("PPS350", f"cost `{key}` names stage {stage} but the program has {plural(stages, 'stage')}",
                                 key, help=f"stages are numbered 0..{stages - 1}")
 
-    def kind_costs(self, stage: int | None = None) -> dict[str, float]:
-        """F, B, I and W for one stage (or for every stage without a per-stage key)."""
-        given = {k: v for k, v in self._values.items() if k in COMPUTE_KINDS}
+    def kind_costs(self, stage: int | None = None, share: float = 1.0) -> dict[str, float]:
+        """F, B, I and W for one stage (or for every stage without a per-stage key). `share`
+        scales what is given for a rank's whole share of the model (the global keys and the
+        default F=1), not a per-stage key, before the missing kinds are derived: a `B` made
+        of per-stage `I` and `W` is that stage's own."""
+        given = {k: v * share for k, v in self._values.items() if k in COMPUTE_KINDS}
         if stage is not None:
             for kind in COMPUTE_KINDS:
                 v = self._values.get(f"{kind}_s{stage}")
                 if v is not None:
                     given[kind] = v
-        f = given.get("F", 1.0)
+        f = given.get("F", share)
         if "B" in given:
             b = given["B"]
             i = given.get("I", b - given["W"] if "W" in given else b / 2)
@@ -199,7 +202,8 @@ class CostModel:
                 def named(kind: str) -> str:  # the key as the user wrote it
                     return f"{kind}_s{stage}" if f"{kind}_s{stage}" in self._values else kind
 
-                raise CostError("PPS351", f"`{named('B')}={b:g}` is less than `{named(part)}={given[part]:g}`",
+                raise CostError("PPS351", f"`{named('B')}={self._values[named('B')]:g}` is less than "
+                                f"`{named(part)}={self._values[named(part)]:g}`",
                                 named("B"), help="B is a full backward: it costs at least as much as I or W alone")
         else:
             i = given.get("I", f)
@@ -216,13 +220,10 @@ class CostModel:
         self.check_stages(stages)
         out = []
         for s in range(stages):
-            c = self.kind_costs(s)
+            c = self.kind_costs(s, 1.0 if shares is None else 1.0 / shares[s])
             row = [0.0] * len(Kind)
             for kind in COMPUTE_KINDS:
-                value = c[kind]
-                if shares is not None and f"{kind}_s{s}" not in self._values:
-                    value /= shares[s]
-                row[Kind[kind]] = value
+                row[Kind[kind]] = c[kind]
             out.append(tuple(row))
         return out
 

@@ -3,10 +3,12 @@
   ppdsl search --ranks 8 --microbatches 32 --max-memory 7 -o found.pps
   ppdsl search --ranks 4 --microbatches 16 --costs F_s0=1.2,F_s3=1.5,comm=0.05 --max-memory 4 -o f.pps
   ppdsl search --ranks 4 --microbatches 8 --costs profile.json --max-memory 3 --format json
+  ppdsl search --ranks 2 --microbatches 8 --costs profile.json --max-memory 3GiB -o best.pps
 
 --max-memory counts one microbatch's activations of a rank's whole share of the model (a V
 stage counts 1/2), the unit of `ppdsl lint --max-memory`, `ppdsl simulate` and the header's
-`memory=` (the file written carries the limit there). Costs
+`memory=` (the file written carries the limit there), or bytes (3GiB, 1.5GB) with a profile
+whose sizes say each stage's bytes (see `search.byte_limit`). Costs
 as for `ppdsl simulate` (inline or a profile from `ppdsl run --profile`); per-stage keys
 name one stage a rank (or two, from a V run) and are carried over to the other shape.
 Exit 0 found, 1 infeasible (the smallest feasible limit is printed), 2 usage. Progress goes
@@ -23,18 +25,20 @@ import sys
 from ..costs import DEFAULT, load_costs
 from ..diagnostics import UsageError
 from ..limits import MAX_MICROBATCHES, MAX_RANKS, MAX_SEARCH_ACTIONS
-from ..memory import UNIT
+from ..memory import UNIT, Limit, bytes_text
+from ..search.byte_limit import COUNTED, SCALED_LIMIT, ByteLimit, InBytes, best_named
 from ..search.driver import Found, search
-from ..search.output import exact_note, finish, progress_line, proof_words, to_json, to_text
+from ..search.output import exact_note, finish, peak_text, progress_line, proof_words, to_json, to_text
 from ..search.problem import cuts_of
-from .common import refuse_overwriting, write_output
+from .common import byte_limit_needs_sizes, memory_limit, refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, required=True, metavar="P", help="pipeline ranks")
     p.add_argument("--microbatches", type=int, required=True, metavar="M", help="microbatches per step")
-    p.add_argument("--max-memory", type=float, required=True, metavar="L",
-                   help="peak activations per rank, in microbatches of a rank's activations (its whole share of the model)")
+    p.add_argument("--max-memory", type=memory_limit, required=True, metavar="L",
+                   help="peak activations per rank, in microbatches of a rank's activations (its whole share of the "
+                        "model); or bytes a rank (3GiB, 1.5GB) with --costs PROFILE.json that has sizes")
     p.add_argument("--costs", metavar="SPEC", help="F=1,B=2,comm=0.1 (F_s0=..., per stage) or a .json profile "
                    "(default: F=1, I=W=1, free messages)")
     p.add_argument("--stages-per-rank", choices=("1", "2", "auto"), default="auto",
@@ -53,8 +57,6 @@ def _check(args: argparse.Namespace) -> None:
     if actions > MAX_SEARCH_ACTIONS:
         raise UsageError(f"{args.ranks} ranks x {args.microbatches} microbatches is {actions:,} actions to order, "
                          f"more than the search handles ({MAX_SEARCH_ACTIONS:,}); write it with a generator")
-    if not math.isfinite(args.max_memory) or args.max_memory <= 0:
-        raise UsageError(f"--max-memory must be a positive number, not {args.max_memory:g}")
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise UsageError(f"--time-limit must be a positive number of seconds, not {args.time_limit:g}")
 
@@ -67,25 +69,38 @@ def run(args: argparse.Namespace) -> int:
         costs = load_costs(args.costs, 2 * args.ranks)
         if cuts_of(costs, args.ranks) is None:  # pragma: no cover - load_costs bounds stages by 2P
             raise UsageError("--costs: a per-stage key names a stage past two a rank")
+    limit: Limit = args.max_memory
+    in_bytes: ByteLimit | None = None
+    shapes = args.stages_per_rank
+    if limit.in_bytes:
+        if costs.sizes is None:
+            raise byte_limit_needs_sizes(limit)
+        in_bytes = ByteLimit(limit.amount, costs.sizes)
+        fitting = [v for v in ((1, 2) if shapes == "auto" else (int(shapes),)) if in_bytes.fits(args.ranks, v)]
+        if not fitting:
+            smallest = min(in_bytes.smallest(args.ranks, v) for v in ((1, 2) if shapes == "auto" else (int(shapes),)))
+            return _infeasible(args, str(limit), smallest, bytes_text(smallest), "a rank, by the profile's sizes")
+        shapes = shapes if len(fitting) == 2 else str(fitting[0])
 
     def progress(best: float, elapsed: float, count: int, total: int) -> None:
         print(progress_line(best, elapsed, count, total, args.time_limit), file=sys.stderr)
 
-    result = search(args.ranks, args.microbatches, costs, args.max_memory, args.stages_per_rank,
-                    args.time_limit, progress)
+    result = search(args.ranks, args.microbatches, costs, limit.amount if in_bytes is None else SCALED_LIMIT, shapes,
+                    args.time_limit, progress, in_bytes=in_bytes)
     if not isinstance(result, Found):
-        if args.format == "json":
-            print(json.dumps({"found": False, "limit": result.limit, "smallest_feasible": result.smallest}))
-        print(f"ppdsl search: no schedule fits --max-memory {result.limit:g}: the smallest feasible limit is "
-              f"{result.smallest:g} ({UNIT})", file=sys.stderr)
-        return 1
-    found = finish(result, costs)
+        return _infeasible(args, f"{result.limit:g}", result.smallest, f"{result.smallest:g}", f"({UNIT})")
+    found = finish(result, costs, in_bytes)
     note = exact_note(found)
     if note:
         print(f"ppdsl search: {note}", file=sys.stderr)
-    text = to_text(found, costs)
+    report = None
+    if in_bytes is not None:
+        peak = in_bytes.peak(found.program)
+        assert peak is not None  # the sizes were carried over to this shape to search it
+        report = InBytes(in_bytes, peak, best_named(args.ranks, args.microbatches, costs, found.cuts, in_bytes))
+    text = to_text(found, costs, report)
     if args.format == "json":
-        data = to_json(found, args.output)
+        data = to_json(found, args.output, report)
         if args.output:
             write_output(args.output, text)
         else:
@@ -94,8 +109,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     write_output(args.output, text)
     if args.output and args.output != "-":
-        named = found.named
+        named = found.named if report is None else (None if report.named is None else report.named.result)
         against = f"; best named generator {named.name}: {named.makespan:.6g}" if named is not None else ""
-        print(f"makespan {found.makespan:.6g}, bubble {found.bubble:.1%}, peak memory {found.peak:.6g} "
-              f"(limit {found.limit:g}; {UNIT}){against}; {proof_words(found)}; wrote {args.output}")
+        memory = (f"{found.peak:.6g} (limit {found.limit:g}; {UNIT})" if report is None else
+                  f"{peak_text(report.peak.peak)} (limit {limit} a rank, by the profile's sizes; the search held "
+                  f"{COUNTED}: safe, never under the bytes)")
+        print(f"makespan {found.makespan:.6g}, bubble {found.bubble:.1%}, peak memory {memory}{against}; "
+              f"{proof_words(found)}; wrote {args.output}")
     return 0
+
+
+def _infeasible(args: argparse.Namespace, limit: str, smallest: float, smallest_text: str, unit: str) -> int:
+    if args.format == "json":
+        print(json.dumps({"found": False, "limit": args.max_memory.amount, "smallest_feasible": smallest}))
+    print(f"ppdsl search: no schedule fits --max-memory {limit}: the smallest feasible limit is {smallest_text} {unit}",
+          file=sys.stderr)
+    return 1

@@ -10,6 +10,7 @@ steps that ran at their times, the rest after them, and the offending steps mark
   ppdsl show big.pps                             # fits the screen, whatever the size
   ppdsl show big.pps --ranks 0-3 --from 0 --to 200
   ppdsl show big.pps --ranks 0,2,5-7 --svg part.svg
+  ppdsl show best.pps --costs profile.json       # ...and each rank's peak bytes, by its sizes
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import sys
 from pathlib import Path
 
 from ..diagnostics import UsageError
+from ..memory import bytes_text
+from ..simulate import Simulation
 from ..limits import DEFAULT_MAX_PICTURE_STEPS, MAX_COST, MAX_RANKS, MAX_WIDTH
 from ..render import overview, terminal
 from ..render.svg import render_html, render_svg
@@ -103,7 +106,20 @@ def run(args: argparse.Namespace) -> int:
         if picture is None:
             picture = overview.render(sim, timeline, title, width, colour, args.lines)
         sys.stdout.write(picture)
+        memory = bytes_line(sim)
+        if memory is not None:
+            print(memory)
     return 1 if problems else 0
+
+
+def bytes_line(sim: Simulation) -> str | None:
+    """Each rank's peak bytes, when the costs carry a profile's sizes for the program's stages."""
+    found = sim.peak_bytes
+    if found is None:
+        return None
+    ranks = ", ".join(f"rank {r} {bytes_text(b)}" for r, b in enumerate(found.peak))
+    return (f"peak memory: {ranks} (weights, gradients and optimizer state and the peak of live activations, "
+            "by the profile's sizes)")
 
 
 def rank_list(text: str) -> tuple[int, ...]:

@@ -24,6 +24,7 @@ from ..costs import CostModel
 from ..ir import Kind, Program, Step, make_action
 from ..memory import EPSILON
 from .blocks import block_orders
+from .byte_limit import ByteLimit
 from .exact import MAX_PAIRS, pairs, solve
 from .exact import available as exact_available
 from .listsched import Order, Policy, default_limits, random_policy, run
@@ -290,10 +291,12 @@ def can_fuse(problem: Problem) -> bool:
 
 def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages_per_rank: str = "auto",
            time_limit: float | None = None, progress: Progress | None = None, seed: int = 0,
-           cuts: int | None = None, exact: bool = True) -> Found | Infeasible:
+           cuts: int | None = None, exact: bool = True, in_bytes: ByteLimit | None = None) -> Found | Infeasible:
     """Search; `stages_per_rank` is "1", "2" or "auto" (both). `cuts`: how many stages the
     per-stage costs number (default: `problem.cuts_of`, one or two a rank by the highest key).
-    `exact`: also run the MILP (`exact.py`) on small problems when scipy is installed."""
+    `exact`: also run the MILP (`exact.py`) on small problems when scipy is installed.
+    `in_bytes`: the limit is in bytes, `limit` is `byte_limit.SCALED_LIMIT` and each shape's
+    stages weigh what `ByteLimit.weights` says (the shapes asked for must fit)."""
     if cuts is None:
         cuts = cuts_of(costs, ranks)
         if cuts is None:
@@ -306,7 +309,8 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     named = named_results(ranks, microbatches, costs, cuts)
     results: list[tuple[float, int, Problem, _Best]] = []
     done_best, done_count = math.inf, 0
-    problems = [make_problem(ranks, microbatches, v, limit, costs, cuts=cuts) for v in shapes]
+    problems = [make_problem(ranks, microbatches, v, limit, costs, cuts=cuts,
+                             weights=None if in_bytes is None else in_bytes.weights(ranks, v)) for v in shapes]
     total = sum(planned(problem) for problem in problems)
     for k, (v, problem) in enumerate(zip(shapes, problems)):
         report: ShapeProgress | None = None

@@ -17,6 +17,7 @@ from ..simulate import simulate
 from ..memory import EPSILON
 from .slots import FWD, GRAD, WGT, search_code, sm_and_slot
 from .problem import Problem, cuts_of
+from .replay import peaks
 
 # Arguments a generator is tried with besides its defaults (the search's shapes hold <= 2 stages a rank).
 VARIANTS: dict[str, tuple[dict[str, object], ...]] = {"interleaved_1f1b": ({"virtual": 2},),
@@ -62,12 +63,13 @@ def best_fitting(results: list[NamedResult], limit: float) -> NamedResult | None
 
 
 def seed_rows(problem: Problem, results: list[NamedResult]) -> list[tuple[str, list[list[int]]]]:
-    """The named schedules that fit `problem` (same placement, within the limit), as codes."""
+    """The named schedules that fit `problem` (same placement, within the limit in the
+    problem's own memory model, `replay.peaks`), as codes."""
     M = problem.microbatches
     out = []
     for n in results:
         p = n.program
-        if p.placement != problem.placement or n.peak > problem.limit + EPSILON:
+        if p.placement != problem.placement:
             continue
         rows: list[list[int]] = []
         split_seen = unsplit_seen = False
@@ -97,5 +99,7 @@ def seed_rows(problem: Problem, results: list[NamedResult]) -> list[tuple[str, l
             # B = I then W at once: the same order with the weight gradient right after.
             rows = [[c for code in row for c in ((code, code - GRAD + WGT) if sm_and_slot(code)[1] == GRAD else (code,))]
                     for row in rows]
+        if max(peaks(problem, rows)) > problem.limit + EPSILON:
+            continue
         out.append((n.name, rows))
     return out

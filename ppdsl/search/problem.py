@@ -29,6 +29,9 @@ class Problem:
     comm: float
     limit: float
     split: bool = True
+    # Per stage, what its activation counts against `limit` when not its share of the rank
+    # (`byte_limit`: its bytes over what its rank has for activations, against a limit of 1).
+    weights: tuple[float, ...] | None = None
 
     @property
     def stages(self) -> int:
@@ -40,7 +43,7 @@ class Problem:
 
     @property
     def weight(self) -> tuple[float, ...]:
-        return tuple(rank_weights(self.placement, self.ranks))
+        return self.weights if self.weights is not None else tuple(rank_weights(self.placement, self.ranks))
 
     @functools.cached_property
     def rules(self) -> SlotRules:
@@ -53,7 +56,8 @@ class Problem:
         return CodeTables(self.rules, self.microbatches, self.cost, self.comm, self.weight)
 
     def with_split(self, split: bool) -> Problem:
-        return Problem(self.ranks, self.microbatches, self.placement, self.cost, self.comm, self.limit, split)
+        return Problem(self.ranks, self.microbatches, self.placement, self.cost, self.comm, self.limit, split,
+                       self.weights)
 
 
 def shape(ranks: int, stages_per_rank: int) -> tuple[int, ...]:
@@ -62,8 +66,10 @@ def shape(ranks: int, stages_per_rank: int) -> tuple[int, ...]:
 
 
 def make_problem(ranks: int, microbatches: int, stages_per_rank: int, limit: float,
-                 costs: CostModel = DEFAULT, split: bool = True, cuts: int | None = None) -> Problem:
-    """A problem for `costs` as `ppdsl simulate` reads them (a rank's share divided among its stages)."""
+                 costs: CostModel = DEFAULT, split: bool = True, cuts: int | None = None,
+                 weights: tuple[float, ...] | None = None) -> Problem:
+    """A problem for `costs` as `ppdsl simulate` reads them (a rank's share divided among its
+    stages). `weights`: per stage, what an activation counts against `limit` (see `Problem`)."""
     placement = shape(ranks, stages_per_rank)
     stages = len(placement)
     if cuts is None:
@@ -72,7 +78,7 @@ def make_problem(ranks: int, microbatches: int, stages_per_rank: int, limit: flo
             raise ValueError("per-stage costs name a stage past two a rank")
     table = reshape(costs, cuts, stages).table(stages, [stages_per_rank] * stages)
     cost = tuple((row[Kind.F], row[Kind.I], row[Kind.W], row[Kind.B]) for row in table)
-    return Problem(ranks, microbatches, placement, cost, costs.message_time, limit, split)
+    return Problem(ranks, microbatches, placement, cost, costs.message_time, limit, split, weights)
 
 
 def cuts_of(costs: CostModel, ranks: int) -> int | None:

@@ -117,3 +117,12 @@ def test_bad_sizes_are_located_in_the_profile(tmp_path: Path, field: str, value:
     path.write_text(json.dumps(data))
     assert main(["simulate", ONE_F_ONE_B, "--costs", str(path)]) == 1
     assert "PPS352" in capsys.readouterr().err
+
+
+def test_show_prints_peak_bytes_per_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", ONE_F_ONE_B, "--costs", _profile(tmp_path), "--no-color"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    # Rank r: its stage's state and 4 - r warm-up forwards (1F1B at 4 ranks).
+    assert last.startswith("peak memory: rank 0 13.7 KiB, rank 1 25.4 KiB, rank 2 35.2 KiB, rank 3 43 KiB (")
+    assert main(["show", ONE_F_ONE_B, "--no-color"]) == 0
+    assert "peak memory" not in capsys.readouterr().out

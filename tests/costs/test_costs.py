@@ -126,3 +126,13 @@ def test_bad_profiles_are_located(tmp_path: Path, data: str, key: str | None) ->
 def test_profile_json_round_trip() -> None:
     data = json.loads(profile_json({"F": 1.0}))
     assert data == {"ppdsl_profile": 1, "unit": "unit", "costs": {"F": 1.0}}
+
+
+def test_a_b_made_of_per_stage_i_and_w_is_not_shared_out_again() -> None:
+    # A profile of a split run gives I and W per stage; a schedule of full backwards on a
+    # rank of two stages costs each B as that stage's I + W, not half of it.
+    model = CostModel((("F_s0", 4.0), ("I_s0", 3.0), ("W_s0", 1.0), ("F_s1", 2.0), ("I", 6.0), ("W", 2.0)))
+    table = model.table(2, [2, 2])
+    assert [table[0][Kind.F], table[0][Kind.B]] == [4.0, 4.0]
+    # Stage 1's I and W are the rank's whole share: halved, and its B is their sum.
+    assert [table[1][Kind.I], table[1][Kind.W], table[1][Kind.B]] == [3.0, 1.0, 4.0]

@@ -1,0 +1,111 @@
+"""The profile -> search -> run loop on examples/gpt, against every named generator that fits.
+
+  python benchmarks/bench_search_loop.py [--ranks 2] [--microbatches 8] [--steps 4] [--rounds 3] [--limit 2MiB]
+
+1. `ppdsl run` a zb1p file on the GPT example with `--profile p.json` (times and each stage's bytes);
+2. chooses a byte limit (default: the median of the named generators' peak bytes under the
+   profile's sizes, so several fit and some do not) and prints which named generators fit;
+3. `ppdsl search --costs p.json --max-memory LIMIT -o best.pps`, and `ppdsl lint` of it in bytes;
+4. `ppdsl run` the found file and every fitting named generator in the same processes, the
+   files' order reversed every other round, and prints each file's median step and the ratio
+   found / best named (the median over rounds of the ratio within a round; goal <= 1.00).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ppdsl.costs import load_costs  # noqa: E402
+from ppdsl.memory import bytes_text, parse_limit  # noqa: E402
+from ppdsl.search.byte_limit import ByteLimit  # noqa: E402
+from ppdsl.search.named import named_results  # noqa: E402
+from ppdsl.syntax.printer import print_program  # noqa: E402
+
+GPT = str(ROOT / "examples" / "gpt")
+STEP = re.compile(r"^ppdsl run: (\S+): \d+ steps, loss \S+ -> \S+, ([\d.]+) ms/step$", re.MULTILINE)
+
+
+def ppdsl(*args: str, timeout: float = 900) -> str:
+    """The command's standard output (its progress on standard error is left out)."""
+    done = subprocess.run([sys.executable, "-m", "ppdsl", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"ppdsl {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--steps", type=int, default=4, help="steps per file and round (default 4)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds, the files' order reversed every other (default 3)")
+    p.add_argument("--profile-steps", type=int, default=6)
+    p.add_argument("--limit", help="bytes a rank, e.g. 2MiB (default: the named generators' median peak)")
+    args = p.parse_args()
+    P, M = args.ranks, args.microbatches
+    work = Path(tempfile.mkdtemp(prefix="ppdsl-loop-"))
+    profile = str(work / "p.json")
+    start = work / "zb1p.pps"
+    start.write_text(f"pipeline ranks={P} microbatches={M}\nuse zb1p()\n")
+    print(f"1. ppdsl run zb1p.pps --model examples/gpt --steps {args.profile_steps} --profile p.json")
+    print("   " + ppdsl("run", str(start), "--model", GPT, "--steps", str(args.profile_steps), "--profile", profile,
+                       "-q").strip().splitlines()[-3])
+    costs = load_costs(profile, 2 * P)
+    assert costs.sizes is not None
+    named = []
+    for n in named_results(P, M, costs, 2 * P):
+        peak = ByteLimit(1.0, costs.sizes).peak(n.program)
+        if peak is not None:
+            named.append((n, max(peak.peak)))
+    limit = parse_limit(args.limit, 1e30).amount if args.limit else statistics.median(b for _, b in named)
+    print(f"2. limit {bytes_text(limit)} a rank ({limit:.0f} B); named generators' peak bytes:")
+    files: dict[str, Path] = {}
+    for n, peak in named:
+        fits = peak <= limit * (1 + 1e-9)
+        print(f"   {n.name:18s} {n.program.stages} stages  peak {bytes_text(peak):>10s}  {'fits' if fits else '-'}")
+        key = f"{n.name}_{n.program.stages}st"
+        if fits and key not in files:
+            files[key] = work / f"{key}.pps"
+            files[key].write_text(print_program(n.program))
+    best = work / "best.pps"
+    print(f"3. ppdsl search --ranks {P} --microbatches {M} --costs p.json --max-memory {limit:.0f}B -o best.pps")
+    print("   " + ppdsl("search", "--ranks", str(P), "--microbatches", str(M), "--costs", profile, "--max-memory",
+                       f"{limit:.0f}B", "-o", str(best)).strip().splitlines()[-1])
+    for path in [best, *files.values()]:
+        ppdsl("lint", str(path), "--costs", profile, "--max-memory", f"{limit:.0f}B")
+    print(f"   the found file and {len(files)} named files pass ppdsl lint --costs p.json --max-memory {limit:.0f}B")
+    order = [best, *files.values()]
+    runs: list[Path] = []
+    for r in range(args.rounds):
+        runs.extend(order if r % 2 == 0 else reversed(order))
+    print(f"4. ppdsl run (one process start-up) {len(runs)} files: {args.rounds} rounds x {len(order)} files x "
+          f"{args.steps} steps")
+    out = ppdsl("run", *map(str, runs), "--model", GPT, "--steps", str(args.steps), "-q")
+    times: dict[str, list[float]] = {}
+    for path, ms in STEP.findall(out):
+        times.setdefault(Path(path).stem, []).append(float(ms))
+    for name, values in times.items():
+        print(f"   {name:24s} {statistics.median(values):9.2f} ms/step  (rounds: {', '.join(f'{v:.1f}' for v in values)})")
+    named_names = [k for k in times if k != "best"]
+    if not named_names:
+        print("no named generator fits the limit")
+        return 0
+    fastest = min(named_names, key=lambda k: statistics.median(times[k]))
+    ratio = statistics.median(f / n for f, n in zip(times["best"], times[fastest]))
+    print(f"ratio found / best named ({fastest}): {ratio:.3f}  (goal <= 1.00; ratio of medians "
+          f"{statistics.median(times['best']) / statistics.median(times[fastest]):.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
