@@ -21,6 +21,7 @@ from attrs import frozen
 from ..ir import Action, Kind
 from ..semantics import CommModel
 from .framework import Framework
+from .layout import Layout
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,31 +63,52 @@ class PeerError(RuntimeError):
 
 
 class Transport:
-    """Blocking send/recv to a global rank over that pair's own group."""
+    """Blocking send/recv to a pipeline peer over that pair's own group.
+
+    Peers are pipeline ranks (what a plan names); `layout` maps them to global ranks. Every
+    process creates every replica's pair groups, then the data-parallel groups (one per
+    pipeline rank), all in the same order: a group's creation is a collective of the world."""
 
     def __init__(self, fw: Framework, rank: int, pairs: Sequence[tuple[int, int]], watchdog: Watchdog | None,
-                 backend: str | None = None):
+                 backend: str | None = None, layout: Layout | None = None):
         self.fw = fw
-        self.rank = rank
+        self.layout = layout or Layout.single(1 + max([rank, *(b for _, b in pairs)]), rank)
+        self.rank = self.layout.rank
         self.pairs = tuple(pairs)
         self.backend = (backend or fw.backend()).lower()
         self.model = comm_model_of(self.backend)
         self.watchdog = watchdog
-        # peer global rank -> (group, its blocking send, its blocking receive)
+        # pipeline peer -> (group, its blocking send, its blocking receive)
         self.links: dict[int, tuple[Any, Callable[[Any], None], Callable[[Any], None]]] = {}
-        for a, b in pairs:
-            if watchdog is not None:
-                watchdog.arm(f"creating the group of ranks {a} and {b}")
-            group = fw.new_group([a, b])
-            # gloo: two groups being created at once (say {0,3} and {1,2}) break each other's
-            # connection set-up; a barrier after each keeps the creations one at a time.
-            if self.backend == "gloo":
-                fw.barrier()
-            if rank in (a, b):
-                peer = b if rank == a else a
-                self.links[peer] = (group, *fw.link(group, rank, peer))
+        # This pipeline rank's replicas, reduced together (None with one replica).
+        self.data_parallel_group: Any = None
+        me = self.layout.rank
+        for a, b in self.layout.pair_groups(pairs):
+            group = self._new_group([a, b])
+            if me in (a, b):
+                peer = b if me == a else a
+                self.links[peer % self.layout.pipeline] = (group, *fw.link(group, me, peer))
+        if self.layout.replicas > 1:
+            for ranks in self.layout.data_parallel_groups():
+                group = self._new_group(ranks)
+                if me in ranks:
+                    self.data_parallel_group = group
         if watchdog is not None:
             watchdog.disarm()
+
+    def _new_group(self, ranks: list[int]) -> Any:
+        if self.watchdog is not None:
+            self.watchdog.arm(f"creating the group of ranks {', '.join(map(str, ranks))}")
+        group = self.fw.new_group(ranks)
+        # gloo: two groups being created at once (say {0,3} and {1,2}) break each other's
+        # connection set-up; a barrier after each keeps the creations one at a time.
+        if self.backend == "gloo":
+            self.fw.barrier()
+        return group
+
+    def global_rank(self, peer: int) -> int:
+        """The global rank of pipeline peer `peer` in this process's replica."""
+        return self.layout.global_rank(peer)
 
     def _link(self, peer: int) -> tuple[Any, Callable[[Any], None], Callable[[Any], None]]:
         link = self.links.get(peer)
@@ -98,12 +120,12 @@ class Transport:
         _, send, _ = self._link(peer)
         wd = self.watchdog
         if wd is not None:
-            wd.arm(label, f"sending to rank {peer}")
+            wd.arm(label, f"sending to rank {self.global_rank(peer)}")
         t0 = time.monotonic()
         try:
             send(tensor)
         except RuntimeError as exc:
-            raise peer_error(exc, "sending to", peer, time.monotonic() - t0) from None
+            raise peer_error(exc, "sending to", self.global_rank(peer), time.monotonic() - t0) from None
         if wd is not None:
             wd.since = 0.0
 
@@ -111,26 +133,27 @@ class Transport:
         _, _, recv = self._link(peer)
         wd = self.watchdog
         if wd is not None:
-            wd.arm(label, f"waiting for rank {peer}")
+            wd.arm(label, f"waiting for rank {self.global_rank(peer)}")
         t0 = time.monotonic()
         try:
             recv(tensor)
         except RuntimeError as exc:
-            raise peer_error(exc, "receiving from", peer, time.monotonic() - t0) from None
+            raise peer_error(exc, "receiving from", self.global_rank(peer), time.monotonic() - t0) from None
         if wd is not None:
             wd.since = 0.0
 
     def batch(self, ops: Sequence[tuple[bool, Tensor, int]], label: str) -> None:
         """(is_send, tensor, peer) posted together: NCCL's group call."""
-        p2p = [(is_send, t, peer, self._link(peer)[0]) for is_send, t, peer in ops]
+        p2p = [(is_send, t, self.global_rank(peer), self._link(peer)[0]) for is_send, t, peer in ops]
         wd = self.watchdog
         if wd is not None:
-            wd.arm(label, "in a batched send/receive with ranks " + ", ".join(sorted({str(p) for _, _, p in ops})))
+            wd.arm(label, "in a batched send/receive with ranks "
+                   + ", ".join(sorted({str(self.global_rank(p)) for _, _, p in ops})))
         t0 = time.monotonic()
         try:
             self.fw.batch(p2p)
         except RuntimeError as exc:
-            raise peer_error(exc, "exchanging with", ops[0][2], time.monotonic() - t0) from None
+            raise peer_error(exc, "exchanging with", self.global_rank(ops[0][2]), time.monotonic() - t0) from None
         if wd is not None:
             wd.disarm()
 

@@ -30,15 +30,19 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
+from ..english import plural
 from ..gcpause import no_gc
 from ..ir import Kind, Program
 from . import plan as P
 from . import values as V
+from .background import JobFailed
 from .comm import PeerError, Transport, comm_model_of, gather_objects
 from .errors import MessageOrderError, SetupError, StepError
 from .framework import Framework, framework_of, get_framework
+from .layout import Layout
 from .memory import LiveMemory
 from .preflight import prepare
+from .reduction import GradientReducer
 from .split_backward import DeferredGrads, switch_linears
 from .watchdog import Reporter, Watchdog
 from .wire import Exchange, Wire
@@ -76,9 +80,11 @@ class PipelineSchedule:
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
                  backend: str | None = None, profile: bool = False, split_backward: bool = True,
                  check: bool = True, pause_gc: bool = True, framework: str | Framework | None = None,
-                 _guard: bool = True, _transport: Transport | None = None):
+                 layout: Layout | None = None, _guard: bool = True, _transport: Transport | None = None):
         fw = self.fw = _framework(framework, stages)
-        self.rank = fw.rank() if rank is None else rank
+        self.layout = _layout(fw, program, rank, layout)
+        self.rank = self.layout.pipeline_rank  # what the plan is compiled for
+        self.global_rank = self.layout.rank  # what the job's messages name
         # One process needs no process group; without one there is no backend to ask.
         self.backend = (backend or (fw.backend() if fw.is_initialized() else "gloo")).lower()
         self.comm_model = comm_model_of(self.backend)
@@ -90,7 +96,7 @@ class PipelineSchedule:
             raise SetupError("a training program needs a loss function")
         self.loss_fn = loss_fn
         self.scale = 1.0 / self.plan.microbatches if scale_grads else 1.0
-        self.watchdog = watchdog or Watchdog(timeout, Reporter(self.rank))
+        self.watchdog = watchdog or Watchdog(timeout, Reporter(self.global_rank))
         self.step_index = 0
         self.profile = profile
         self.pause_gc = pause_gc
@@ -105,12 +111,19 @@ class PipelineSchedule:
             self._switch_layers()
         self.guard = _guard
         self._agree_on_program()
-        if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend:
+        if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend \
+                and _transport.layout == self.layout:
             self.transport = _transport
             self.transport.watchdog = self.watchdog
         else:
-            self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend)
-        self.wire = Wire(fw, self.transport, self.plan, self.rank, _guard)
+            self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend, self.layout)
+        self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard)
+        self.reducer: GradientReducer | None = None
+        reduce_after: dict[int, tuple[int, ...]] = {}
+        if self.layout.replicas > 1:
+            reduce_after = P.last_backward(self.plan)
+            self.reducer = GradientReducer(fw, self.layers, self.transport.data_parallel_group, self.layout.replicas,
+                                           self.watchdog, self.layout.data_parallel_ranks(self.rank))
         self._loss_checked = False
         split = self.deferred is not None
         self._handlers: dict[int, Callable[[P.Op], None]] = {
@@ -120,7 +133,8 @@ class PipelineSchedule:
             P.SEND_F: self._message, P.RECV_F: self._message, P.SEND_B: self._message, P.RECV_B: self._message,
             P.NOOP: self._noop, P.OVERLAP: self._overlap, P.BATCH: self._batch,
         }
-        self._compiled = [(self._handlers[op.code], op) for op in self.plan.ops]
+        self._compiled = [(self._reducing(self._handlers[op.code], reduce_after[i]) if i in reduce_after
+                           else self._handlers[op.code], op) for i, op in enumerate(self.plan.ops)]
         self._reset()
 
     # --- set-up -----------------------------------------------------------------------------
@@ -236,15 +250,20 @@ class PipelineSchedule:
                 else:
                     for handler, op in self._compiled:
                         handler(op)
+            if self.reducer is not None:
+                self.reducer.wait()
         except StepError:
             raise
         except (SetupError, V.StageValueError) as exc:
-            raise StepError(self.rank, self.step_index, op.label if op else "?", str(exc)) from None
+            raise StepError(self.global_rank, self.step_index, op.label if op else "?", str(exc)) from None
         except PeerError as exc:
-            raise StepError(self.rank, self.step_index, op.label if op else "?", str(exc), peer=True) from None
+            raise StepError(self.global_rank, self.step_index, op.label if op else "?", str(exc), peer=True) from None
+        except JobFailed as exc:
+            raise StepError(self.global_rank, self.step_index, exc.label, f"{type(exc.cause).__name__}: {exc.cause}",
+                            peer=True) from None
         except Exception as exc:  # noqa: BLE001 - any failure becomes a located one
             label = op.label if op else "?"
-            raise StepError(self.rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc
+            raise StepError(self.global_rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc
         finally:
             wd.disarm()
         self.wire.first_step_done()
@@ -258,6 +277,18 @@ class PipelineSchedule:
     def last_losses(self) -> list[float]:
         """This step's microbatch losses as floats (last-stage rank only; else empty)."""
         return [float(self._losses[m]) for m in sorted(self._losses)]
+
+    def _reducing(self, handler: Callable[[P.Op], None], stages: tuple[int, ...]) -> Callable[[P.Op], None]:
+        """`handler`, then the reduction of the stages whose last backward of the step it ran."""
+        reducer = self.reducer
+        assert reducer is not None
+
+        def run(op: P.Op) -> None:
+            handler(op)
+            for s in stages:
+                reducer.post(s)
+
+        return run
 
     # --- compute ----------------------------------------------------------------------------
     def _forward(self, op: P.Op) -> None:
@@ -379,6 +410,20 @@ class PipelineSchedule:
 
 def _has_split_backward(plan: P.Plan) -> bool:
     return any(o.code in (P.I, P.W) for op in plan.ops for o in (op.parts or (op,)))
+
+
+def _layout(fw: Framework, program: Program, rank: int | None, layout: Layout | None) -> Layout:
+    """This process's place: the layout given (checked against the program), else one replica."""
+    if layout is None:
+        return Layout.single(max(program.ranks, 1 + (rank if rank is not None else fw.rank())),
+                             fw.rank() if rank is None else rank)
+    if layout.pipeline != program.ranks:
+        raise SetupError(f"the layout has {plural(layout.pipeline, 'pipeline rank')} but the program "
+                         f"{plural(program.ranks, 'rank')}")
+    if rank is not None and rank != layout.pipeline_rank:
+        raise SetupError(f"rank={rank} but the layout puts global rank {layout.rank} at pipeline rank "
+                         f"{layout.pipeline_rank} (give one of them)")
+    return layout
 
 
 def _framework(framework: str | Framework | None, stages: Mapping[int, Any] | Sequence[Any]) -> Framework:
