@@ -12,6 +12,7 @@ No framework here: the launcher and the checks before any process starts read it
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from attrs import Attribute, field, frozen
 
@@ -89,3 +90,25 @@ def batch_splits(rows: int, microbatches: int) -> list[int]:
     """The data-parallel degrees a batch of `rows` splits into, each replica taking
     `microbatches` microbatches of equal rows."""
     return [n for n in range(1, rows + 1) if rows % (n * microbatches) == 0]
+
+
+def layout_of_fleet(topology: Any, rank: int) -> Layout:
+    """The layout of a Paddle fleet job for global rank `rank`, from its
+    `CommunicateTopology` (or a `HybridCommunicateGroup`, whose `topology()` it reads).
+
+    Only the "pipe" and "data" axes may be larger than 1, and fleet's numbering must be this
+    layout's ("data" outside "pipe", fleet's default order): UsageError, naming what differs, if not."""
+    topo = topology.topology() if hasattr(topology, "topology") else topology
+    dims = {str(name): int(topo.get_dim(name)) for name in topo.get_hybrid_group_names()}
+    wider = {name: n for name, n in dims.items() if n > 1 and name not in ("pipe", "data")}
+    if wider:
+        raise UsageError("ppdsl replicates the pipeline over the data axis only; this fleet topology also has "
+                         + ", ".join(f"{name} degree {n}" for name, n in wider.items()))
+    layout = Layout(dims.get("pipe", 1), dims.get("data", 1), rank)
+    coord = topo.get_coord(rank)
+    stage, replica = int(getattr(coord, "pipe", 0)), int(getattr(coord, "data", 0))
+    if (stage, replica) != (layout.pipeline_rank, layout.replica):
+        raise UsageError(f"fleet puts global rank {rank} at pipe {stage} of data {replica}, but ppdsl's layout "
+                         f"(data outside pipe) at pipeline rank {layout.pipeline_rank} of replica {layout.replica}: "
+                         "order the topology's axes with data before pipe")
+    return layout

@@ -173,3 +173,35 @@ def test_a_batch_that_does_not_split_over_the_replicas_is_refused_before_any_ran
     fits = [n for n in range(1, 13) if 12 % (n * m) == 0]
     assert f"splits for --data-parallel {', '.join(map(str, fits))}" in err
     assert "rank" not in err and time.monotonic() - t0 < 8
+
+
+# --- fleet's topology ----------------------------------------------------------------------
+
+def test_fleets_topology_gives_the_layout_and_a_different_order_is_refused() -> None:
+    from paddle.distributed.fleet.base.topology import CommunicateTopology
+
+    from ppdsl.diagnostics import UsageError
+    from ppdsl.runtime.layout import layout_of_fleet
+
+    names = ["data", "pipe", "sharding", "sep", "model"]
+    topo = CommunicateTopology(names, [2, 3, 1, 1, 1])
+    for rank in range(6):
+        lay = layout_of_fleet(topo, rank)
+        coord = topo.get_coord(rank)
+        assert (lay.pipeline, lay.replicas, lay.pipeline_rank, lay.replica) == (3, 2, coord.pipe, coord.data)
+    with pytest.raises(UsageError, match="order the topology's axes with data before pipe"):
+        layout_of_fleet(CommunicateTopology(["pipe", "data", "sharding", "sep", "model"], [3, 2, 1, 1, 1]), 1)
+    with pytest.raises(UsageError, match="also has model degree 2"):
+        layout_of_fleet(CommunicateTopology(names, [2, 1, 1, 1, 2]), 0)
+
+
+@pytest.mark.slow
+def test_the_fleet_example_trains_both_replicas_under_paddles_launcher(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "logs"),
+                           "--nproc_per_node", "4", str(ROOT / "examples" / "fleet_hybrid" / "train.py"), "", "3"],
+                          env=launcher_env(), cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
+    logs = "\n".join(p.read_text(errors="replace") for p in sorted((tmp_path / "logs").glob("workerlog.*")))
+    assert done.returncode == 0, done.stdout[-2000:] + logs[-3000:]
+    for replica in (0, 1):
+        losses = [float(x) for x in re.findall(rf"replica {replica} step \d/3: loss ([0-9.]+)", logs)]
+        assert len(losses) == 3 and losses[-1] < losses[0], logs[-2000:]
