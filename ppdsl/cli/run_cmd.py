@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             model = CommModel.RENDEZVOUS  # local processes talk over gloo
         programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
         if distributed:
-            from ..runtime.layout import check_world
+            from ..runtime.process_layout import check_world
             from ..runtime.worker import rank_from_env
 
             # The launcher's world must hold every replica: said now, before any group forms.
@@ -155,7 +155,7 @@ def _check_batches(data: str | None, framework: str, programs: list[Program], fi
     now, not a failure of every rank after they start."""
     if data is None:
         return
-    from ..runtime.layout import batch_splits
+    from ..runtime.process_layout import batch_splits
     from ..runtime.models import batch_rows
 
     rows = batch_rows(data, framework)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .layout import Layout
+from .process_layout import Layout
 
 if TYPE_CHECKING:  # pragma: no cover
     from .from_file import ScheduleFromFile

@@ -21,7 +21,7 @@ from attrs import frozen
 from ..ir import Action, Kind
 from ..semantics import CommModel
 from .framework import Framework
-from .layout import Layout
+from .process_layout import Layout
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:  # pragma: no cover

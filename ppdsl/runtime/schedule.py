@@ -39,9 +39,9 @@ from .background import JobFailed
 from .comm import PeerError, Transport, comm_model_of, gather_objects
 from .errors import MessageOrderError, SetupError, StepError
 from .framework import Framework, framework_of, get_framework
-from .layout import Layout
 from .memory import LiveMemory
 from .preflight import prepare
+from .process_layout import Layout
 from .reduction import GradientReducer
 from .split_backward import DeferredGrads, switch_linears
 from .watchdog import Reporter, Watchdog

@@ -28,10 +28,10 @@ from ..semantics import CommModel
 from . import models
 from .comm import comm_model_of, gather_objects
 from .framework import PADDLE, TORCH, Framework, get_framework
-from .layout import Layout
 from .models import SetupFailure, build_stages, make_optimizer
 from .plan import Plan, compile_rank, count_actions
 from .preflight import prepare
+from .process_layout import Layout
 from .watchdog import Reporter, Watchdog
 
 

@@ -181,7 +181,7 @@ def test_fleets_topology_gives_the_layout_and_a_different_order_is_refused() -> 
     from paddle.distributed.fleet.base.topology import CommunicateTopology
 
     from ppdsl.diagnostics import UsageError
-    from ppdsl.runtime.layout import layout_of_fleet
+    from ppdsl.runtime.process_layout import layout_of_fleet
 
     names = ["data", "pipe", "sharding", "sep", "model"]
     topo = CommunicateTopology(names, [2, 3, 1, 1, 1])
