@@ -18,7 +18,11 @@ Each action of the rank's row runs in order:
 - `SEND_*`/`RECV_*`: blocking P2P on the pair's own 2-rank group; a batch `<...>` is one
   group call on NCCL and its members in written order on gloo. What each message carries
   (shape headers on the first step, the label guard) is `wire.py`.
-- `UNSHARD`/`RESHARD`/`REDUCE_GRAD`: no-ops (no data parallelism here), logged at debug level.
+- `UNSHARD`/`RESHARD`/`REDUCE_GRAD`: no-ops (no sharding here), logged at debug level.
+
+With a `layout` of N replicas (`process_layout.py`), each stage's gradients are averaged over
+its replicas: started once its last backward action of the step has run, waited for at the
+end of the step (`reduction.py`).
 """
 
 from __future__ import annotations
@@ -70,6 +74,10 @@ class PipelineSchedule:
     program runs as written, and the label guard still stops a send/receive order that does
     not match. The private `_guard=False` turns the guard off as well; it exists for the
     soundness tests, which must see what the bare transport does with such an order.
+    `layout` (`process_layout.Layout`) places this process in a job of several replicas of the
+    pipeline: the plan is compiled for its pipeline rank, and each stage's gradients are
+    averaged over the replicas before `step()` returns. Default: one replica, global rank =
+    pipeline rank (`rank`).
     `_transport` reuses the pair groups of an earlier schedule over the same pairs whose last
     step completed on every rank (creating a gloo group costs ~0.3 s); the soundness tests run
     many programs so.
@@ -387,7 +395,8 @@ class PipelineSchedule:
                 self.memory.observe(self)
 
     def _noop(self, op: P.Op) -> None:
-        log.debug("rank %d: %s is a no-op without data parallelism", self.rank, op.label)
+        log.debug("rank %d: %s is a no-op: ppdsl does not shard (data parallelism reduces without it)",
+                  self.global_rank, op.label)
 
     # --- communication: the wire protocol is `wire.py`; these say what each action carries -
     def _exchange(self, op: P.Op) -> Exchange:

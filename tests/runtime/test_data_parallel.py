@@ -205,3 +205,12 @@ def test_the_fleet_example_trains_both_replicas_under_paddles_launcher(tmp_path:
     for replica in (0, 1):
         losses = [float(x) for x in re.findall(rf"replica {replica} step \d/3: loss ([0-9.]+)", logs)]
         assert len(losses) == 3 and losses[-1] < losses[0], logs[-2000:]
+
+
+def test_the_documented_api_lines_are_the_fleet_examples() -> None:
+    doc = (ROOT / "docs" / "runtime.md").read_text()
+    section = doc[doc.index("## Data parallelism"):doc.index("\n## ", doc.index("## Data parallelism") + 5)]
+    (snippet,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    example = (ROOT / "examples" / "fleet_hybrid" / "train.py").read_text()
+    for line in filter(None, (x.strip() for x in snippet.splitlines())):
+        assert line in example, line
