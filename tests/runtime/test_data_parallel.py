@@ -23,7 +23,7 @@ LAUNCH_SECONDS = 200
 paddle = pytest.importorskip("paddle")
 
 sys.path.insert(0, str(HERE))
-from procs import launcher_env, rank_result  # noqa: E402
+from procs import launcher_env, rank_result, run_together  # noqa: E402
 
 
 def _files(tmp_path: Path, *generators: str) -> list[str]:
@@ -116,6 +116,24 @@ def test_under_paddles_launcher_a_killed_rank_ends_every_rank(tmp_path: Path) ->
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
     assert done.returncode != 0
     assert time.monotonic() - t0 < 120  # start-up plus at most a few --timeout
+
+
+@pytest.mark.slow
+def test_under_paddles_launcher_two_nodes_on_loopback_two_by_two_verifies(tmp_path: Path) -> None:
+    from ppdsl.runtime.launcher import free_ports
+
+    (port,) = free_ports(1)
+    codes, outputs = run_together([[sys.executable, "-m", "paddle.distributed.launch", "--log_dir",
+                                    str(tmp_path / f"node{node}"), "--nnodes", "2", "--master", f"127.0.0.1:{port}",
+                                    "--rank", str(node), "--nproc_per_node", "2", PPDSL, "run",
+                                    str(HERE / "schedules" / "2r_zb_iw.pps"), "--dp", "2", "--steps", "2", "--verify",
+                                    "--timeout", "30"] for node in (0, 1)], tmp_path, LAUNCH_SECONDS)
+    logs = ["\n".join(p.read_text(errors="replace") for p in sorted((tmp_path / f"node{n}").glob("workerlog.*")))
+            for n in (0, 1)]
+    assert codes == [0, 0], "\n".join(o[-1500:] for o in outputs) + logs[0][-2000:]
+    assert "verify: ok" in logs[0]  # global rank 0 compares both replicas' gradients
+    # The loss is printed by replica 0's last stage (global rank 1, on the first node) only.
+    assert re.search(r"step 2/2  loss [0-9.]+", logs[0]) and not re.search(r"step \d/2  loss", logs[1])
 
 
 @pytest.mark.slow
