@@ -50,6 +50,7 @@ def main() -> None:
         if losses:
             mean = float(sum(float(v) for v in losses) / len(losses))
             print(f"replica {layout.replica} step {step + 1}/{steps}: loss {mean:.6f}", flush=True)
+    sched.close()
 
 
 def text_path() -> str:

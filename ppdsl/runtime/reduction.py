@@ -24,6 +24,7 @@ from .watchdog import Lane, Watchdog
 # that a stage's buckets are few, small enough that the first bucket's sum can start while
 # the stage's other buckets are still being copied, when a backend overlaps them.
 BUCKET_BYTES = 25 << 20
+CLOSE_SECONDS = 5.0  # the thread is idle after a step's wait: it ends at once
 
 
 class Bucket:
@@ -98,4 +99,4 @@ class GradientReducer:
         self._posted.clear()
 
     def close(self) -> None:
-        self.background.close()
+        self.background.join(CLOSE_SECONDS)

@@ -282,6 +282,12 @@ class PipelineSchedule:
             return V.merge_batch(fw, [self._outputs[m] for m in sorted(self._outputs)])
         return None
 
+    def close(self) -> None:
+        """End the schedule's background thread (the gradient reduction of a data-parallel
+        layout) once the last step is done; a script that exits normally should call it."""
+        if self.reducer is not None:
+            self.reducer.close()
+
     def last_losses(self) -> list[float]:
         """This step's microbatch losses as floats (last-stage rank only; else empty)."""
         return [float(self._losses[m]) for m in sorted(self._losses)]
