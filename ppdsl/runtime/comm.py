@@ -121,12 +121,12 @@ class Transport:
         _, send, _ = self._link(peer)
         wd = self.watchdog
         if wd is not None:
-            wd.arm(label, f"sending to rank {peer}")
+            wd.arm(label, f"sending to rank {self.global_rank(peer)}")
         t0 = time.monotonic()
         try:
             send(tensor)
         except RuntimeError as exc:
-            raise peer_error(exc, "sending to", peer, time.monotonic() - t0) from None
+            raise peer_error(exc, "sending to", self.global_rank(peer), time.monotonic() - t0) from None
         if wd is not None:
             wd.since = 0.0
 
@@ -134,12 +134,12 @@ class Transport:
         _, _, recv = self._link(peer)
         wd = self.watchdog
         if wd is not None:
-            wd.arm(label, f"waiting for rank {peer}")
+            wd.arm(label, f"waiting for rank {self.global_rank(peer)}")
         t0 = time.monotonic()
         try:
             recv(tensor)
         except RuntimeError as exc:
-            raise peer_error(exc, "receiving from", peer, time.monotonic() - t0) from None
+            raise peer_error(exc, "receiving from", self.global_rank(peer), time.monotonic() - t0) from None
         if wd is not None:
             wd.since = 0.0
 
@@ -148,12 +148,13 @@ class Transport:
         p2p = [(is_send, t, self.global_rank(peer), self._link(peer)[0]) for is_send, t, peer in ops]
         wd = self.watchdog
         if wd is not None:
-            wd.arm(label, "in a batched send/receive with ranks " + ", ".join(sorted({str(p) for _, _, p in ops})))
+            wd.arm(label, "in a batched send/receive with ranks "
+                   + ", ".join(sorted({str(self.global_rank(p)) for _, _, p in ops})))
         t0 = time.monotonic()
         try:
             self.fw.batch(p2p)
         except RuntimeError as exc:
-            raise peer_error(exc, "exchanging with", ops[0][2], time.monotonic() - t0) from None
+            raise peer_error(exc, "exchanging with", self.global_rank(ops[0][2]), time.monotonic() - t0) from None
         if wd is not None:
             wd.disarm()
 

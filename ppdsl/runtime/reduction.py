@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .background import Background
+from .comm import PeerError
 from .framework import Framework
 from .watchdog import Lane, Watchdog
 
@@ -82,7 +83,12 @@ class GradientReducer:
             for b in buckets:
                 if lane is not None:
                     lane.arm(label, with_ranks)
-                fw.all_reduce(b.flat, self.group)
+                try:
+                    fw.all_reduce(b.flat, self.group)
+                except RuntimeError as exc:
+                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                    raise PeerError(f"lost a replica while {with_ranks} ({first}): one of them died or was "
+                                    "stopped") from None
 
         self.background.post(job, label)
         self._posted.append(stage)

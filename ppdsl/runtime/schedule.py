@@ -267,8 +267,9 @@ class PipelineSchedule:
         except PeerError as exc:
             raise StepError(self.global_rank, self.step_index, op.label if op else "?", str(exc), peer=True) from None
         except JobFailed as exc:
-            raise StepError(self.global_rank, self.step_index, exc.label, f"{type(exc.cause).__name__}: {exc.cause}",
-                            peer=True) from None
+            cause = exc.cause
+            told = str(cause) if isinstance(cause, PeerError) else f"{type(cause).__name__}: {cause}"
+            raise StepError(self.global_rank, self.step_index, exc.label, told, peer=True) from None
         except Exception as exc:  # noqa: BLE001 - any failure becomes a located one
             label = op.label if op else "?"
             raise StepError(self.global_rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc
