@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..semantics import CommModel
 
 MAX_THREADS = 1024
+MAX_REPLICAS = 1024
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--blocking-sends", action="store_true",
                    help="on gloo, make each send wait for its receive (the rendezvous model) instead of "
                         "sending in the background beside compute (the buffered model)")
+    p.add_argument("--data-parallel", "--dp", type=whole_number(1, MAX_REPLICAS), default=1, metavar="N",
+                   help="N replicas of the pipeline (ranks x N processes), each on its share of every batch, "
+                        "their gradients averaged each step (default 1)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="intra-op threads per local rank (default: cores / ranks, at least 1)")
     add_max_steps(p, DEFAULT_MAX_LOWERED_STEPS)
@@ -76,6 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _check_args(args: argparse.Namespace) -> None:
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
+    if args.data_parallel > 1 and args.profile:
+        raise UsageError("--profile measures one pipeline: run it without --data-parallel")
 
 
 def _programs(files: list[str], model: CommModel, steps_limit: int | None = None) -> list[Program]:
@@ -129,15 +135,21 @@ def run(args: argparse.Namespace) -> int:
             # On the CPU gloo: buffered with sends in the background, else rendezvous; NCCL's grouped on GPUs.
             model = comm_model_of(device.backend, not args.blocking_sends)
         programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
-        if not distributed:
-            _warn_oversubscription(programs[0].ranks, args.threads)
+        if distributed:
+            from ..runtime.process_layout import check_world
+            from ..runtime.worker import rank_from_env
+
+            # The launcher's world must hold every replica: said now, before any group forms.
+            check_world(programs[0].ranks, args.data_parallel, rank_from_env(args.framework)[1])
+        else:
+            _warn_oversubscription(programs[0].ranks * args.data_parallel, args.threads)
         from ..runtime.models import check_contract, check_forms
 
         check_forms(args.model, args.data, args.loss, args.optimizer)
         require(args.framework)  # exit 2 with the install command
         args.model, args.data, args.loss = check_contract(args.model, args.data, args.loss, args.optimizer,
                                                           [p.stages for p in programs])
-        _check_batches(args.data, args.framework, programs, args.file)
+        _check_batches(args.data, args.framework, programs, args.file, args.data_parallel)
         if users_threads is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
@@ -167,17 +179,25 @@ def _local_device(requested: str, framework: str, file: str, steps_limit: int) -
     return choose_device(requested, fw.cuda_built(), fw.device_count(), 0, ranks, {})
 
 
-def _check_batches(data: str | None, framework: str, programs: list[Program], files: list[str]) -> None:
-    """A batch that does not split into a file's microbatches is exit 2 now, not a failure of
-    every rank after they start."""
+def _check_batches(data: str | None, framework: str, programs: list[Program], files: list[str],
+                   replicas: int = 1) -> None:
+    """A batch that does not split into a file's microbatches (of every replica) is exit 2
+    now, not a failure of every rank after they start."""
     if data is None:
         return
+    from ..runtime.process_layout import batch_splits
     from ..runtime.models import batch_rows
 
     rows = batch_rows(data, framework)
     if rows is None:
         return
     for file, program in zip(files, programs):
+        if replicas > 1 and rows % (replicas * program.microbatches):
+            raise UsageError(f"--data {data}: a batch of {rows} cannot be split into {replicas} replicas x "
+                             f"{program.microbatches} microbatches of {file}; a batch of {rows} splits for "
+                             f"--data-parallel {', '.join(map(str, batch_splits(rows, program.microbatches))) or 'none'} "
+                             f"with {plural(program.microbatches, 'microbatch')}, or let batches() yield a multiple "
+                             f"of {replicas * program.microbatches} rows")
         if rows % program.microbatches:
             fits = [m for m in range(1, rows + 1) if rows % m == 0]
             raise UsageError(f"--data {data}: a batch of {rows} cannot be split into the {program.microbatches} "
@@ -200,16 +220,18 @@ def _launch(args: argparse.Namespace, programs: list[Program], device: Device) -
 
     out = sys.stdout
     first = programs[0]
-    threads, why = threads_per_rank(first.ranks, args.threads)
+    replicas = args.data_parallel
+    threads, why = threads_per_rank(first.ranks * replicas, args.threads)
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
         where = "one GPU each, " if device.is_gpu else ""
-        print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}, {plural(first.stages, 'stage')}, "
+        copies = f" x {plural(replicas, 'replica')} ({first.ranks * replicas} processes)" if replicas > 1 else ""
+        print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}{copies}, {plural(first.stages, 'stage')}, "
               f"{plural(first.microbatches, 'microbatch')}, {plural(args.steps, 'step')} on {args.framework} "
               f"({device.backend}, local processes, {where}{plural(threads, 'thread')} each: {why})", file=out, flush=True)
     args.device = device.kind  # every rank binds the kind decided here
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
-                     keep_logs=args.logs, names=args.file, threads=threads, device=device)
+                     keep_logs=args.logs, names=args.file, threads=threads, device=device, replicas=replicas)
     if outcome.failure is not None:
         print(f"ppdsl run: failed: {outcome.failure}", file=sys.stderr)
         return 1
@@ -238,7 +260,8 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     """The arguments again, for each rank's own `ppdsl run`."""
     argv = [*args.file, "--steps", str(args.steps), "--framework", args.framework, "--device", args.device,
             "--optimizer", args.optimizer, "--lr", repr(args.lr),
-            "--seed", str(args.seed), "--timeout", repr(args.timeout), "--rtol", repr(args.rtol)]
+            "--seed", str(args.seed), "--timeout", repr(args.timeout), "--rtol", repr(args.rtol),
+            "--data-parallel", str(args.data_parallel)]
     for name in ("model", "data", "loss", "profile"):
         value = getattr(args, name)
         if value is not None:

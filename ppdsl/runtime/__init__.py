@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .process_layout import Layout
+
 if TYPE_CHECKING:  # pragma: no cover
     from .from_file import ScheduleFromFile
     from .schedule import MessageOrderError, PipelineSchedule, SetupError, StepError
 
-__all__ = ["MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError", "init_from_env"]
+__all__ = ["Layout", "MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError", "init_from_env"]
 
 
 def init_from_env(framework: str = "paddle") -> int:

@@ -73,6 +73,13 @@ class Background:
             self._closed = True
             self._cond.notify_all()
 
+    def join(self, timeout: float) -> None:
+        """`close`, then wait up to `timeout` seconds for the thread to end: a process that
+        exits normally should hold no thread blocked in the framework (Paddle's teardown of
+        its process groups can crash under one)."""
+        self.close()
+        self._thread.join(timeout)
+
     def _raise_failure(self) -> None:
         if self._failed is not None:
             raise self._failed

@@ -24,6 +24,7 @@ from ..ir import Action, Kind
 from ..semantics import CommModel
 from .framework import Framework
 from .background import Background
+from .process_layout import Layout
 from .watchdog import Lane, Watchdog
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,7 +69,11 @@ class PeerError(RuntimeError):
 
 
 class Transport:
-    """Send/recv to a global rank over that pair's own group.
+    """Send/recv to a pipeline peer over that pair's own groups.
+
+    Peers are pipeline ranks (what a plan names); `layout` maps them to global ranks. Every
+    process creates every replica's pair groups, then the data-parallel groups (one per
+    pipeline rank), all in the same order: a group's creation is a collective of the world.
 
     With `background` (gloo only) each peer's sends go out on a thread of their own, in the
     order they were posted, while this rank computes; receives still block (the rank needs
@@ -79,9 +84,10 @@ class Transport:
     `buffered` (a send completes without waiting for its receive)."""
 
     def __init__(self, fw: Framework, rank: int, pairs: Sequence[tuple[int, int]], watchdog: Watchdog | None,
-                 backend: str | None = None, background: bool = False):
+                 backend: str | None = None, background: bool = False, layout: Layout | None = None):
         self.fw = fw
-        self.rank = rank
+        self.layout = layout or Layout.single(1 + max([rank, *(b for _, b in pairs)]), rank)
+        self.rank = self.layout.rank
         self.pairs = tuple(pairs)
         self.backend = (backend or fw.backend()).lower()
         self.background = background and self.backend == "gloo"
@@ -91,24 +97,23 @@ class Transport:
         self.emulated = self.backend != "gloo" and fw.is_initialized() and fw.backend() == "gloo"
         threads = self.background or self.emulated
         self._watchdog = watchdog
-        # peer global rank -> (the group sends to it use, its blocking send, its blocking receive)
+        # pipeline peer -> (the group sends to it use, its blocking send, its blocking receive)
         self.links: dict[int, tuple[Any, Callable[[Any], None], Callable[[Any], None]]] = {}
-        for a, b in pairs:
-            directions = ((a, b), (b, a)) if threads else ((a, b),)
-            groups = []
-            for src, dst in directions:
-                if watchdog is not None:
-                    watchdog.arm(f"creating the group of ranks {src} and {dst}")
-                groups.append(fw.new_group([a, b]))
-                # gloo: two groups being created at once (say {0,3} and {1,2}) break each other's
-                # connection set-up; a barrier after each keeps the creations one at a time.
-                if self.backend == "gloo":
-                    fw.barrier()
-            if rank in (a, b):
-                peer = b if rank == a else a
-                sends = groups[0] if rank == a else groups[-1]
-                receives = groups[-1] if rank == a else groups[0]
-                self.links[peer] = (sends, fw.link(sends, rank, peer)[0], fw.link(receives, rank, peer)[1])
+        # This pipeline rank's replicas, reduced together (None with one replica).
+        self.data_parallel_group: Any = None
+        me = self.layout.rank
+        for a, b in self.layout.pair_groups(pairs):
+            groups = [self._new_group([a, b]) for _ in range(2 if threads else 1)]  # a to b, then b to a
+            if me in (a, b):
+                peer = b if me == a else a
+                sends, receives = (groups[0], groups[-1]) if me == a else (groups[-1], groups[0])
+                self.links[peer % self.layout.pipeline] = (sends, fw.link(sends, me, peer)[0],
+                                                           fw.link(receives, me, peer)[1])
+        if self.layout.replicas > 1:
+            for ranks in self.layout.data_parallel_groups():
+                group = self._new_group(ranks)
+                if me in ranks:
+                    self.data_parallel_group = group
         if watchdog is not None:
             watchdog.disarm()
         self.senders: dict[int, Background] = {}
@@ -129,6 +134,21 @@ class Transport:
     def _lane(self) -> Lane | None:
         return self._watchdog.lane() if self._watchdog is not None else None
 
+    def _new_group(self, ranks: list[int]) -> Any:
+        if self.watchdog is not None:
+            self.watchdog.arm(f"creating the group of ranks {', '.join(map(str, ranks))}")
+        group = self.fw.new_group(ranks)
+        # gloo: two groups being created at once (say {0,3} and {1,2}) break each other's
+        # connection set-up; a barrier after each keeps the creations one at a time.
+        if self.backend == "gloo":
+            self.fw.barrier()
+        return group
+
+    def global_rank(self, peer: int) -> int:
+        """The global rank of pipeline peer `peer` in this process's replica (what a message
+        about a peer should name: with one replica the two are the same)."""
+        return self.layout.global_rank(peer)
+
     def _link(self, peer: int) -> tuple[Any, Callable[[Any], None], Callable[[Any], None]]:
         link = self.links.get(peer)
         if link is None:  # pragma: no cover - plans only name peers from the program's pairs
@@ -145,12 +165,12 @@ class Transport:
     def _send(self, tensor: Tensor, peer: int, label: str, lane: Lane | None) -> None:
         _, send, _ = self._link(peer)
         if lane is not None:
-            lane.arm(label, f"sending to rank {peer}")
+            lane.arm(label, f"sending to rank {self.global_rank(peer)}")
         t0 = time.monotonic()
         try:
             send(tensor)
         except RuntimeError as exc:
-            raise peer_error(exc, "sending to", peer, time.monotonic() - t0) from None
+            raise peer_error(exc, "sending to", self.global_rank(peer), time.monotonic() - t0) from None
         if lane is not None:
             lane.since = 0.0
 
@@ -161,21 +181,27 @@ class Transport:
             if sender.idle:
                 continue
             if wd is not None:
-                wd.arm(wd.label, f"waiting for rank {peer} to receive what this rank sent it")
+                wd.arm(wd.label, f"waiting for rank {self.global_rank(peer)} to receive what this rank sent it")
             sender.wait()
             if wd is not None:
                 wd.since = 0.0
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the sending threads once their sends are out (a process that exits normally
+        should hold no thread in the framework: Paddle's teardown can crash under one)."""
+        for sender in self.senders.values():
+            sender.join(timeout)
 
     def recv(self, tensor: Tensor, peer: int, label: str) -> None:
         _, _, recv = self._link(peer)
         wd = self._watchdog
         if wd is not None:
-            wd.arm(label, f"waiting for rank {peer}")
+            wd.arm(label, f"waiting for rank {self.global_rank(peer)}")
         t0 = time.monotonic()
         try:
             recv(tensor)
         except RuntimeError as exc:
-            raise peer_error(exc, "receiving from", peer, time.monotonic() - t0) from None
+            raise peer_error(exc, "receiving from", self.global_rank(peer), time.monotonic() - t0) from None
         if wd is not None:
             wd.since = 0.0
 
@@ -190,15 +216,16 @@ class Transport:
                     self.recv(t, peer, label)
             self.flush()
             return
-        p2p = [(is_send, t, peer, self._link(peer)[0]) for is_send, t, peer in ops]
+        p2p = [(is_send, t, self.global_rank(peer), self._link(peer)[0]) for is_send, t, peer in ops]
         wd = self._watchdog
         if wd is not None:
-            wd.arm(label, "in a batched send/receive with ranks " + ", ".join(sorted({str(p) for _, _, p in ops})))
+            wd.arm(label, "in a batched send/receive with ranks "
+                   + ", ".join(sorted({str(self.global_rank(p)) for _, _, p in ops})))
         t0 = time.monotonic()
         try:
             self.fw.batch(p2p)
         except RuntimeError as exc:
-            raise peer_error(exc, "exchanging with", ops[0][2], time.monotonic() - t0) from None
+            raise peer_error(exc, "exchanging with", self.global_rank(ops[0][2]), time.monotonic() - t0) from None
         if wd is not None:
             wd.disarm()
 

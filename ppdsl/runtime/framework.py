@@ -81,6 +81,15 @@ class Framework(abc.ABC):
         """Tensors joined along dimension 0."""
 
     @abc.abstractmethod
+    def flatten(self, tensors: Sequence[Any]) -> Any:
+        """One new 1-D tensor holding copies of `tensors` (one dtype) end to end."""
+
+    @abc.abstractmethod
+    def unflatten_into(self, flat: Any, tensors: Sequence[Any | None], scale: float) -> None:
+        """Copy `flat`'s consecutive pieces, times `scale`, into `tensors` in place (the
+        inverse of `flatten`); a None keeps its place in `flat` and receives nothing."""
+
+    @abc.abstractmethod
     def from_numpy(self, array: Any) -> Any:
         """A tensor holding a copy of a numpy array, same dtype."""
 
@@ -231,6 +240,11 @@ class Framework(abc.ABC):
 
     @abc.abstractmethod
     def new_group(self, ranks: list[int]) -> Any: ...
+
+    @abc.abstractmethod
+    def all_reduce(self, tensor: Any, group: Any) -> None:
+        """Sum `tensor` in place over `group`'s members, blocking until done. Called from a
+        background thread: it may not run framework operators, only the collective."""
 
     @abc.abstractmethod
     def link(self, group: Any, rank: int, peer: int) -> tuple[Callable[[Any], None], Callable[[Any], None]]:

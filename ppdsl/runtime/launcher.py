@@ -164,15 +164,16 @@ def oversubscription(ranks: int, threads: int, available: int | None = None) -> 
 def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, timeout: float, quiet: bool = False,
            stream: TextIO | None = None, keep_logs: str | None = None, names: Sequence[str] = (),
            command: Sequence[str] | None = None, threads: int | None = None,
-           device: Device = CPU_DEVICE) -> Outcome:
-    """Run `ppdsl run argv...` as local processes (one per rank) and collect what they report.
+           device: Device = CPU_DEVICE, replicas: int = 1) -> Outcome:
+    """Run `ppdsl run argv...` as local processes (one per rank of each of `replicas` copies
+    of the pipeline, numbered as `process_layout.Layout` says) and collect what they report.
 
     `programs` are the prepared programs of the files in argv, in order; all have the same
     number of ranks. `command` replaces `python -m ppdsl run` (e.g. a script using the API).
     Each rank gets `threads` intra-op threads (default: `threads_per_rank`) and, when `device`
     is a GPU, GPU `rank` and NCCL (the caller checked there are enough)."""
     out = stream or sys.stdout
-    n = programs[0].ranks
+    n = programs[0].ranks * replicas
     if threads is None:
         threads = threads_per_rank(n)[0]
     tmp = Path(tempfile.mkdtemp(prefix="ppdsl-run-"))
@@ -358,7 +359,7 @@ def _death(rank: int, code: int, programs: Sequence[Program], tmp: Path) -> str:
     if step < 0 or not 0 <= file < len(programs):
         return f"rank {rank} {how} before its first step"
     program = programs[file]
-    ops = compile_rank(program, rank).ops if not needs_lowering(program) else ()
+    ops = compile_rank(program, rank % program.ranks).ops if not needs_lowering(program) else ()
     label = ops[index].label if 0 <= index < len(ops) else f"action #{index}"
     return f"rank {rank} {how} at step {step}, action {label}"
 

@@ -142,3 +142,24 @@ def compile_rank(program: Program, rank: int) -> Plan:
 
 def count_actions(plan: Plan) -> int:
     return sum(len(op.parts) or 1 for op in plan.ops)
+
+
+BACKWARD = frozenset((B, I, W))
+
+
+def last_backward(plan: Plan) -> dict[int, tuple[int, ...]]:
+    """op index -> the stages whose gradients are complete once that op has run: the op
+    holding each stage's last backward action of the step (looking inside overlapped pairs and
+    batches). An `I` counts too: a stage with no `W` finishes its weight gradients there, and a
+    stage with `W`s always runs one after its last `I`. Empty for an inference program."""
+    if not plan.training:
+        return {}
+    last: dict[int, int] = {}
+    for index, op in enumerate(plan.ops):
+        for part in op.parts or (op,):
+            if part.code in BACKWARD:
+                last[part.stage] = index
+    ends: dict[int, list[int]] = {}
+    for stage, index in sorted(last.items()):
+        ends.setdefault(index, []).append(stage)
+    return {index: tuple(stages) for index, stages in ends.items()}

@@ -20,7 +20,11 @@ Each action of the rank's row runs in order:
   (a thread per peer, in the file's order; `background_sends=False` makes each block until its
   receive), and the step ends once every send has been received. What each message carries
   (shape headers on the first step, the label guard) is `wire.py`.
-- `UNSHARD`/`RESHARD`/`REDUCE_GRAD`: no-ops (no data parallelism here), logged at debug level.
+- `UNSHARD`/`RESHARD`/`REDUCE_GRAD`: no-ops (no sharding here), logged at debug level.
+
+With a `layout` of N replicas (`process_layout.py`), each stage's gradients are averaged over
+its replicas: started once its last backward action of the step has run, waited for at the
+end of the step (`reduction.py`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
+from ..wording import plural
 from ..gcpause import no_gc
 from ..ir import Kind, Program
 from ..semantics import CommModel
@@ -43,6 +48,8 @@ from .errors import MessageOrderError, SetupError, StepError
 from .framework import Framework, framework_of, get_framework
 from .memory import LiveMemory
 from .preflight import lint, prepare
+from .process_layout import Layout
+from .reduction import GradientReducer
 from .split_backward import DeferredGrads, switch_linears
 from .watchdog import Reporter, Watchdog
 from .wire import Exchange, Wire
@@ -72,6 +79,10 @@ class PipelineSchedule:
     soundness tests, which must see what the bare transport does with such an order.
     `background_sends=False` makes every send on gloo wait for its receive (the `rendezvous`
     model, as gloo's own calls do); the default posts them to a thread per peer (`buffered`).
+    `layout` (`process_layout.Layout`) places this process in a job of several replicas of the
+    pipeline: the plan is compiled for its pipeline rank, and each stage's gradients are
+    averaged over the replicas before `step()` returns. Default: one replica, global rank =
+    pipeline rank (`rank`).
     `_transport` reuses the pair groups of an earlier schedule over the same pairs whose last
     step completed on every rank (creating a gloo group costs ~0.3 s); the soundness tests run
     many programs so.
@@ -82,9 +93,12 @@ class PipelineSchedule:
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
                  backend: str | None = None, profile: bool = False, split_backward: bool = True,
                  check: bool = True, pause_gc: bool = True, framework: str | Framework | None = None,
-                 background_sends: bool = True, _guard: bool = True, _transport: Transport | None = None):
+                 background_sends: bool = True, layout: Layout | None = None, _guard: bool = True,
+                 _transport: Transport | None = None):
         fw = self.fw = _framework(framework, stages)
-        self.rank = fw.rank() if rank is None else rank
+        self.layout = _layout(fw, program, rank, layout)
+        self.rank = self.layout.pipeline_rank  # what the plan is compiled for
+        self.global_rank = self.layout.rank  # what the job's messages name
         # One process needs no process group; without one there is no backend to ask.
         self.backend = (backend or (fw.backend() if fw.is_initialized() else "gloo")).lower()
         self.comm_model = comm_model_of(self.backend, background_sends)
@@ -96,7 +110,7 @@ class PipelineSchedule:
             raise SetupError("a training program needs a loss function")
         self.loss_fn = loss_fn
         self.scale = 1.0 / self.plan.microbatches if scale_grads else 1.0
-        self.watchdog = watchdog or Watchdog(timeout, Reporter(self.rank))
+        self.watchdog = watchdog or Watchdog(timeout, Reporter(self.global_rank))
         self.step_index = 0
         self.profile = profile
         # A GPU runs kernels after the call that queues them returns: a timed action waits for
@@ -117,14 +131,21 @@ class PipelineSchedule:
         self.guard = _guard
         self._agree_on_program()
         if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend \
-                and _transport.model is self.comm_model:
+                and _transport.model is self.comm_model and _transport.layout == self.layout:
             self.transport = _transport
             self.transport.watchdog = self.watchdog
         else:
-            self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends)
-        self.wire = Wire(fw, self.transport, self.plan, self.rank, _guard)
+            self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends,
+                                       self.layout)
+        self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard)
         if self.transport.model is CommModel.GROUPED:
             self.wire.first_in_order = not lint(self.program, CommModel.RENDEZVOUS)
+        self.reducer: GradientReducer | None = None
+        reduce_after: dict[int, tuple[int, ...]] = {}
+        if self.layout.replicas > 1:
+            reduce_after = P.last_backward(self.plan)
+            self.reducer = GradientReducer(fw, self.layers, self.transport.data_parallel_group, self.layout.replicas,
+                                           self.watchdog, self.layout.data_parallel_ranks(self.rank))
         self._loss_checked = False
         split = self.deferred is not None
         self._handlers: dict[int, Callable[[P.Op], None]] = {
@@ -134,7 +155,8 @@ class PipelineSchedule:
             P.SEND_F: self._message, P.RECV_F: self._message, P.SEND_B: self._message, P.RECV_B: self._message,
             P.NOOP: self._noop, P.OVERLAP: self._overlap, P.BATCH: self._batch,
         }
-        self._compiled = [(self._handlers[op.code], op) for op in self.plan.ops]
+        self._compiled = [(self._reducing(self._handlers[op.code], reduce_after[i]) if i in reduce_after
+                           else self._handlers[op.code], op) for i, op in enumerate(self.plan.ops)]
         self._reset()
 
     # --- set-up -----------------------------------------------------------------------------
@@ -256,21 +278,23 @@ class PipelineSchedule:
                     for handler, op in self._compiled:
                         handler(op)
                 self.transport.flush()
+            if self.reducer is not None:
+                self.reducer.wait()
         except StepError:
             raise
-        except JobFailed as exc:  # a send that went out in the background, named by its action
+        except JobFailed as exc:  # a send or a reduction that ran in the background, named by its action
             cause = exc.cause
             if isinstance(cause, StepError):
                 raise cause from None
-            raise StepError(self.rank, self.step_index, exc.label, str(cause) if isinstance(cause, PeerError)
+            raise StepError(self.global_rank, self.step_index, exc.label, str(cause) if isinstance(cause, PeerError)
                             else f"{type(cause).__name__}: {cause}", peer=isinstance(cause, PeerError)) from None
         except (SetupError, V.StageValueError) as exc:
-            raise StepError(self.rank, self.step_index, op.label if op else "?", str(exc)) from None
+            raise StepError(self.global_rank, self.step_index, op.label if op else "?", str(exc)) from None
         except PeerError as exc:
-            raise StepError(self.rank, self.step_index, op.label if op else "?", str(exc), peer=True) from None
+            raise StepError(self.global_rank, self.step_index, op.label if op else "?", str(exc), peer=True) from None
         except Exception as exc:  # noqa: BLE001 - any failure becomes a located one
             label = op.label if op else "?"
-            raise StepError(self.rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc
+            raise StepError(self.global_rank, self.step_index, label, f"{type(exc).__name__}: {exc}") from exc
         finally:
             wd.disarm()
         self.wire.first_step_done()
@@ -281,9 +305,29 @@ class PipelineSchedule:
             return V.merge_batch(fw, [self._outputs[m] for m in sorted(self._outputs)])
         return None
 
+    def close(self) -> None:
+        """End the schedule's background threads (the sending threads, the gradient reduction
+        of a data-parallel layout) once the last step is done; a script that exits normally
+        should call it."""
+        if self.reducer is not None:
+            self.reducer.close()
+        self.transport.close()
+
     def last_losses(self) -> list[float]:
         """This step's microbatch losses as floats (last-stage rank only; else empty)."""
         return [float(self._losses[m]) for m in sorted(self._losses)]
+
+    def _reducing(self, handler: Callable[[P.Op], None], stages: tuple[int, ...]) -> Callable[[P.Op], None]:
+        """`handler`, then the reduction of the stages whose last backward of the step it ran."""
+        reducer = self.reducer
+        assert reducer is not None
+
+        def run(op: P.Op) -> None:
+            handler(op)
+            for s in stages:
+                reducer.post(s)
+
+        return run
 
     # --- compute ----------------------------------------------------------------------------
     def _forward(self, op: P.Op) -> None:
@@ -389,7 +433,8 @@ class PipelineSchedule:
                 self.memory.observe(self, part)
 
     def _noop(self, op: P.Op) -> None:
-        log.debug("rank %d: %s is a no-op without data parallelism", self.rank, op.label)
+        log.debug("rank %d: %s is a no-op: ppdsl does not shard (data parallelism reduces without it)",
+                  self.global_rank, op.label)
 
     # --- communication: the wire protocol is `wire.py`; these say what each action carries -
     def _exchange(self, op: P.Op) -> Exchange:
@@ -419,6 +464,20 @@ def _on_gpu(fw: Framework, layers: Mapping[int, Any]) -> bool:
     if fw.device.is_gpu:
         return True
     return any(fw.is_on_gpu(p) for layer in layers.values() for _, p in fw.named_parameters(layer))
+
+
+def _layout(fw: Framework, program: Program, rank: int | None, layout: Layout | None) -> Layout:
+    """This process's place: the layout given (checked against the program), else one replica."""
+    if layout is None:
+        return Layout.single(max(program.ranks, 1 + (rank if rank is not None else fw.rank())),
+                             fw.rank() if rank is None else rank)
+    if layout.pipeline != program.ranks:
+        raise SetupError(f"the layout has {plural(layout.pipeline, 'pipeline rank')} but the program "
+                         f"{plural(program.ranks, 'rank')}")
+    if rank is not None and rank != layout.pipeline_rank:
+        raise SetupError(f"rank={rank} but the layout puts global rank {layout.rank} at pipeline rank "
+                         f"{layout.pipeline_rank} (give one of them)")
+    return layout
 
 
 def _framework(framework: str | Framework | None, stages: Mapping[int, Any] | Sequence[Any]) -> Framework:

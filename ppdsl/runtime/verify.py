@@ -5,6 +5,10 @@ rank 0, which runs all stages one microbatch after another, accumulating gradien
 way, and compares: the losses and every parameter's gradient must agree within `rtol`
 (max |a - b| over max |b|, per tensor). Its own optimizer then steps like the pipeline's, so
 later steps compare from the same weights.
+
+With N data-parallel replicas the unpipelined model runs the whole global batch, as N x M
+microbatches: microbatch m of replica k is its microbatch k * M + m (replica k trains on the
+k-th share of the batch). Every replica's gradients, averaged over the replicas, must equal it.
 """
 
 from __future__ import annotations
@@ -64,14 +68,19 @@ class Verifier:
         gathered = gather_objects(fw, self._mine(losses))
         if self.rank != 0 or self.failure is not None:
             return
-        pipelined: dict[str, Any] = {}
+        # Every replica holds each gradient: all are compared (a replica left out of the mean
+        # would differ). Global ranks are replica-major, so losses come in the global batch's order.
+        pipelined: dict[str, list[Any]] = {}
         pipe_losses: list[float] = []
         for grads, ls in gathered:
-            pipelined.update(grads)
+            for key, g in grads.items():
+                pipelined.setdefault(key, []).append(g)
             pipe_losses.extend(ls)
         # The unpipelined model: every stage in order, microbatch by microbatch.
-        M = self.setup.program.microbatches
-        scale = 1.0 / M if self.cfg.scale_grads else 1.0
+        N = self.cfg.data_parallel
+        M = self.setup.program.microbatches * N
+        # The replicas' mean of their microbatches' sums (--sum-grads) is the global sum over N.
+        scale = 1.0 / M if self.cfg.scale_grads else 1.0 / N
         xs = values.split_batch(fw, inputs, M, "inputs")
         ts = values.split_batch(fw, target, M, "target")
         ref_losses = []
@@ -94,22 +103,28 @@ class Verifier:
         for s in range(self.setup.program.stages):
             for name, p in fw.named_parameters(self.ref[s]):
                 key = f"stage{s}.{name}"
-                got = pipelined.get(key, "missing")
                 g = fw.grad_of(p)
                 want = None if g is None else fw.to_numpy(g)
-                if isinstance(got, str) or (got is None) != (want is None):
-                    self.failure = f"step {step}: gradient of {key}: pipeline has {'none' if got is None else got}, " \
-                                   f"unpipelined has {'none' if want is None else 'one'}"
+                copies = pipelined.get(key, [])
+                if len(copies) != N:
+                    self.failure = (f"step {step}: gradient of {key}: the pipeline holds {len(copies)} "
+                                    f"of it, expected one per replica ({N})")
                     return
-                if want is None:
-                    continue
-                d = relative_difference(got, want)
-                self.compared += 1
-                self.worst = max(self.worst, d)
-                if d > self.cfg.rtol:
-                    self.failure = (f"step {step}: gradient of {key} differs from the unpipelined model "
-                                    f"(max relative difference {d:.2e} > {self.cfg.rtol:g})")
-                    return
+                for replica, got in enumerate(copies):
+                    where = f" on replica {replica}" if N > 1 else ""
+                    if (got is None) != (want is None):
+                        self.failure = f"step {step}: gradient of {key}{where}: pipeline has " \
+                                       f"{'none' if got is None else got}, unpipelined has {'none' if want is None else 'one'}"
+                        return
+                    if want is None:
+                        continue
+                    d = relative_difference(got, want)
+                    self.compared += 1
+                    self.worst = max(self.worst, d)
+                    if d > self.cfg.rtol:
+                        self.failure = (f"step {step}: gradient of {key}{where} differs from the unpipelined model "
+                                        f"(max relative difference {d:.2e} > {self.cfg.rtol:g})")
+                        return
 
     def optimizer_step(self) -> None:
         if self.optimizer is not None:

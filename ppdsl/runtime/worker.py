@@ -34,6 +34,7 @@ from .models import SetupFailure, build_stages, make_optimizer
 from .plan import Plan, compile_rank, count_actions
 from .preflight import prepare
 from .progress import RankZeroProgress
+from .process_layout import Layout
 from .watchdog import Reporter, Watchdog
 
 
@@ -60,6 +61,7 @@ class RunConfig:
     framework: str = PADDLE
     background_sends: bool = True  # gloo: sends beside compute (`buffered`), else each waits (`rendezvous`)
     device: str = AUTO  # devices.REQUESTS; ppdsl's launcher passes the one it resolved
+    data_parallel: int = 1  # replicas of the pipeline, each on its share of every batch
 
 
 # Where each launcher puts (this process's rank, the world size): Paddle's and torchrun's.
@@ -86,6 +88,7 @@ class Setup:
         self.fw = fw
         self.error: str | None = None
         self.plan: Plan | None = None
+        self.layout: Layout | None = None
         self.layers: dict[int, Any] = {}
         self.program: Any = None
         self.loss_fn: Any = None
@@ -100,17 +103,21 @@ class Setup:
 
     def _build(self, cfg: RunConfig, file: str, rank: int, world: int, model: CommModel) -> None:
         program = load_program(file, steps_limit=cfg.max_steps)
-        if program.ranks != world:
-            raise SetupFailure(f"{file} is written for {plural(program.ranks, 'rank')} but {plural(world, 'process')} {'was' if world == 1 else 'were'} started")
+        if program.ranks * cfg.data_parallel != world:
+            replicas = f" x {cfg.data_parallel} replicas" if cfg.data_parallel > 1 else ""
+            raise SetupFailure(f"{file} is written for {plural(program.ranks, 'rank')}{replicas} but "
+                               f"{plural(world, 'process')} {'was' if world == 1 else 'were'} started")
         self.program = prepare(program, model)
-        self.plan = compile_rank(self.program, rank)
+        self.layout = Layout(program.ranks, cfg.data_parallel, rank)
+        self.plan = compile_rank(self.program, self.layout.pipeline_rank)
         # `ppdsl run` checked the contract (models.check_contract) before this process started.
         build = models.build_stage if cfg.model is None else models.load_callable(cfg.model, "model")
         self.layers = build_stages(build, self.plan.local_stages, self.program.stages, cfg.seed,
                                    cfg.model or "built-in", self.fw)
         self.loss_fn = models.loss if cfg.loss is None else models.load_callable(cfg.loss, "loss")
         if cfg.data is None:
-            self.batches = models.synthetic_batches(self.program.microbatches, cfg.seed, framework=self.fw.name)
+            self.batches = models.synthetic_batches(self.program.microbatches * cfg.data_parallel, cfg.seed,
+                                                    framework=self.fw.name)
         else:
             source = models.load_callable(cfg.data, "data")
             try:
@@ -231,7 +238,9 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
     assert setup.plan is not None and setup.batches is not None
     from .schedule import PipelineSchedule
 
-    sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, rank=rank, watchdog=watchdog,
+    layout = setup.layout
+    assert layout is not None
+    sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, watchdog=watchdog, layout=layout,
                              backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile),
                              split_backward=cfg.split_backward, framework=fw, background_sends=cfg.background_sends)
     for message in sched.split_warnings:
@@ -260,15 +269,22 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
         status.set(step, 0)
         losses: list[Any] = []
         t0, counted_before = time.perf_counter(), sched.memory.seconds
-        sched.run_batch(inputs, target=target, losses=losses)
+        mine, my_target = replica_share(fw, layout, inputs, target)
+        sched.run_batch(mine, target=my_target, losses=losses)
         step_times.append(time.perf_counter() - t0)
         counting.append(sched.memory.seconds - counted_before)
         if setup.plan.last_stage and losses:
             values = [float(v) for v in losses]
-            reporter.send("loss", file=index, step=step, loss=sum(values) / len(values), losses=values)
-        if progress is not None:
+            mean = sum(values) / len(values)
+            if layout.replicas > 1:
+                watchdog.arm("averaging the loss over the replicas", "the last stage's replicas")
+                mean = mean_over_replicas(fw, sched.transport.data_parallel_group, mean, layout.replicas)
+                watchdog.disarm()
+            if layout.replica == 0:
+                reporter.send("loss", file=index, step=step, loss=mean, losses=values)
+        if progress is not None:  # rank 0 prints the step's loss (replica 0's last stage sends it the mean)
             watchdog.step = step
-            progress.step(step, [float(v) for v in losses])
+            progress.step(step, [mean] if setup.plan.last_stage and losses else [])
         if verifier is not None:
             watchdog.step = step
             watchdog.arm("comparing with the unpipelined model", "rank 0")
@@ -278,6 +294,7 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
             fw.optimizer_step(optimizer)
         if verifier is not None:
             verifier.optimizer_step()
+    sched.close()  # its threads end now: none is left in the framework when the process exits
     if verifier is not None:
         verifier.finish(reporter, index)
     steady = step_times[cfg.warmup:] or step_times
@@ -291,6 +308,29 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
     return 1 if verifier is not None and verifier.failure is not None else 0
 
 
+def replica_share(fw: Framework, layout: Layout, inputs: Any, target: Any) -> tuple[Any, Any]:
+    """This replica's rows of a global batch (the whole batch with one replica)."""
+    if layout.replicas == 1:
+        return inputs, target
+    from . import values
+
+    try:
+        share = [None if v is None else values.split_batch(fw, v, layout.replicas, what)[layout.replica]
+                 for v, what in ((inputs, "inputs"), (target, "target"))]
+        return share[0], share[1]
+    except values.StageValueError as exc:
+        raise SetupFailure(f"the batch cannot be shared by {layout.replicas} replicas: {exc}") from None
+
+
+def mean_over_replicas(fw: Framework, group: Any, value: float, replicas: int) -> float:
+    """The mean of `value` over the members of a data-parallel group (a blocking collective)."""
+    import numpy as np
+
+    t = fw.from_numpy(np.array([value], dtype="float64"))
+    fw.all_reduce(t, group)
+    return float(fw.to_numpy(t)[0]) / replicas
+
+
 def run_from_args(args: Any) -> int:
     if getattr(args, "threads", None) and "PPDSL_THREADS" not in os.environ:  # under Paddle's launcher
         os.environ["PPDSL_THREADS"] = str(args.threads)
@@ -298,7 +338,8 @@ def run_from_args(args: Any) -> int:
                     optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
                     verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads,
                     split_backward=not args.no_split_backward, framework=getattr(args, "framework", PADDLE),
-                    background_sends=not getattr(args, "blocking_sends", False), device=getattr(args, "device", AUTO))
+                    background_sends=not getattr(args, "blocking_sends", False), device=getattr(args, "device", AUTO),
+                    data_parallel=getattr(args, "data_parallel", 1))
     code = main(cfg)
     sys.stdout.flush()
     return code

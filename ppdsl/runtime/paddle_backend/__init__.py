@@ -59,6 +59,16 @@ class PaddleFramework(Framework):
     def concat(self, parts: Sequence[Any]) -> Any:
         return paddle.concat(list(parts), axis=0)
 
+    def flatten(self, tensors: Sequence[Any]) -> Any:
+        return paddle.concat([t.reshape([-1]) for t in tensors])
+
+    def unflatten_into(self, flat: Any, tensors: Sequence[Any | None], scale: float) -> None:
+        sizes = [int(t.size) if t is not None else 0 for t in tensors]
+        with paddle.no_grad():
+            for t, piece in zip(tensors, paddle.split(flat * scale, sizes) if len(sizes) > 1 else [flat * scale]):
+                if t is not None:
+                    paddle.assign(piece.reshape(t.shape), output=t)
+
     def from_numpy(self, array: Any) -> Any:
         return paddle.to_tensor(array)
 
@@ -210,6 +220,11 @@ class PaddleFramework(Framework):
 
     def new_group(self, ranks: list[int]) -> Any:
         return dist.new_group(ranks)
+
+    def all_reduce(self, tensor: Any, group: Any) -> None:
+        # The process group's own call: `dist.all_reduce` goes through Python that consults
+        # the dygraph tracer, which a background thread does not have.
+        group.process_group.all_reduce(tensor, paddle.base.core.ReduceOp.SUM, True).wait()
 
     def link(self, group: Any, rank: int, peer: int) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
         # The process group's own calls: `dist.send` would look the peer up again each time.

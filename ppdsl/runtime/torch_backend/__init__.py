@@ -57,6 +57,16 @@ class TorchFramework(Framework):
     def concat(self, parts: Sequence[Any]) -> Any:
         return torch.cat(list(parts), dim=0)
 
+    def flatten(self, tensors: Sequence[Any]) -> Any:
+        return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+    def unflatten_into(self, flat: Any, tensors: Sequence[Any | None], scale: float) -> None:
+        sizes = [int(t.numel()) if t is not None else 0 for t in tensors]
+        with torch.no_grad():
+            for t, piece in zip(tensors, (flat * scale).split(sizes)):
+                if t is not None:
+                    t.copy_(piece.view(t.shape))
+
     def from_numpy(self, array: Any) -> Any:
         t = torch.from_numpy(np.array(array, copy=True))
         return t if self._torch_device is None else t.to(self._torch_device)
@@ -196,6 +206,9 @@ class TorchFramework(Framework):
 
     def new_group(self, ranks: list[int]) -> Any:
         return dist.new_group(ranks)
+
+    def all_reduce(self, tensor: Any, group: Any) -> None:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
 
     def link(self, group: Any, rank: int, peer: int) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
         def send(t: Any) -> None:

@@ -1,0 +1,114 @@
+"""Where a process sits when a pipeline is replicated for data parallelism.
+
+`replicas` copies of a `pipeline`-rank pipeline run side by side, each on its own share of
+every batch. Global ranks are numbered replica-major, the order of fleet's
+`CommunicateTopology` with the "data" axis outside the "pipe" axis: pipeline rank r of
+replica k is global rank k * pipeline + r. So replica 0 is global ranks 0..P-1, as a job of one
+replica is today, and a pipeline rank's replicas are P apart.
+
+No framework here: the launcher and the checks before any process starts read it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from attrs import Attribute, field, frozen
+
+from ..diagnostics import UsageError
+from ..wording import plural
+
+
+def _at_least_one(_: object, attribute: Attribute[int], value: int) -> None:
+    if value < 1:
+        raise UsageError(f"a layout's {attribute.name} must be at least 1, not {value}")
+
+
+@frozen
+class Layout:
+    """Pipeline size, replica count and this process's global rank."""
+
+    pipeline: int = field(validator=_at_least_one)
+    replicas: int = field(default=1, validator=_at_least_one)
+    rank: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 <= self.rank < self.world:
+            raise UsageError(f"global rank {self.rank} is outside a layout of {plural(self.pipeline, 'pipeline rank')} "
+                             f"x {plural(self.replicas, 'replica')} ({self.world} processes)")
+
+    @classmethod
+    def single(cls, pipeline: int, rank: int) -> Layout:
+        """One replica: global ranks are pipeline ranks (a job without data parallelism)."""
+        return cls(pipeline, 1, rank)
+
+    @property
+    def world(self) -> int:
+        return self.pipeline * self.replicas
+
+    @property
+    def replica(self) -> int:
+        return self.rank // self.pipeline
+
+    @property
+    def pipeline_rank(self) -> int:
+        return self.rank % self.pipeline
+
+    def global_rank(self, pipeline_rank: int, replica: int | None = None) -> int:
+        """Pipeline rank `pipeline_rank` of `replica` (default: this process's replica)."""
+        return (self.replica if replica is None else replica) * self.pipeline + pipeline_rank
+
+    def pair_groups(self, pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Every replica's copy of the pipeline's communicating pairs, in global ranks, in the
+        order every process creates their groups: replica by replica, each in pair order."""
+        return [(self.global_rank(a, k), self.global_rank(b, k)) for k in range(self.replicas) for a, b in pairs]
+
+    def data_parallel_ranks(self, pipeline_rank: int) -> list[int]:
+        """The global ranks holding `pipeline_rank` in every replica: its data-parallel group."""
+        return [self.global_rank(pipeline_rank, k) for k in range(self.replicas)]
+
+    def data_parallel_groups(self) -> list[list[int]]:
+        """One group per pipeline rank, in pipeline-rank order (created so by every process)."""
+        return [self.data_parallel_ranks(r) for r in range(self.pipeline)]
+
+    def share(self, rows: int) -> tuple[int, int]:
+        """The [start, stop) rows of a global batch of `rows` that this replica trains on."""
+        per = rows // self.replicas
+        return self.replica * per, (self.replica + 1) * per
+
+
+def check_world(pipeline: int, replicas: int, world: int) -> None:
+    """UsageError unless a job of `world` processes holds `replicas` copies of a `pipeline`-rank pipeline."""
+    if pipeline * replicas != world:
+        raise UsageError(f"the schedule has {plural(pipeline, 'rank')} and --data-parallel is {replicas}, so the job "
+                         f"needs {pipeline} x {replicas} = {pipeline * replicas} processes, but "
+                         f"{plural(world, 'process')} {'was' if world == 1 else 'were'} started")
+
+
+def batch_splits(rows: int, microbatches: int) -> list[int]:
+    """The data-parallel degrees a batch of `rows` splits into, each replica taking
+    `microbatches` microbatches of equal rows."""
+    return [n for n in range(1, rows + 1) if rows % (n * microbatches) == 0]
+
+
+def layout_of_fleet(topology: Any, rank: int) -> Layout:
+    """The layout of a Paddle fleet job for global rank `rank`, from its
+    `CommunicateTopology` (or a `HybridCommunicateGroup`, whose `topology()` it reads).
+
+    Only the "pipe" and "data" axes may be larger than 1, and fleet's numbering must be this
+    layout's ("data" outside "pipe", fleet's default order): UsageError, naming what differs, if not."""
+    topo = topology.topology() if hasattr(topology, "topology") else topology
+    dims = {str(name): int(topo.get_dim(name)) for name in topo.get_hybrid_group_names()}
+    wider = {name: n for name, n in dims.items() if n > 1 and name not in ("pipe", "data")}
+    if wider:
+        raise UsageError("ppdsl replicates the pipeline over the data axis only; this fleet topology also has "
+                         + ", ".join(f"{name} degree {n}" for name, n in wider.items()))
+    layout = Layout(dims.get("pipe", 1), dims.get("data", 1), rank)
+    coord = topo.get_coord(rank)
+    stage, replica = int(getattr(coord, "pipe", 0)), int(getattr(coord, "data", 0))
+    if (stage, replica) != (layout.pipeline_rank, layout.replica):
+        raise UsageError(f"fleet puts global rank {rank} at pipe {stage} of data {replica}, but ppdsl's layout "
+                         f"(data outside pipe) at pipeline rank {layout.pipeline_rank} of replica {layout.replica}: "
+                         "order the topology's axes with data before pipe")
+    return layout
