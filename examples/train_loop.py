@@ -45,6 +45,7 @@ def main(path: str, steps: int = 20) -> None:
         optimizer.clear_grad()
         if losses:  # the rank that holds the last stage
             print(f"step {step}: loss {float(sum(losses)) / len(losses):.4f}", flush=True)
+    schedule.close()  # ends its sending threads before the process exits
 
 
 if __name__ == "__main__":
