@@ -25,10 +25,11 @@ def _ppdsl(argv: list[str]) -> subprocess.CompletedProcess[str]:
 def _shape(line: str) -> re.Pattern[str]:
     """The documented line with its figures, the generator's name and the path left open."""
     text = re.sub(r"generator [\w-]+:", "generator \0:", line).replace("wrote best.pps", "wrote \1")
-    text = text.replace("not proven optimal", "\3")
+    text = re.sub(r"not proven optimal \(lower bound [^)]*\)", "\3", text)
     text = re.sub(r"\d+(?:\.\d+)?(?:e[+-]\d+)?", "\2", text)
     pattern = re.escape(text).replace("\0", r"[\w-]+").replace("\1", r"\S*best\.pps").replace("\2", NUMBER)
-    pattern = pattern.replace("\3", "(?:not )?proven optimal")
+    pattern = pattern.replace("\3", r"(?:not proven optimal \(lower bound|proven optimal \(meets the lower bound) "
+                              + NUMBER + r"\)")
     return re.compile(pattern)
 
 
