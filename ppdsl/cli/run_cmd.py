@@ -125,8 +125,14 @@ def run(args: argparse.Namespace) -> int:
         # Everything checkable alone is checked before any process (or, under Paddle's
         # launcher, any process group) starts: exit 1 for a bad file, 2 for a bad argument.
         if distributed:
-            from ..runtime.worker import backend_from_env
+            from ..load import load_program
+            from ..runtime.process_layout import check_world
+            from ..runtime.worker import backend_from_env, rank_from_env
 
+            # The launcher's world must hold every replica: said before the framework loads (seconds
+            # on a busy host), so that each rank says it before the launcher ends the job over the first.
+            check_world(load_program(args.file[0], steps_limit=args.max_steps or DEFAULT_MAX_LOWERED_STEPS).ranks,
+                        args.data_parallel, rank_from_env(args.framework)[1])
             require(args.framework)
             model = comm_model_of(backend_from_env(args.framework, args.device),  # exit 2 without the device
                                   not args.blocking_sends)
@@ -135,13 +141,7 @@ def run(args: argparse.Namespace) -> int:
             # On the CPU gloo: buffered with sends in the background, else rendezvous; NCCL's grouped on GPUs.
             model = comm_model_of(device.backend, not args.blocking_sends)
         programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
-        if distributed:
-            from ..runtime.process_layout import check_world
-            from ..runtime.worker import rank_from_env
-
-            # The launcher's world must hold every replica: said now, before any group forms.
-            check_world(programs[0].ranks, args.data_parallel, rank_from_env(args.framework)[1])
-        else:
+        if not distributed:
             _warn_oversubscription(programs[0].ranks * args.data_parallel, args.threads)
         from ..runtime.models import check_contract, check_forms
 

@@ -148,8 +148,10 @@ def test_under_paddles_launcher_the_world_must_be_ranks_times_replicas(tmp_path:
                           env=launcher_env(), cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
     logs = [p.read_text(errors="replace") for p in sorted((tmp_path / "logs").glob("workerlog.*"))]
     assert done.returncode != 0 and len(logs) == int(nproc)
-    for log in logs:  # every rank says it (Paddle's launcher may then SIGTERM a slower one: its C++ report)
-        assert f"needs 2 x 2 = 4 processes, but {nproc} processes were started" in log, log[-2000:]
+    said = f"needs 2 x 2 = 4 processes, but {nproc} processes were started"
+    assert any(said in log for log in logs), logs[0][-2000:]
+    for log in logs:  # each rank says it, unless the launcher stopped it first over another's exit
+        assert said in log or "SIGTERM" in log, log[-2000:]
         assert not re.search(r"^Traceback", log, re.M) and "step 1/1" not in log
 
 
