@@ -2,10 +2,12 @@
 
   python benchmarks/bench_search_loop.py [--ranks 2] [--microbatches 8] [--steps 4] [--rounds 3] [--limit 2MiB]
 
-1. `ppdsl run` a zb1p file on the GPT example with `--profile p.json` (times and each stage's bytes);
+1. `ppdsl run` a 1f1b and a zb1p file on the GPT example, each with `--profile` (times and each
+   stage's bytes): the first measures the fused backward `B`, the second `I` and `W`;
 2. chooses a byte limit (default: the median of the named generators' peak bytes under the
    profile's sizes, so several fit and some do not) and prints which named generators fit;
-3. `ppdsl search --costs p.json --max-memory LIMIT -o best.pps`, and `ppdsl lint` of it in bytes;
+3. `ppdsl search --costs p_1f1b.json --costs p_zb1p.json --max-memory LIMIT -o best.pps` (the shape
+   the profiles measured, one stage a rank), and `ppdsl lint` of it in bytes;
 4. `ppdsl run` the found file and every fitting named generator in the same processes, the
    files' order reversed every other round, and prints each file's median step and the ratio
    found / best named (the median over rounds of the ratio within a round; goal <= 1.00).
@@ -54,13 +56,17 @@ def main() -> int:
     args = p.parse_args()
     P, M = args.ranks, args.microbatches
     work = Path(tempfile.mkdtemp(prefix="ppdsl-loop-"))
-    profile = str(work / "p.json")
-    start = work / "zb1p.pps"
-    start.write_text(f"pipeline ranks={P} microbatches={M}\nuse zb1p()\n")
-    print(f"1. ppdsl run zb1p.pps --model examples/gpt --steps {args.profile_steps} --profile p.json")
-    print("   " + ppdsl("run", str(start), "--model", GPT, "--steps", str(args.profile_steps), "--profile", profile,
-                       "-q").strip().splitlines()[-3])
-    costs = load_costs(profile, 2 * P)
+    profiles: list[str] = []
+    for name in ("1f1b", "zb1p"):
+        start = work / f"{name}.pps"
+        start.write_text(f"pipeline ranks={P} microbatches={M}\nuse {name}()\n")
+        profiles.append(str(work / f"p_{name}.json"))
+        print(f"1. ppdsl run {name}.pps --model examples/gpt --steps {args.profile_steps} --profile p_{name}.json")
+        print("   " + ppdsl("run", str(start), "--model", GPT, "--steps", str(args.profile_steps), "--profile",
+                           profiles[-1], "-q").strip().splitlines()[-3])
+    costs = load_costs(profiles[0], 2 * P).merged(load_costs(profiles[1], 2 * P))
+    profile = profiles[1]
+    costs_args = [a for path in profiles for a in ("--costs", path)]
     assert costs.sizes is not None
     named = []
     for n in named_results(P, M, costs, 2 * P):
@@ -78,12 +84,13 @@ def main() -> int:
             files[key] = work / f"{key}.pps"
             files[key].write_text(print_program(n.program))
     best = work / "best.pps"
-    print(f"3. ppdsl search --ranks {P} --microbatches {M} --costs p.json --max-memory {limit:.0f}B -o best.pps")
-    print("   " + ppdsl("search", "--ranks", str(P), "--microbatches", str(M), "--costs", profile, "--max-memory",
+    print(f"3. ppdsl search --ranks {P} --microbatches {M} --costs p_1f1b.json --costs p_zb1p.json "
+          f"--max-memory {limit:.0f}B -o best.pps")
+    print("   " + ppdsl("search", "--ranks", str(P), "--microbatches", str(M), *costs_args, "--max-memory",
                        f"{limit:.0f}B", "-o", str(best)).strip().splitlines()[-1])
     for path in [best, *files.values()]:
         ppdsl("lint", str(path), "--costs", profile, "--max-memory", f"{limit:.0f}B")
-    print(f"   the found file and {len(files)} named files pass ppdsl lint --costs p.json --max-memory {limit:.0f}B")
+    print(f"   the found file and {len(files)} named files pass ppdsl lint --costs p_zb1p.json --max-memory {limit:.0f}B")
     order = [best, *files.values()]
     runs: list[Path] = []
     for r in range(args.rounds):

@@ -172,6 +172,11 @@ class CostModel:
     def get(self, key: str) -> float | None:
         return self._values.get(key)
 
+    @property
+    def effective(self) -> tuple[tuple[str, float], ...]:
+        """Each key once, with the value that wins (the last given), in the order first given."""
+        return tuple(self._values.items())
+
     def check_stages(self, stages: int) -> None:
         for key in self._values:
             _, stage = _check_key(key)

@@ -39,10 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-memory", type=memory_limit, required=True, metavar="L",
                    help="peak activations per rank, in microbatches of a rank's activations (its whole share of the "
                         "model); or bytes a rank (3GiB, 1.5GB) with --costs PROFILE.json that has sizes")
-    p.add_argument("--costs", metavar="SPEC", help="F=1,B=2,comm=0.1 (F_s0=..., per stage) or a .json profile "
-                   "(default: F=1, I=W=1, free messages)")
+    p.add_argument("--costs", metavar="SPEC", action="append",
+                   help="F=1,B=2,comm=0.1 (F_s0=..., per stage) or a .json profile (default: F=1, I=W=1, free "
+                        "messages); again to add more, later keys winning (profiles of one number of stages)")
     p.add_argument("--stages-per-rank", choices=("1", "2", "auto"), default="auto",
-                   help="1: loop, 2: V, auto: both (default)")
+                   help="1: loop, 2: V, auto: both, or with a profile the shape it measured (default)")
     p.add_argument("--time-limit", type=float, metavar="S", help="stop after S seconds with the best found so far")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="OUT.pps", help="write the schedule here (default: stdout)")
@@ -64,14 +65,22 @@ def _check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     _check(args)
     costs = DEFAULT
-    if args.costs:
-        refuse_overwriting(args.costs, args.output)
-        costs = load_costs(args.costs, 2 * args.ranks)
-        if cuts_of(costs, args.ranks) is None:  # pragma: no cover - load_costs bounds stages by 2P
-            raise UsageError("--costs: a per-stage key names a stage past two a rank")
+    measured: set[int] = set()  # the numbers of stages the profiles measured
+    for spec in args.costs or ():
+        refuse_overwriting(spec, args.output)
+        more = load_costs(spec, 2 * args.ranks)
+        costs = more if costs is DEFAULT else costs.merged(more)
+        count = more.carried_from or more.stages
+        if count is not None and any("_s" in key for key, _ in more.items):
+            measured.add(count)
+    if len(measured) > 1:
+        raise UsageError("--costs: the profiles measured " + " and ".join(map(str, sorted(measured)))
+                         + " stages; profiles searched together must measure one number of stages")
+    if cuts_of(costs, args.ranks) is None:  # pragma: no cover - load_costs bounds stages by 2P
+        raise UsageError("--costs: a per-stage key names a stage past two a rank")
     limit: Limit = args.max_memory
     in_bytes: ByteLimit | None = None
-    shapes = args.stages_per_rank
+    shapes = measured_shape(args.stages_per_rank, args.ranks, measured)
     if limit.in_bytes:
         if costs.sizes is None:
             raise byte_limit_needs_sizes(limit)
@@ -97,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if in_bytes is not None:
         peak = in_bytes.peak(found.program)
         assert peak is not None  # the sizes were carried over to this shape to search it
-        report = InBytes(in_bytes, peak, best_named(args.ranks, args.microbatches, costs, found.cuts, in_bytes))
+        report = InBytes(in_bytes, peak, best_named(args.ranks, args.microbatches, costs, found.cuts, in_bytes,
+                                                          (1, 2) if shapes == "auto" else (int(shapes),)))
     text = to_text(found, costs, report)
     if args.format == "json":
         data = to_json(found, args.output, report)
@@ -117,6 +127,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"makespan {found.makespan:.6g}, bubble {found.bubble:.1%}, peak memory {memory}{against}; "
               f"{proof_words(found)}; wrote {args.output}")
     return 0
+
+
+def measured_shape(asked: str, ranks: int, measured: set[int]) -> str:
+    """The stages per rank to search. "auto" with a profile is the shape it measured: costs
+    carried to another shape are estimates (a stage's fixed costs and where the heavy first
+    and last layers land do not follow a share of layers), and a search that trusted them
+    would prefer that shape on numbers no run has shown. Said on standard error."""
+    if asked != "auto" or not measured:
+        return asked
+    (count,) = measured
+    for v in (1, 2):
+        if count == v * ranks:
+            other = "V (2 stages a rank)" if v == 1 else "loop (1 stage a rank)"
+            print(f"ppdsl search: the profile measured {count} stages, so {other} schedules are not searched "
+                  f"(their costs would be carried over, estimates); profile one of them and search that "
+                  f"profile, or ask for --stages-per-rank {3 - v} to search on the estimates", file=sys.stderr)
+            return str(v)
+    return asked
 
 
 def _infeasible(args: argparse.Namespace, limit: str, smallest: float, smallest_text: str, unit: str) -> int:

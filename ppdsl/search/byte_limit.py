@@ -80,9 +80,12 @@ class NamedInBytes:
     peak: float  # bytes, the highest rank's
 
 
-def best_named(ranks: int, microbatches: int, costs: CostModel, cuts: int, limit: ByteLimit) -> NamedInBytes | None:
-    """The shortest named generator whose peak bytes (the checker's model) are within the limit."""
+def best_named(ranks: int, microbatches: int, costs: CostModel, cuts: int, limit: ByteLimit,
+               stages_per_rank: tuple[int, ...] = (1, 2)) -> NamedInBytes | None:
+    """The shortest named generator of these shapes whose peak bytes (the checker's model) are within the limit."""
     for n in named_results(ranks, microbatches, costs, cuts):
+        if n.program.stages // ranks not in stages_per_rank:
+            continue
         peak = limit.peak(n.program)
         if peak is not None and max(peak.peak) <= limit.limit * (1 + EPSILON):
             return NamedInBytes(n, max(peak.peak))

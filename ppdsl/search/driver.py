@@ -254,6 +254,12 @@ def search_shape(problem: Problem, named: list[NamedResult], seed: int, candidat
     return best
 
 
+def fusing_saves(problem: Problem) -> bool:
+    """Whether some stage's whole backward `B` costs less than its `I` and `W` apart (a profile
+    that measured both): orders of unsplit backwards may then be the shortest."""
+    return any(b < i + w - EPSILON * max(1.0, i + w) for _, i, w, b in problem.cost)
+
+
 def to_program(problem: Problem, rows: list[list[int]], fuse: bool) -> Program:
     """Codes -> compute-only rows. With `fuse`, stage 0's W right after its own I becomes one B:
     no stage waits for stage 0's input gradient, so the fused B ends when the W would have
@@ -306,13 +312,20 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
         return Infeasible(limit, SMALLEST_LIMIT)
     deadline = started + time_limit if time_limit is not None else None
     shapes = (1, 2) if stages_per_rank == "auto" else (int(stages_per_rank),)
-    named = named_results(ranks, microbatches, costs, cuts)
+    # Compared with the named generators of the shapes searched only (the others' costs may be estimates).
+    named = [n for n in named_results(ranks, microbatches, costs, cuts) if n.program.stages // ranks in shapes]
     results: list[tuple[float, int, Problem, _Best]] = []
     done_best, done_count = math.inf, 0
-    problems = [make_problem(ranks, microbatches, v, limit, costs, cuts=cuts,
-                             weights=None if in_bytes is None else in_bytes.weights(ranks, v)) for v in shapes]
+    problems: list[Problem] = []
+    for v in shapes:
+        split = make_problem(ranks, microbatches, v, limit, costs, cuts=cuts,
+                             weights=None if in_bytes is None else in_bytes.weights(ranks, v))
+        problems.append(split)
+        if fusing_saves(split):  # a measured B cheaper than its I and W: orders of F and B as well
+            problems.append(split.with_split(False))
     total = sum(planned(problem) for problem in problems)
-    for k, (v, problem) in enumerate(zip(shapes, problems)):
+    for k, problem in enumerate(problems):
+        v = problem.stages_per_rank
         report: ShapeProgress | None = None
         if progress is not None:
             def report(best: float, elapsed: float, count: int, b: float = done_best, c: int = done_count) -> None:
@@ -326,7 +339,7 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
         raise AssertionError(f"no schedule found at memory limit {limit}")
     method = ("heuristic: named-generator seeds, V building blocks, list scheduling, priority search, local search "
               "over orders, gap filling")
-    bounds = {v: lower_bound(problem) for _, v, problem, _ in results}
+    bounds = {id(problem): lower_bound(problem) for _, _, problem, _ in results}
     largest = max(pairs(problem) for problem in problems)
     status = EXACT_OFF if not exact else EXACT_TOO_LARGE if largest > MAX_PAIRS else EXACT_MISSING if not exact_available() else EXACT_RAN
     if status == EXACT_RAN:
@@ -339,7 +352,7 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
             answer = solve(problem, left, best.makespan)
             if answer is None:
                 continue
-            bounds[v] = max(bounds[v], answer.bound)
+            bounds[id(problem)] = max(bounds[id(problem)], answer.bound)
             # Only a proven optimum replaces the heuristic's order: a time-limited MILP's
             # incumbent would make the result depend on the machine's load.
             if answer.optimal and answer.rows is not None:
@@ -352,9 +365,8 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     makespan, v, problem, best = results[0]
     assert best.rows is not None
     program = to_program(problem, best.rows, can_fuse(problem))
-    # Every shape considered must be bounded for the result to be proven optimal.
-    bound = min(bounds[s] if s in bounds else lower_bound(make_problem(ranks, microbatches, s, limit, costs, cuts=cuts))
-                for s in shapes)
+    # Every problem considered (each shape, split and unsplit) must be bounded for the result to be proven optimal.
+    bound = min(bounds[id(p)] if id(p) in bounds else lower_bound(p) for p in problems)
     stopped = deadline is not None and time.monotonic() > deadline
     peak = max(peaks(problem, best.rows))
     return Found(program, makespan, 0.0, peak, limit, v, method, makespan <= bound + PROOF_TOLERANCE * max(1.0, makespan), bound,

@@ -95,7 +95,10 @@ def seed_rows(problem: Problem, results: list[NamedResult]) -> list[tuple[str, l
             break  # a step the search does not model (an overlapped pair): not a seed
         if len(rows) != problem.ranks or (split_seen and unsplit_seen):
             continue
-        if unsplit_seen:
+        if not problem.split:
+            # Orders of unsplit backwards: each backward where its I (or B) stands, no W.
+            rows = [[code for code in row if sm_and_slot(code)[1] != WGT] for row in rows]
+        elif unsplit_seen:
             # B = I then W at once: the same order with the weight gradient right after.
             rows = [[c for code in row for c in ((code, code - GRAD + WGT) if sm_and_slot(code)[1] == GRAD else (code,))]
                     for row in rows]

@@ -35,7 +35,7 @@ def finish(found: Found, costs: CostModel, in_bytes: ByteLimit | None = None) ->
     the unit) and the peak bytes are checked against it instead."""
     costs = reshape(costs, found.cuts, found.program.stages)
     program = found.program.evolve(memory_limit=found.limit if in_bytes is None else None,
-                                   costs=tuple(costs.items))
+                                   costs=costs.effective)
     sim = simulate(program, costs)
     if not sim.completed or abs(sim.makespan - found.makespan) > 1e-6 * max(1.0, found.makespan):
         raise AssertionError(f"search priced {found.makespan} but the simulator says {sim.makespan}")
@@ -110,7 +110,7 @@ def named_line(found: Found, in_bytes: InBytes | None) -> str:
 
 def header_comment(found: Found, costs: CostModel, in_bytes: InBytes | None = None) -> str:
     shape = "loop, 1 stage per rank" if found.stages_per_rank == 1 else "V, 2 stages per rank"
-    given = " ".join(f"{k}={_number(v)}" for k, v in costs.items) or "defaults (F=1, I=W=1, free messages)"
+    given = " ".join(f"{k}={_number(v)}" for k, v in costs.effective) or "defaults (F=1, I=W=1, free messages)"
     if in_bytes is None:
         memory = [f"makespan {_number(found.makespan)}, bubble {found.bubble:.1%}, peak memory {_number(found.peak)} "
                   f"(limit {_number(found.limit)}; {UNIT}, as the header's memory=)"]
