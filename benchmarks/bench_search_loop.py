@@ -1,6 +1,6 @@
 """The profile -> search -> run loop on examples/gpt, against every named generator that fits.
 
-  python benchmarks/bench_search_loop.py [--ranks 2] [--microbatches 8] [--steps 4] [--rounds 3] [--limit 2MiB]
+  python benchmarks/bench_search_loop.py [--ranks 2] [--microbatches 8] [--steps 6] [--rounds 5] [--limit 2MiB]
 
 1. `ppdsl run` a 1f1b and a zb1p file on the GPT example, each with `--profile` (times and each
    stage's bytes): the first measures the fused backward `B`, the second `I` and `W`;
@@ -11,6 +11,8 @@
 4. `ppdsl run` the found file and every fitting named generator in the same processes, the
    files' order reversed every other round, and prints each file's median step and the ratio
    found / best named (the median over rounds of the ratio within a round; goal <= 1.00).
+   Where the found order is a named generator's, action for action, it says so: that ratio is
+   then two runs of one schedule, the run-to-run spread of the measurement and nothing else.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ppdsl.costs import load_costs  # noqa: E402
+from ppdsl.ir import Program  # noqa: E402
+from ppdsl.load import load_program  # noqa: E402
 from ppdsl.memory import bytes_text, parse_limit  # noqa: E402
 from ppdsl.search.byte_limit import ByteLimit  # noqa: E402
 from ppdsl.search.named import named_results  # noqa: E402
@@ -45,12 +49,16 @@ def ppdsl(*args: str, timeout: float = 900) -> str:
     return done.stdout
 
 
+def actions_in_order(program: Program) -> list[tuple[int, str]]:
+    return [(rank, str(action)) for rank, _, action in program.actions()]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--microbatches", type=int, default=8)
-    p.add_argument("--steps", type=int, default=4, help="steps per file and round (default 4)")
-    p.add_argument("--rounds", type=int, default=3, help="rounds, the files' order reversed every other (default 3)")
+    p.add_argument("--steps", type=int, default=6, help="steps per file and round (default 6)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds, the files' order reversed every other (default 5)")
     p.add_argument("--profile-steps", type=int, default=6)
     p.add_argument("--limit", help="bytes a rank, e.g. 2MiB (default: the named generators' median peak)")
     args = p.parse_args()
@@ -91,11 +99,15 @@ def main() -> int:
     for path in [best, *files.values()]:
         ppdsl("lint", str(path), "--costs", profile, "--max-memory", f"{limit:.0f}B")
     print(f"   the found file and {len(files)} named files pass ppdsl lint --costs p_zb1p.json --max-memory {limit:.0f}B")
-    order = [best, *files.values()]
+    found = actions_in_order(load_program(str(best)))
+    same = [key for key, path in files.items() if actions_in_order(load_program(str(path))) == found]
+    if same:
+        print(f"   the found order is {same[0]}'s, action for action: their ratio below is the measurement's own spread")
+    paths = [best, *files.values()]
     runs: list[Path] = []
     for r in range(args.rounds):
-        runs.extend(order if r % 2 == 0 else reversed(order))
-    print(f"4. ppdsl run (one process start-up) {len(runs)} files: {args.rounds} rounds x {len(order)} files x "
+        runs.extend(paths if r % 2 == 0 else reversed(paths))
+    print(f"4. ppdsl run (one process start-up) {len(runs)} files: {args.rounds} rounds x {len(paths)} files x "
           f"{args.steps} steps")
     out = ppdsl("run", *map(str, runs), "--model", GPT, "--steps", str(args.steps), "-q")
     times: dict[str, list[float]] = {}
@@ -111,6 +123,9 @@ def main() -> int:
     ratio = statistics.median(f / n for f, n in zip(times["best"], times[fastest]))
     print(f"ratio found / best named ({fastest}): {ratio:.3f}  (goal <= 1.00; ratio of medians "
           f"{statistics.median(times['best']) / statistics.median(times[fastest]):.3f})")
+    for key in same:
+        twin = statistics.median(f / n for f, n in zip(times["best"], times[key]))
+        print(f"the found order is {key}'s: found / {key} {twin:.3f} is the spread between two runs of one schedule")
     return 0
 
 
