@@ -125,24 +125,14 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
             return [list(map(sign.__getitem__, map(and_, codes, repeat(KIND_MASK)))) for codes in enc.codes]
         kb, km = KIND_BITS, KIND_MASK  # per action: locals, not a call
         return [[per_sm[c >> kb] * sign[c & km] for c in codes] for codes in enc.codes]
-    out: list[list[float]] = []
-    kb, km = KIND_BITS, KIND_MASK
-    for codes in enc.codes:
-        row: list[float] = []
-        for c in codes:
-            k, sm = c & km, c >> kb
-            if k == F:
-                row.append(per_sm[sm])
-            elif (k == B and sm not in split) or (k == W and sm in split):
-                row.append(-per_sm[sm])
-            else:
-                row.append(0.0)
-        out.append(row)
-    return out
+    # Each `B` and `W` looked up: a split backward's `I` keeps all of its forward's weight for its `W`.
+    per_stage = [1.0] * enc.stages if weights is None else [float(w) for w in weights]
+    return _byte_deltas(enc, per_stage, per_stage)
 
 
 def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float]) -> list[list[float]]:
-    """`_deltas` with an `I` that frees part of its forward's bytes: one lookup per action."""
+    """`_deltas` by one lookup per action: `F` adds its stage's weight, a `B` not split frees
+    it, an `I` frees all but `kept` and its `W` frees `kept`."""
     M = enc.microbatches
     split = _split(enc)
     out: list[list[float]] = []

@@ -122,24 +122,24 @@ class Wire:
             for e in todo:
                 if e.sends:  # needs nothing from its peer: whole, in the first call
                     call += e.head() + e.body()
-                elif e.peer in blocked:
+                    continue
+                if e.peer in blocked:
                     later.append(e)
-                elif id(e) not in headed and (head := self._head_of(e, headed)):
-                    call += head  # its data is sized from this header: in the next call
-                    blocked.add(e.peer)
-                    later.append(e)
-                else:
-                    call += e.body()
+                    continue
+                if id(e) not in headed:  # a receive's header, once (none after the first step)
+                    headed.add(id(e))
+                    head = e.head()
+                    if head:
+                        call += head  # its data is sized from this header: in the next call
+                        blocked.add(e.peer)
+                        later.append(e)
+                        continue
+                call += e.body()
             self._post_together(call, label)
             todo = later
         for exchange in exchanges:
             if exchange.finish is not None:
                 exchange.finish()
-
-    @staticmethod
-    def _head_of(e: Exchange, headed: set[int]) -> list[Message]:
-        headed.add(id(e))
-        return e.head()
 
     def _post(self, message: Message, label: str) -> None:
         is_send, tensor, peer, then = message
