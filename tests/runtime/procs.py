@@ -13,6 +13,18 @@ from typing import Any
 ROOT = Path(__file__).parents[2]
 
 
+def generator_files(folder: Path, calls: Sequence[str], ranks: int = 2, microbatches: int = 4,
+                    suffix: str = "") -> list[str]:
+    """One schedule file per generator call (`"zb1p()"`) in `folder`, named after the generator
+    and `suffix`: their paths, in the calls' order."""
+    files = []
+    for call in calls:
+        f = folder / f"{call.split('(')[0]}{suffix}.pps"
+        f.write_text(f"pipeline ranks={ranks} microbatches={microbatches}\nuse {call}\n")
+        files.append(str(f))
+    return files
+
+
 def launcher_env() -> dict[str, str]:
     """This environment, fit for a launcher (Paddle's, torchrun) started by a test."""
     env = dict(os.environ)

@@ -23,16 +23,11 @@ LAUNCH_SECONDS = 200
 paddle = pytest.importorskip("paddle")
 
 sys.path.insert(0, str(HERE))
-from procs import launcher_env, rank_result, run_together  # noqa: E402
+from procs import generator_files, launcher_env, rank_result, run_together  # noqa: E402
 
 
 def _files(tmp_path: Path, *generators: str) -> list[str]:
-    out = []
-    for g in generators:
-        f = tmp_path / f"{g.split('(')[0]}.pps"
-        f.write_text(f"pipeline ranks=2 microbatches=4\nuse {g}\n")
-        out.append(str(f))
-    return out
+    return generator_files(tmp_path, generators)
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

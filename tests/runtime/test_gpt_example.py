@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
+from procs import generator_files
 
 needs_paddle = pytest.mark.skipif(importlib.util.find_spec("paddle") is None, reason="needs paddle")
 ROOT = Path(__file__).parents[2]
@@ -32,11 +33,7 @@ def test_the_shipped_corpus_is_what_its_script_writes() -> None:
 @needs_paddle
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_gpt_verifies_under_each_schedule(ranks: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    files = []
-    for call in SCHEDULES:
-        f = tmp_path / f"{call.split('(')[0]}_{ranks}.pps"
-        f.write_text(f"pipeline ranks={ranks} microbatches=4\nuse {call}\n")
-        files.append(str(f))
+    files = generator_files(tmp_path, SCHEDULES, ranks=ranks, suffix=f"_{ranks}")
     code = main(["run", *files, "--model", GPT, "--steps", "2", "--verify", "-q", "--timeout", "30"])
     out, err = capsys.readouterr()
     assert code == 0, out + err

@@ -18,6 +18,7 @@ import pytest
 
 from ppdsl.cli import main
 from ppdsl.load import load_program
+from procs import generator_files
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -54,11 +55,7 @@ def _memory_as_predicted(out: str, files: list[str], ranks: int) -> None:
 @pytest.mark.slow
 def test_verify_every_generator_and_hand_written_schedule_on_2_ranks(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    files = []
-    for call in GENERATORS_2:
-        f = tmp_path / (call.split("(")[0] + ".pps")
-        f.write_text(f"pipeline ranks=2 microbatches=4\nuse {call}\n")
-        files.append(str(f))
+    files = generator_files(tmp_path, GENERATORS_2)
     # With sends in the background (the default on gloo) Paddle's own Schedule1F1B order
     # (2r_deadlock.pps: both ranks send first) runs too.
     files += sorted(str(f) for f in HAND.glob("2r_*.pps") if "receive_first" not in f.name)

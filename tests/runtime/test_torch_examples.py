@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
+from procs import generator_files
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).parents[2]
@@ -22,12 +23,7 @@ CLASSIFIER = str(CLASSIFIER_PATH)
 
 
 def _files(tmp_path: Path, calls: list[str]) -> list[str]:
-    files = []
-    for call in calls:
-        f = tmp_path / f"{call.split('(')[0]}_2.pps"
-        f.write_text(f"pipeline ranks=2 microbatches=4\nuse {call}\n")
-        files.append(str(f))
-    return files
+    return generator_files(tmp_path, calls, suffix="_2")
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
