@@ -65,9 +65,16 @@ def test_too_small_says_the_smallest_in_bytes_and_that_one_works(tmp_path: Path,
     err = capsys.readouterr().err
     # The loop's rank 1: its stage's state and one microbatch of its activations.
     assert "the smallest feasible limit is 22.5 KiB a rank" in err
-    # A V spreads the heavy stage's state over both ranks: 15,000 each, and 500 + 1500 of activations.
-    assert main(["search", "--ranks", "2", "--microbatches", "4", "--costs", profile, "--max-memory", "16KB"]) == 1
+    # A V (asked for: a profile of 2 stages searches only the loop by itself) spreads the heavy
+    # stage's state over both ranks: 15,000 each, and 500 + 1500 of activations.
+    assert main(["search", "--ranks", "2", "--microbatches", "4", "--costs", profile, "--max-memory", "16KB",
+                 "--stages-per-rank", "2"]) == 1
     assert "the smallest feasible limit is 16.6 KiB a rank" in capsys.readouterr().err
+    # Left to choose, it keeps to the shape the profile measured, and says so.
+    assert main(["search", "--ranks", "2", "--microbatches", "4", "--costs", profile, "--max-memory", "16KB"]) == 1
+    err = capsys.readouterr().err
+    assert "V (2 stages a rank) schedules are not searched" in err
+    assert "the smallest feasible limit is 22.5 KiB a rank" in err
     smallest = ByteLimit(20_000, load_costs(profile, 4).sizes or Sizes([], [], [])).smallest(2, 1)
     assert smallest == STATE[1] + ACT[1]
     assert main(["search", "--ranks", "2", "--microbatches", "4", "--costs", profile, "--max-memory",
