@@ -27,7 +27,7 @@ from ..diagnostics import UsageError
 from ..limits import MAX_MICROBATCHES, MAX_RANKS, MAX_SEARCH_ACTIONS
 from ..memory import UNIT, Limit, bytes_text
 from ..search.byte_limit import COUNTED, SCALED_LIMIT, ByteLimit, InBytes, best_named
-from ..search.driver import Found, search
+from ..search.driver import Found, search, shapes_of
 from ..search.output import exact_note, finish, peak_text, progress_line, proof_words, to_json, to_text
 from ..search.problem import cuts_of
 from .common import byte_limit_needs_sizes, memory_limit, refuse_overwriting, write_output
@@ -85,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
         if costs.sizes is None:
             raise byte_limit_needs_sizes(limit)
         in_bytes = ByteLimit(limit.amount, costs.sizes)
-        fitting = [v for v in ((1, 2) if shapes == "auto" else (int(shapes),)) if in_bytes.fits(args.ranks, v)]
+        fitting = [v for v in shapes_of(shapes) if in_bytes.fits(args.ranks, v)]
         if not fitting:
-            smallest = min(in_bytes.smallest(args.ranks, v) for v in ((1, 2) if shapes == "auto" else (int(shapes),)))
+            smallest = min(in_bytes.smallest(args.ranks, v) for v in shapes_of(shapes))
             return _infeasible(args, str(limit), smallest, bytes_text(smallest), "a rank, by the profile's sizes")
         shapes = shapes if len(fitting) == 2 else str(fitting[0])
 
@@ -106,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if in_bytes is not None:
         peak = in_bytes.peak(found.program)
         assert peak is not None  # the sizes were carried over to this shape to search it
-        report = InBytes(in_bytes, peak, best_named(args.ranks, args.microbatches, costs, found.cuts, in_bytes,
-                                                          (1, 2) if shapes == "auto" else (int(shapes),)))
+        report = InBytes(in_bytes, peak, best_named(args.ranks, args.microbatches, costs, found.cuts, in_bytes, shapes_of(shapes)))
     text = to_text(found, costs, report)
     if args.format == "json":
         data = to_json(found, args.output, report)

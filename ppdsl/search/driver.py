@@ -295,6 +295,11 @@ def can_fuse(problem: Problem) -> bool:
     return all(abs(c[3] - (c[1] + c[2])) <= EPSILON for c in problem.cost)
 
 
+def shapes_of(stages_per_rank: str) -> tuple[int, ...]:
+    """The stages a rank of each shape searched: "auto" is both, one and two."""
+    return (1, 2) if stages_per_rank == "auto" else (int(stages_per_rank),)
+
+
 def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages_per_rank: str = "auto",
            time_limit: float | None = None, progress: Progress | None = None, seed: int = 0,
            cuts: int | None = None, exact: bool = True, in_bytes: ByteLimit | None = None) -> Found | Infeasible:
@@ -311,7 +316,7 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     if limit < SMALLEST_LIMIT - EPSILON:
         return Infeasible(limit, SMALLEST_LIMIT)
     deadline = started + time_limit if time_limit is not None else None
-    shapes = (1, 2) if stages_per_rank == "auto" else (int(stages_per_rank),)
+    shapes = shapes_of(stages_per_rank)
     # Compared with the named generators of the shapes searched only (the others' costs may be estimates).
     named = [n for n in named_results(ranks, microbatches, costs, cuts) if n.program.stages // ranks in shapes]
     results: list[tuple[float, int, Problem, _Best]] = []
