@@ -62,8 +62,8 @@ def worker(args: argparse.Namespace) -> None:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    x = paddle.to_tensor(rng.standard_normal((M * args.rows, 768)).astype("float32"))
-    y = paddle.to_tensor(rng.standard_normal((M * args.rows, 768)).astype("float32"))
+    x = paddle.to_tensor(rng.standard_normal((M * args.rows, args.width)).astype("float32"))
+    y = paddle.to_tensor(rng.standard_normal((M * args.rows, args.width)).astype("float32"))
 
     def loss_fn(out: Any, target: Any) -> Any:
         return paddle.nn.functional.mse_loss(out, target)

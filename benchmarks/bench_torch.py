@@ -139,8 +139,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    args = parse_options(__doc__ or "", steps=2, rounds=11, extra=[("--width", 768, "width of each Linear"),
-                                                                   ("--blocks", 2, "Linear + GELU blocks per rank")])
+    args = parse_options(__doc__ or "", steps=2, rounds=11, extra=[("--blocks", 2, "Linear + GELU blocks per rank")])
     if args.worker:
         worker(args)
         return 0

@@ -5,6 +5,7 @@ ppdsl's profiled steps."""
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ def parse_options(doc: str, steps: int, rounds: int, extra: list[tuple[str, int,
     --worker of its ranks), plus `extra` integer options (name, default, help)."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=128, help="rows per microbatch (default 128)")
+    p.add_argument("--width", type=int, default=768, help="width of each Linear (default 768)")
     for name, default, text in extra:
         p.add_argument(name, type=int, default=default, help=f"{text} (default {default})")
     p.add_argument("--steps", type=int, default=steps, help=f"steps per side and round (default {steps})")
@@ -104,10 +106,11 @@ def run_wide_linear(script: str, args: argparse.Namespace, sides: tuple[str, ...
 
     program = prepare(parse("pipeline ranks=2 microbatches=8\nuse gpipe()\n", "<bench>"), CommModel.RENDEZVOUS)
     threads = threads_per_rank(2, args.threads)[0]
-    argv = ["--worker", "--rows", str(args.rows), "--steps", str(args.steps), "--rounds", str(args.rounds)]
+    os.environ["WIDE_LINEAR_WIDTH"] = str(args.width)  # the example's layers, in the ranks started below
+    argv = ["--worker", "--rows", str(args.rows), "--width", str(args.width), "--steps", str(args.steps), "--rounds", str(args.rounds)]
     results = run_ranks(script, program, argv, timeout=timeout, threads=threads)
     if results is None:
         return None
-    print(f"machine: {cores()} cores; 2 ranks x {threads} intra-op thread(s); model: each rank 2 x Linear(768) + GELU, "
+    print(f"machine: {cores()} cores; 2 ranks x {threads} intra-op thread(s); model: each rank 2 x Linear({args.width}) + GELU, "
           f"float32, 8 microbatches of {args.rows} rows; {args.rounds} rounds x {args.steps} steps, alternating")
     return Rounds(results, sides, args.rounds)

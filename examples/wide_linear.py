@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import numpy as np
 import paddle
 
-WIDTH = 768
+WIDTH = int(os.environ.get("WIDE_LINEAR_WIDTH", "768"))
 BLOCKS = 2  # per rank
 ROWS = int(os.environ.get("WIDE_LINEAR_ROWS", "1024"))
 
