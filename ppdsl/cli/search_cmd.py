@@ -80,16 +80,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--costs: a per-stage key names a stage past two a rank")
     limit: Limit = args.max_memory
     in_bytes: ByteLimit | None = None
-    shapes = measured_shape(args.stages_per_rank, args.ranks, measured)
+    shapes = shapes_of(measured_shape(args.stages_per_rank, args.ranks, measured))
     if limit.in_bytes:
         if costs.sizes is None:
             raise byte_limit_needs_sizes(limit)
         in_bytes = ByteLimit(limit.amount, costs.sizes)
-        fitting = [v for v in shapes_of(shapes) if in_bytes.fits(args.ranks, v)]
+        fitting = tuple(v for v in shapes if in_bytes.fits(args.ranks, v))
         if not fitting:
-            smallest = min(in_bytes.smallest(args.ranks, v) for v in shapes_of(shapes))
+            smallest = min(in_bytes.smallest(args.ranks, v) for v in shapes)
             return _infeasible(args, str(limit), smallest, bytes_text(smallest), "a rank, by the profile's sizes")
-        shapes = shapes if len(fitting) == 2 else str(fitting[0])
+        shapes = fitting
 
     def progress(best: float, elapsed: float, count: int, total: int) -> None:
         print(progress_line(best, elapsed, count, total, args.time_limit), file=sys.stderr)
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if in_bytes is not None:
         peak = in_bytes.peak(found.program)
         assert peak is not None  # the sizes were carried over to this shape to search it
-        report = InBytes(in_bytes, peak, best_named(args.ranks, args.microbatches, costs, found.cuts, in_bytes, shapes_of(shapes)))
+        report = InBytes(in_bytes, peak, best_named(args.ranks, args.microbatches, costs, found.cuts, in_bytes, shapes))
     text = to_text(found, costs, report)
     if args.format == "json":
         data = to_json(found, args.output, report)

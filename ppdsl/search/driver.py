@@ -300,10 +300,10 @@ def shapes_of(stages_per_rank: str) -> tuple[int, ...]:
     return (1, 2) if stages_per_rank == "auto" else (int(stages_per_rank),)
 
 
-def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages_per_rank: str = "auto",
+def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes: tuple[int, ...] = (1, 2),
            time_limit: float | None = None, progress: Progress | None = None, seed: int = 0,
            cuts: int | None = None, exact: bool = True, in_bytes: ByteLimit | None = None) -> Found | Infeasible:
-    """Search; `stages_per_rank` is "1", "2" or "auto" (both). `cuts`: how many stages the
+    """Search the shapes `shapes` (stages a rank: 1, the loop; 2, the V). `cuts`: how many stages the
     per-stage costs number (default: `problem.cuts_of`, one or two a rank by the highest key).
     `exact`: also run the MILP (`exact.py`) on small problems when scipy is installed.
     `in_bytes`: the limit is in bytes, `limit` is `byte_limit.SCALED_LIMIT` and each shape's
@@ -316,10 +316,9 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
     if limit < SMALLEST_LIMIT - EPSILON:
         return Infeasible(limit, SMALLEST_LIMIT)
     deadline = started + time_limit if time_limit is not None else None
-    shapes = shapes_of(stages_per_rank)
     # Compared with the named generators of the shapes searched only (the others' costs may be estimates).
     named = [n for n in named_results(ranks, microbatches, costs, cuts) if n.program.stages // ranks in shapes]
-    results: list[tuple[float, int, Problem, _Best]] = []
+    results: list[tuple[float, int, int, _Best]] = []  # (makespan, stages a rank, index in problems, best)
     done_best, done_count = math.inf, 0
     problems: list[Problem] = []
     for v in shapes:
@@ -339,25 +338,26 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
         best = search_shape(problem, named, seed + k, budget(problem), deadline, report, started)
         done_best, done_count = min(done_best, best.makespan), done_count + best.count
         if best.rows is not None:
-            results.append((best.makespan, v, problem, best))
+            results.append((best.makespan, v, k, best))
     if not results:  # pragma: no cover - every shape finishes at the smallest limit
         raise AssertionError(f"no schedule found at memory limit {limit}")
     method = ("heuristic: named-generator seeds, V building blocks, list scheduling, priority search, local search "
               "over orders, gap filling")
-    bounds = {id(problem): lower_bound(problem) for _, _, problem, _ in results}
+    # A shape may hold a split and an unsplit problem: each has its own bound.
+    bounds = [lower_bound(problem) for problem in problems]
     largest = max(pairs(problem) for problem in problems)
     status = EXACT_OFF if not exact else EXACT_TOO_LARGE if largest > MAX_PAIRS else EXACT_MISSING if not exact_available() else EXACT_RAN
     if status == EXACT_RAN:
         method += "; exact MILP (scipy HiGHS) on each shape"
-        for entry in results:
-            _, v, problem, best = entry
+        for _, v, k, best in results:
+            problem = problems[k]
             left = EXACT_SECONDS if deadline is None else min(EXACT_SECONDS, deadline - time.monotonic())
             if left <= 0:
                 break
             answer = solve(problem, left, best.makespan)
             if answer is None:
                 continue
-            bounds[id(problem)] = max(bounds[id(problem)], answer.bound)
+            bounds[k] = max(bounds[k], answer.bound)
             # Only a proven optimum replaces the heuristic's order: a time-limited MILP's
             # incumbent would make the result depend on the machine's load.
             if answer.optimal and answer.rows is not None:
@@ -365,13 +365,14 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, stages
                 if t is not None and t < best.makespan - EPSILON and max(peaks(problem, answer.rows)) <= limit + EPSILON:
                     best.rows, best.makespan, best.start = answer.rows, t, "exact MILP"
             best.count += 1
-        results = [(b.makespan, v, p, b) for _, v, p, b in results]
+        results = [(b.makespan, v, k, b) for _, v, k, b in results]
     results.sort(key=lambda x: (x[0], x[1]))
-    makespan, v, problem, best = results[0]
+    makespan, v, k, best = results[0]
+    problem = problems[k]
     assert best.rows is not None
     program = to_program(problem, best.rows, can_fuse(problem))
     # Every problem considered (each shape, split and unsplit) must be bounded for the result to be proven optimal.
-    bound = min(bounds[id(p)] if id(p) in bounds else lower_bound(p) for p in problems)
+    bound = min(bounds)
     stopped = deadline is not None and time.monotonic() > deadline
     peak = max(peaks(problem, best.rows))
     return Found(program, makespan, 0.0, peak, limit, v, method, makespan <= bound + PROOF_TOLERANCE * max(1.0, makespan), bound,

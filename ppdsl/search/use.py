@@ -62,11 +62,11 @@ def build_in(context: Context, values: Mapping[str, ArgValue]) -> Built:
 @functools.lru_cache(maxsize=32)
 def _cached(ranks: int, microbatches: int, limit: float, shape: str, key: tuple[tuple[str, float], ...],
             costs: CostModel) -> Built:
-    from .driver import Found, search
+    from .driver import Found, search, shapes_of
     from .output import finish
 
     # Per-stage keys on a file's costs line number the program's own stages.
-    result = search(ranks, microbatches, costs, limit, shape, cuts=ranks * (2 if shape == "2" else 1), exact=False)
+    result = search(ranks, microbatches, costs, limit, shapes_of(shape), cuts=ranks * (2 if shape == "2" else 1), exact=False)
     if not isinstance(result, Found):
         raise GeneratorError("PPS022", f"no schedule fits max_memory={limit:g}: the smallest feasible is "
                              f"{result.smallest:g} ({UNIT})", "max_memory")

@@ -21,7 +21,7 @@ from ppdsl.search.replay import peaks, replay
 UNIT = CostModel((("overlap", 0.0),))
 
 
-def _found(p: int, m: int, limit: float, shape: str = "auto") -> Found:
+def _found(p: int, m: int, limit: float, shape: tuple[int, ...] = (1, 2)) -> Found:
     result = search(p, m, UNIT, limit, shape, exact=False)
     assert isinstance(result, Found)
     return finish(result, UNIT)
@@ -32,7 +32,7 @@ def _found(p: int, m: int, limit: float, shape: str = "auto") -> Found:
 @pytest.mark.slow
 @pytest.mark.parametrize("microbatches,published", [(16, 59.5), (32, 107.5)])
 def test_meets_the_zero_bubble_automatic_v_at_v_mins_limit(microbatches: int, published: float) -> None:
-    found = _found(8, microbatches, 4, "2")
+    found = _found(8, microbatches, 4, (2,))
     assert found.makespan <= published and found.peak <= 4
     v_min = best_fitting(named_results(8, microbatches, UNIT), 4)
     assert v_min is not None and v_min.name == "v_min" and v_min.makespan == published + 2
@@ -79,7 +79,7 @@ def test_bound_counts_the_warm_up_idle_a_limit_forces() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("p,m,v,limit", [(2, 4, 1, 1), (2, 4, 1, 2), (3, 3, 1, 2), (4, 2, 2, 1), (2, 3, 2, 1)])
 def test_bound_is_below_what_the_search_finds(p: int, m: int, v: int, limit: float) -> None:
-    found = _found(p, m, limit, str(v))
+    found = _found(p, m, limit, (v,))
     assert lower_bound(make_problem(p, m, v, limit, UNIT)) <= found.makespan
 
 
@@ -97,7 +97,7 @@ def test_bound_is_below_the_milps_optimum() -> None:
 
 @pytest.mark.slow
 def test_the_worked_example_is_proven_optimal_by_the_bound() -> None:
-    found = _found(8, 16, 7, "2")
+    found = _found(8, 16, 7, (2,))
     assert found.optimal and found.makespan == found.lower_bound == 52.5
 
 
@@ -117,7 +117,7 @@ def test_never_zero_percent_shorter() -> None:
 
 @pytest.mark.slow
 def test_header_says_as_short_as_when_it_ties_a_named_one() -> None:
-    found = _found(4, 8, 4, "2")  # zbv's 25.5 meets the bound: nothing shorter exists
+    found = _found(4, 8, 4, (2,))  # zbv's 25.5 meets the bound: nothing shorter exists
     assert found.named is not None and found.makespan == found.named.makespan
     text = header_comment(found, UNIT)
     assert "this one is as short as it" in text and "0.0%" not in text
@@ -126,7 +126,7 @@ def test_header_says_as_short_as_when_it_ties_a_named_one() -> None:
 
 @pytest.mark.slow
 def test_says_when_the_milp_would_prove_more() -> None:
-    found = evolve(_found(2, 3, 1, "2"), optimal=False)
+    found = evolve(_found(2, 3, 1, (2,)), optimal=False)
     missing = exact_note(evolve(found, exact=EXACT_MISSING))
     assert "pip install 'ppdsl[search]'" in missing and "small enough" in missing
     large = exact_note(evolve(found, exact=EXACT_TOO_LARGE, pairs=36480))

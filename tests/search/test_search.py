@@ -21,7 +21,8 @@ from ppdsl.simulate import simulate
 UNIT = CostModel((("overlap", 0.0),))
 
 
-def _search(p: int, m: int, limit: float, costs: CostModel = UNIT, shape: str = "auto", exact: bool = False) -> Found:
+def _search(p: int, m: int, limit: float, costs: CostModel = UNIT, shape: tuple[int, ...] = (1, 2),
+            exact: bool = False) -> Found:
     found = search(p, m, costs, limit, shape, exact=exact)
     assert isinstance(found, Found)
     return finish(found, costs)
@@ -43,14 +44,14 @@ def test_found_is_sound_within_the_limit_and_no_longer_than_any_named(p: int, m:
 
 @pytest.mark.slow
 def test_beats_v_half_at_p_minus_1_on_8_ranks() -> None:
-    found = _search(8, 16, 7, shape="2")
+    found = _search(8, 16, 7, shape=(2,))
     assert found.named is not None and found.named.name == "v_half"
     assert found.makespan <= 0.99 * found.named.makespan
 
 
 @pytest.mark.slow
 def test_lower_bound_is_met_by_zbv_at_its_memory() -> None:
-    found = _search(4, 8, 4, shape="2")
+    found = _search(4, 8, 4, shape=(2,))
     assert found.optimal and found.makespan == lower_bound(make_problem(4, 8, 2, 4, UNIT)) == 25.5
 
 
@@ -164,7 +165,7 @@ def test_use_search_expands_to_the_found_schedule_cached(tmp_path: Path) -> None
     assert not [d for d in check(program) if d.is_error]
     again = load_program(str(f))
     assert again == program and use._cached.cache_info().hits == 1
-    found = _search(2, 4, 1.5, parse_inline("comm=0.05,overlap=1"), shape="2")
+    found = _search(2, 4, 1.5, parse_inline("comm=0.05,overlap=1"), shape=(2,))
     assert simulate(program).makespan == pytest.approx(found.makespan)
 
 

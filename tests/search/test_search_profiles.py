@@ -67,7 +67,7 @@ def test_profiles_of_different_shapes_are_refused(tmp_path: Path, capsys: pytest
 @pytest.mark.parametrize("costs", ["F=1,I=1.2,W=0.6,B=1.3", "F=2,I=1,W=1,B=1.5"])
 def test_with_a_cheaper_whole_backward_the_search_is_never_longer_than_any_named_schedule(costs: str) -> None:
     model = parse_inline(costs)
-    found = search(2, 6, model, 2.0, "1")
+    found = search(2, 6, model, 2.0, (1,))
     assert isinstance(found, Found)
     loop = [n for n in named_results(2, 6, model) if n.program.stages == 2 and n.peak <= 2.0 + 1e-9]
     assert loop and found.makespan <= min(n.makespan for n in loop) + 1e-9
@@ -75,7 +75,7 @@ def test_with_a_cheaper_whole_backward_the_search_is_never_longer_than_any_named
 
 
 def test_when_a_whole_backward_costs_its_parts_only_split_orders_are_searched() -> None:
-    found = search(2, 6, parse_inline("F=1,I=1,W=1"), 2.0, "1")
+    found = search(2, 6, parse_inline("F=1,I=1,W=1"), 2.0, (1,))
     assert isinstance(found, Found)
     kinds = {a.kind for row in found.program.rows for step in row for a in actions_of(step)}
     assert Kind.W in kinds  # zero-bubble orders, as before
