@@ -40,9 +40,21 @@ def test_cli_md_diagnostic_example(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert _run("ppdsl lint bad.pps", tmp_path, monkeypatch, capsys) == _console("cli.md", "ppdsl lint bad.pps")
 
 
-def test_cli_md_says_where_problems_go() -> None:
+@pytest.mark.parametrize("command", ["lint", "expand", "simulate", "convert", "fmt", "show"])
+def test_problems_go_where_cli_md_says(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
     assert "by `ppdsl lint` on standard output" in text and "by every other command on standard\nerror" in text
+    (tmp_path / "bad.pps").write_text("pipeline ranks=2 microbatches=2\nrank 0: 0F0 0X1\nrank 1: 1F0\n")
+    monkeypatch.chdir(tmp_path)
+    argv = [command, "bad.pps"] + (["out.csv"] if command == "convert" else [])
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    located = "bad.pps:2:13: error[PPS003]"
+    if command == "lint":
+        assert located in out and located not in err and "1 error and 0 warnings in 1 file" in err
+    else:
+        assert located in err and located not in out
 
 
 def test_checks_md_example(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

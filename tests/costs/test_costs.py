@@ -103,24 +103,27 @@ def test_profile_aggregates_measured_actions(tmp_path: Path) -> None:
     assert resolve(program, [str(path)]).unit == "ms"
 
 
-@pytest.mark.parametrize("data, key", [
-    ("[1]", None),
-    ('{"ppdsl_profile": 2}', "ppdsl_profile"),
-    ('{"ppdsl_profile": 1, "costz": {}}', "costz"),
-    ('{"ppdsl_profile": 1,\n "costs": {"F": "fast"}}', "F"),
-    ('{"ppdsl_profile": 1, "actions": [{"kind": "Q", "duration": 1}]}', "kind"),
-    ('{"ppdsl_profile": 1, "unit": "min"}', "unit"),
+@pytest.mark.parametrize("data, key, code, words", [
+    ("[1]", None, "PPS352", "a cost profile is a JSON object"),
+    ('{"ppdsl_profile": 2}', "ppdsl_profile", "PPS352", "`ppdsl_profile` must be 1, not 2"),
+    ('{"ppdsl_profile": 1, "costz": {}}', "costz", "PPS352", "unknown profile key `costz`"),
+    ('{"ppdsl_profile": 1,\n "costs": {"F": "fast"}}', "F", "PPS351", 'cost `F` must be a number, not "fast"'),
+    ('{"ppdsl_profile": 1, "actions": [{"kind": "Q", "duration": 1}]}', "kind", "PPS352", 'actions[0]: unknown kind "Q"'),
+    ('{"ppdsl_profile": 1, "unit": "min"}', "unit", "PPS352", 'unknown time unit "min"'),
 ])
-def test_bad_profiles_are_located(tmp_path: Path, data: str, key: str | None) -> None:
+def test_bad_profiles_are_located(tmp_path: Path, data: str, key: str | None, code: str, words: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(data)
     program = parse("pipeline ranks=2 microbatches=2\n" + ROWS, "x.pps")
     with pytest.raises(PpsError) as err:
         resolve(program, [str(path)])
     d = err.value.diagnostics[0]
-    assert d.code in ("PPS351", "PPS352") and d.path == str(path)
-    if key == "F":
-        assert d.line == 2
+    assert (d.code, d.path) == (code, str(path)) and words in d.message
+    # At the offending key (the whole document when it is not an object).
+    lines = data.splitlines()
+    line = 1 if key is None else next(n for n, text in enumerate(lines, 1) if f'"{key}"' in text)
+    column = 1 if key is None else lines[line - 1].index(f'"{key}"') + 1
+    assert (d.line, d.column) == (line, column)
 
 
 def test_profile_json_round_trip() -> None:

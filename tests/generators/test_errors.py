@@ -37,8 +37,18 @@ def test_vpp_accepts_scheduleVPP_counts(m: int) -> None:
 @pytest.mark.parametrize("m", [9, 11, 13, 14, 17, 18, 19])
 def test_vpp_refuses_what_scheduleVPP_refuses(m: int) -> None:
     # rounds = max(1, m // 4); ScheduleVPP raises unless m % rounds == 0
-    with pytest.raises(registry.GeneratorError):
+    with pytest.raises(registry.GeneratorError) as info:
         registry.expand("vpp", 4, m, {})
+    err = info.value
+    rounds = max(1, m // 4)
+    assert err.code == "PPS022"
+    assert f"{m} microbatches are not a multiple of {rounds}" in err.message
+    # The counts the help offers are ones the generator takes.
+    assert err.help is not None and "e.g. " in err.help
+    offered = [int(n) for n in err.help.split("e.g. ")[1].split(", ")]
+    assert offered and m not in offered
+    for n in offered:
+        registry.expand("vpp", 4, n, {})
 
 
 def test_virtual_below_one_points_at_the_argument() -> None:

@@ -12,6 +12,11 @@ from typing import Any
 
 ROOT = Path(__file__).parents[2]
 
+# What `ppdsl run` prints for `scaled_linear_model.py`'s Linear subclass: test_run holds the
+# run to it, and test_runtime_docs holds docs/runtime.md to the same line.
+SPLIT_WARNING = ("ppdsl run: warning: rank 0: stage 0: layer 0 (ScaledLinear) overrides Linear.forward, so its weight "
+                 "gradient cannot be deferred to W; it is computed with the input gradient in I")
+
 
 def generator_files(folder: Path, calls: Sequence[str], ranks: int = 2, microbatches: int = 4,
                     suffix: str = "") -> list[str]:

@@ -22,8 +22,28 @@ def examples() -> list[str]:
     return re.findall(r"^```pps\n(.*?)^```", page(), flags=re.S | re.M)
 
 
-def test_page_has_examples() -> None:
-    assert len(examples()) >= 8
+# Each construct of the language, as a pattern over an example's text: the page shows every one
+# in an example (and test_example_parses_and_is_formatted parses each example).
+CONSTRUCTS = {
+    "a range": r"\d[A-Z]+\{\d+\.\.\d+\}",
+    "a descending range": r"\{(\d+)\.\.(?!\1)\d+\}",
+    "a zip": r"\[[^\]]+\]",
+    "an idle step": r"(?m)^rank \d+: (_ )+",
+    "an overlapped pair": r"\([^;()]+;[^;()]+\)",
+    "a batch": r"<[^>]+>",
+    "a row on several lines": r"(?m)^rank \d+:\n\s+\S",
+    "a comment": r"#",
+    "placement=v": r"placement=v",
+    "an explicit placement": r"placement=\[",
+    "stages=": r"stages=\d",
+    "a costs line": r"(?m)^costs ",
+    "a generator": r"(?m)^use \w+\(",
+}
+
+
+@pytest.mark.parametrize("construct", sorted(CONSTRUCTS))
+def test_page_shows_each_construct_in_an_example(construct: str) -> None:
+    assert any(re.search(CONSTRUCTS[construct], text) for text in examples()), f"no example shows {construct}"
 
 
 @pytest.mark.parametrize("index", range(len(re.findall(r"^```pps\n", PAGE.read_text(encoding="utf-8"), flags=re.M))))
