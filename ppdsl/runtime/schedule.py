@@ -40,8 +40,9 @@ from ..wording import plural
 from ..gcpause import no_gc
 from ..ir import Kind, Program
 from ..semantics import CommModel
-from . import plan as P
-from . import values as V
+from .plan import (B, BATCH, F, I, NOOP, OVERLAP, RECV_B, RECV_F, SEND_B, SEND_F, W, Op, Plan, compile_rank,
+                   last_backward)
+from . import values
 from .background import JobFailed
 from .comm import PeerError, Transport, comm_model_of, gather_objects
 from .errors import MessageOrderError, SetupError, StepError
@@ -104,7 +105,7 @@ class PipelineSchedule:
         self.comm_model = comm_model_of(self.backend, background_sends)
         # Lint (and lower) under the backend's own model before anything is sent.
         self.program = prepare(program, self.comm_model, check=check)
-        self.plan = P.compile_rank(self.program, self.rank)
+        self.plan = compile_rank(self.program, self.rank)
         self.layers = _stage_map(fw, stages, self.plan)
         if self.plan.training and loss_fn is None:
             raise SetupError("a training program needs a loss function")
@@ -143,17 +144,17 @@ class PipelineSchedule:
         self.reducer: GradientReducer | None = None
         reduce_after: dict[int, tuple[int, ...]] = {}
         if self.layout.replicas > 1:
-            reduce_after = P.last_backward(self.plan)
+            reduce_after = last_backward(self.plan)
             self.reducer = GradientReducer(fw, self.layers, self.transport.data_parallel_group, self.layout.replicas,
                                            self.watchdog, self.layout.data_parallel_ranks(self.rank))
         self._loss_checked = False
         split = self.deferred is not None
-        self._handlers: dict[int, Callable[[P.Op], None]] = {
-            P.F: self._forward, P.B: self._backward,
-            P.I: self._input_grad if split else self._backward_input,
-            P.W: self._deferred_weight_grad if split else self._backward_weight,
-            P.SEND_F: self._message, P.RECV_F: self._message, P.SEND_B: self._message, P.RECV_B: self._message,
-            P.NOOP: self._noop, P.OVERLAP: self._overlap, P.BATCH: self._batch,
+        self._handlers: dict[int, Callable[[Op], None]] = {
+            F: self._forward, B: self._backward,
+            I: self._input_grad if split else self._backward_input,
+            W: self._deferred_weight_grad if split else self._backward_weight,
+            SEND_F: self._message, RECV_F: self._message, SEND_B: self._message, RECV_B: self._message,
+            NOOP: self._noop, OVERLAP: self._overlap, BATCH: self._batch,
         }
         self._compiled = [(self._reducing(self._handlers[op.code], reduce_after[i]) if i in reduce_after
                            else self._handlers[op.code], op) for i, op in enumerate(self.plan.ops)]
@@ -226,17 +227,17 @@ class PipelineSchedule:
             if plan.first_stage:
                 if inputs is None or (type(inputs) is tuple and not inputs):
                     raise SetupError("the first stage needs the batch's inputs: step(inputs, target=...)")
-                self._inputs = V.split_batch(fw, inputs, M, "inputs")
+                self._inputs = values.split_batch(fw, inputs, M, "inputs")
             if plan.last_stage and plan.training:
                 if target is None:
                     raise SetupError("the last stage needs the batch's targets: step(inputs, target=...)")
-                self._targets = V.split_batch(fw, target, M, "target")
-            self._kwargs = V.split_batch(fw, dict(kwargs or {}), M, "keyword arguments", need_tensor=False)
-        except V.StageValueError as exc:
+                self._targets = values.split_batch(fw, target, M, "target")
+            self._kwargs = values.split_batch(fw, dict(kwargs or {}), M, "keyword arguments", need_tensor=False)
+        except values.StageValueError as exc:
             raise SetupError(str(exc)) from None
         wd = self.watchdog
         wd.step = self.wire.step = self.step_index
-        op: P.Op | None = None
+        op: Op | None = None
         # Python's cyclic collector would otherwise run inside the step, on whichever rank's
         # allocations cross its threshold: measured in one process, about 2% of a step, in
         # pauses of up to tens of ms (a full pass over Paddle's ~130k objects), which delay
@@ -288,7 +289,7 @@ class PipelineSchedule:
                 raise cause from None
             raise StepError(self.global_rank, self.step_index, exc.label, str(cause) if isinstance(cause, PeerError)
                             else f"{type(cause).__name__}: {cause}", peer=isinstance(cause, PeerError)) from None
-        except (SetupError, V.StageValueError) as exc:
+        except (SetupError, values.StageValueError) as exc:
             raise StepError(self.global_rank, self.step_index, op.label if op else "?", str(exc)) from None
         except PeerError as exc:
             raise StepError(self.global_rank, self.step_index, op.label if op else "?", str(exc), peer=True) from None
@@ -302,7 +303,7 @@ class PipelineSchedule:
             losses.extend(self._losses[m] for m in sorted(self._losses))
         self.step_index += 1
         if return_output and plan.last_stage and self._outputs:
-            return V.merge_batch(fw, [self._outputs[m] for m in sorted(self._outputs)])
+            return values.merge_batch(fw, [self._outputs[m] for m in sorted(self._outputs)])
         return None
 
     def close(self) -> None:
@@ -317,12 +318,12 @@ class PipelineSchedule:
         """This step's microbatch losses as floats (last-stage rank only; else empty)."""
         return [float(self._losses[m]) for m in sorted(self._losses)]
 
-    def _reducing(self, handler: Callable[[P.Op], None], stages: tuple[int, ...]) -> Callable[[P.Op], None]:
+    def _reducing(self, handler: Callable[[Op], None], stages: tuple[int, ...]) -> Callable[[Op], None]:
         """`handler`, then the reduction of the stages whose last backward of the step it ran."""
         reducer = self.reducer
         assert reducer is not None
 
-        def run(op: P.Op) -> None:
+        def run(op: Op) -> None:
             handler(op)
             for s in stages:
                 reducer.post(s)
@@ -330,25 +331,25 @@ class PipelineSchedule:
         return run
 
     # --- compute ----------------------------------------------------------------------------
-    def _forward(self, op: P.Op) -> None:
+    def _forward(self, op: Op) -> None:
         s, m = op.stage, op.microbatch
         plan = self.plan
         if s == 0:
             x = self._inputs[m]
         elif self.program.placement[s - 1] == self.rank:
-            x = V.hand_over(self.fw, self._y[(s - 1, m)], plan.training)
+            x = values.hand_over(self.fw, self._y[(s - 1, m)], plan.training)
         else:
             x = self._recv_x.pop((s, m))
         with self.memory.saving(self, (s, m)) if self.profile else nullcontext():
             y = self._stage_forward(s, m, x)
         if s > 0 and plan.training:
-            self._x[(s, m)] = V.grad_members(self.fw, x)
+            self._x[(s, m)] = values.grad_members(self.fw, x)
         self._y[(s, m)] = y
 
     def _stage_forward(self, s: int, m: int, x: Any) -> Any:
         """The stage's output, or at the last stage when training the (scaled) loss."""
         plan = self.plan
-        y = V.call(self.layers[s], x, self._kwargs[m])
+        y = values.call(self.layers[s], x, self._kwargs[m])
         if s == plan.stages - 1:
             if self._keep_outputs:
                 self._outputs[m] = y
@@ -372,13 +373,13 @@ class PipelineSchedule:
 
     def _differentiated(self, s: int, y: Any) -> list[Any]:
         """What a stage's backward starts from: the loss, or the output members that need a gradient."""
-        return [y] if s == self.plan.stages - 1 else V.grad_members(self.fw, y)
+        return [y] if s == self.plan.stages - 1 else values.grad_members(self.fw, y)
 
     def _input_grads(self, leaves: list[Any], grads: Sequence[Any]) -> list[Any]:
         # A member the stage did not use has no gradient: its sender still waits for one.
         return [g if g is not None else self.fw.zeros_like(x) for x, g in zip(leaves, grads)]
 
-    def _backward(self, op: P.Op) -> None:
+    def _backward(self, op: Op) -> None:
         s, m = op.stage, op.microbatch
         y = self._y.pop((s, m))
         g = self._grad_of_output(s, m)
@@ -389,7 +390,7 @@ class PipelineSchedule:
             leaves = self._x.pop((s, m))
             self._dx[(s, m)] = self._input_grads(leaves, [self.fw.grad_of(x) for x in leaves])
 
-    def _input_grad(self, op: P.Op) -> None:
+    def _input_grad(self, op: Op) -> None:
         """`I` with the split matmul: one backward (the graph is freed), weight grads deferred."""
         assert self.deferred is not None
         self.deferred.key = (op.stage, op.microbatch)
@@ -398,11 +399,11 @@ class PipelineSchedule:
         finally:
             self.deferred.key = None
 
-    def _deferred_weight_grad(self, op: P.Op) -> None:
+    def _deferred_weight_grad(self, op: Op) -> None:
         assert self.deferred is not None
         self.deferred.run((op.stage, op.microbatch))
 
-    def _backward_input(self, op: P.Op) -> None:
+    def _backward_input(self, op: Op) -> None:
         s, m = op.stage, op.microbatch
         g = self._grad_of_output(s, m)
         self._kept_dy[(s, m)] = g
@@ -417,7 +418,7 @@ class PipelineSchedule:
                 if outs and leaves else [None] * len(leaves)
             self._dx[(s, m)] = self._input_grads(leaves, grads[:len(leaves)])
 
-    def _backward_weight(self, op: P.Op) -> None:
+    def _backward_weight(self, op: Op) -> None:
         key = (op.stage, op.microbatch)
         y = self._y.pop(key)
         g = self._kept_dy.pop(key)
@@ -426,37 +427,37 @@ class PipelineSchedule:
         if outs:
             self.fw.backward(outs, g)
 
-    def _overlap(self, op: P.Op) -> None:
+    def _overlap(self, op: Op) -> None:
         for part in op.parts:  # forwards first (plan order): a forward never needs a backward
             self._handlers[part.code](part)
             if self.profile:  # the forward allocates before the backward frees: both count
                 self.memory.observe(self, part)
 
-    def _noop(self, op: P.Op) -> None:
+    def _noop(self, op: Op) -> None:
         log.debug("rank %d: %s is a no-op: ppdsl does not shard (data parallelism reduces without it)",
                   self.global_rank, op.label)
 
     # --- communication: the wire protocol is `wire.py`; these say what each action carries -
-    def _exchange(self, op: P.Op) -> Exchange:
+    def _exchange(self, op: Op) -> Exchange:
         key = (op.stage, op.microbatch)
-        if op.code == P.SEND_F:
+        if op.code == SEND_F:
             return self.wire.send_f(op, self._y[key])
-        if op.code == P.SEND_B:
+        if op.code == SEND_B:
             return self.wire.send_b(op, self._dx.pop(key))
-        if op.code == P.RECV_F:
+        if op.code == RECV_F:
             return self.wire.recv_f(op, lambda value: self._recv_x.__setitem__(key, value))
-        return self.wire.recv_b(op, V.grad_members(self.fw, self._y[key]),
+        return self.wire.recv_b(op, values.grad_members(self.fw, self._y[key]),
                                 lambda grads: self._dy.__setitem__(key, grads))
 
-    def _message(self, op: P.Op) -> None:
+    def _message(self, op: Op) -> None:
         self.wire.run(self._exchange(op))
 
-    def _batch(self, op: P.Op) -> None:
+    def _batch(self, op: Op) -> None:
         self.wire.run_batch([self._exchange(part) for part in op.parts], op.label)
 
 
-def _has_split_backward(plan: P.Plan) -> bool:
-    return any(o.code in (P.I, P.W) for op in plan.ops for o in (op.parts or (op,)))
+def _has_split_backward(plan: Plan) -> bool:
+    return any(o.code in (I, W) for op in plan.ops for o in (op.parts or (op,)))
 
 
 def _on_gpu(fw: Framework, layers: Mapping[int, Any]) -> bool:
@@ -490,7 +491,7 @@ def _framework(framework: str | Framework | None, stages: Mapping[int, Any] | Se
     return framework_of(layers[0]) if layers else get_framework()
 
 
-def _stage_map(fw: Framework, stages: Mapping[int, Any] | Sequence[Any], plan: P.Plan) -> dict[int, Any]:
+def _stage_map(fw: Framework, stages: Mapping[int, Any] | Sequence[Any], plan: Plan) -> dict[int, Any]:
     if isinstance(stages, Mapping):
         layers = dict(stages)
     else:

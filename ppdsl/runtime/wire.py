@@ -27,8 +27,8 @@ from typing import Any
 from attrs import define
 
 from ..ir import Kind
-from . import plan as P
-from . import values as V
+from .plan import RECV_F, Op, Plan
+from . import values
 from .comm import DTYPES, LABEL, MAX_DIMS, MAX_ELEMENTS, Label, PeerError, Transport, comm_model_of
 from .framework import Framework
 from .errors import MessageOrderError, SetupError
@@ -58,7 +58,7 @@ class Wire:
     """The messages of one rank's sends and receives, the shapes agreed on the first step, and
     the label guard."""
 
-    def __init__(self, fw: Framework, transport: Transport, plan: P.Plan, rank: int, guard: bool):
+    def __init__(self, fw: Framework, transport: Transport, plan: Plan, rank: int, guard: bool):
         self.fw = fw
         self.transport = transport
         self.plan = plan
@@ -74,7 +74,7 @@ class Wire:
         self._received_on: dict[int, int] = {}
         # Agreed on the first step: the shapes each send carries, what each receive allocates.
         self._sent: dict[tuple[int, Key], list[list[int]]] = {}
-        self._incoming: dict[Key, V.Incoming] = {}
+        self._incoming: dict[Key, values.Incoming] = {}
 
     def first_step_done(self) -> None:
         self.labels = False
@@ -159,17 +159,17 @@ class Wire:
                 then()
 
     # --- the four actions ----------------------------------------------------------------
-    def send_f(self, op: P.Op, value: Any) -> Exchange:
+    def send_f(self, op: Op, value: Any) -> Exchange:
         key = (op.stage, op.microbatch)
         where = f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}"
         fw = self.fw
         exchange = Exchange(op.label, True, op.peer)
         if (op.code, key) not in self._sent:
             try:
-                meta = V.describe(fw, value, self.plan.training, where)
+                meta = values.describe(fw, value, self.plan.training, where)
                 header, error = Transport.encode_header(fw, meta), None
-                self._sent[(op.code, key)] = [fw.shape(t) for t in V.split(value)[1]]
-            except V.StageValueError as exc:
+                self._sent[(op.code, key)] = [fw.shape(t) for t in values.split(value)[1]]
+            except values.StageValueError as exc:
                 # The receiver learns why instead of timing out; this rank stops after sending.
                 header, error = Transport.encode_header(fw, {"error": str(exc)}), str(exc)
 
@@ -181,9 +181,9 @@ class Wire:
             exchange.head = lambda: [(True, self._labelled(op, header), op.peer, refuse)]
 
         def data() -> list[Message]:
-            members = V.split(value)[1]
+            members = values.split(value)[1]
             if not all(fw.is_tensor(t) for t in members):
-                V.describe(fw, value, False, where)  # raises, naming the member
+                values.describe(fw, value, False, where)  # raises, naming the member
             tensors = [fw.detach(t) for t in members]
             self._same_shapes(op, tensors)
             return [(True, t, op.peer, None) for t in tensors]
@@ -191,7 +191,7 @@ class Wire:
         exchange.body = data
         return exchange
 
-    def send_b(self, op: P.Op, tensors: list[Any]) -> Exchange:
+    def send_b(self, op: Op, tensors: list[Any]) -> Exchange:
         def data() -> list[Message]:
             self._same_shapes(op, tensors)
             label = [(True, self._labelled(op), op.peer, None)] if self.labels else []
@@ -199,7 +199,7 @@ class Wire:
 
         return Exchange(op.label, True, op.peer, body=data)
 
-    def recv_f(self, op: P.Op, done: Callable[[Any], None]) -> Exchange:
+    def recv_f(self, op: Op, done: Callable[[Any], None]) -> Exchange:
         key = (op.stage, op.microbatch)
         exchange = Exchange(op.label, False, op.peer)
         if key not in self._incoming:
@@ -215,7 +215,7 @@ class Wire:
         exchange.finish = lambda: done(self._incoming[key].join(self.fw, buffers))
         return exchange
 
-    def recv_b(self, op: P.Op, like: list[Any], done: Callable[[list[Any]], None]) -> Exchange:
+    def recv_b(self, op: Op, like: list[Any], done: Callable[[list[Any]], None]) -> Exchange:
         """The gradients of the output members `like`: each has its member's shape, no header."""
         buffers = [self.fw.empty_like(t) for t in like]
 
@@ -229,7 +229,7 @@ class Wire:
         return Exchange(op.label, False, op.peer, body=data, finish=lambda: done(buffers))
 
     # --- headers and the shapes agreed on the first step ---------------------------------
-    def _same_shapes(self, op: P.Op, tensors: list[Any]) -> None:
+    def _same_shapes(self, op: Op, tensors: list[Any]) -> None:
         """A backward's first send records its shapes; later sends must have the first's."""
         k = (op.code, (op.stage, op.microbatch))
         shapes = [self.fw.shape(t) for t in tensors]
@@ -240,18 +240,18 @@ class Wire:
             raise SetupError(f"{op.label}: the tensors now have shapes {shapes}, but they had {known} when "
                              "the ranks agreed shapes on the first step")
 
-    def _read_incoming(self, op: P.Op, header: Any) -> None:
+    def _read_incoming(self, op: Op, header: Any) -> None:
         meta = Transport.decode_header(self.fw, self._unlabelled(op, header))
         if "error" in meta:
             raise SetupError(f"rank {op.peer} could not send stage {op.stage - 1}'s output: {meta['error']}")
         try:
-            incoming = V.parse_description(meta, DTYPES, MAX_DIMS, MAX_ELEMENTS)
-        except V.StageValueError as exc:
+            incoming = values.parse_description(meta, DTYPES, MAX_DIMS, MAX_ELEMENTS)
+        except values.StageValueError as exc:
             raise PeerError(f"from rank {op.peer}: {exc}") from None
         self._incoming[(op.stage, op.microbatch)] = incoming
 
     # --- the label guard (first step only) -----------------------------------------------
-    def _labelled(self, op: P.Op, header: Any | None = None) -> Any:
+    def _labelled(self, op: Op, header: Any | None = None) -> Any:
         """The header to send before `op`'s data: with its label on the first step (a backward
         sends an empty one, the size of a forward's, so either fits where the other was due)."""
         if not self.labels:
@@ -263,18 +263,18 @@ class Wire:
     def _header_buffer(self) -> Any:
         return Label.empty(self.fw) if self.labels else Transport.empty_header(self.fw)
 
-    def _unlabelled(self, op: P.Op, received: Any) -> Any:
+    def _unlabelled(self, op: Op, received: Any) -> Any:
         """The header part of a received header, after checking its label (first step)."""
         if not self.labels:
             return received
         self._check_label(op, received)
         return received[LABEL:]
 
-    def _check_label(self, op: P.Op, received: Any) -> None:
+    def _check_label(self, op: Op, received: Any) -> None:
         """Stop with both actions named when the message is not the one `op` expects."""
         n = self._received_on[op.peer] = self._received_on.get(op.peer, 0) + 1
         got = Label.read(self.fw, received, self.plan.stages, self.plan.microbatches)
-        if op.code == P.RECV_F:
+        if op.code == RECV_F:
             want = Label(Kind.SEND_F, op.stage - 1, op.microbatch, n)
         else:
             want = Label(Kind.SEND_B, op.stage + 1, op.microbatch, n)

@@ -26,7 +26,7 @@ from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import load_program
 from ..semantics import CommModel
 from . import models
-from . import values as V
+from . import values
 from .comm import comm_model_of, gather_objects
 from .devices import AUTO, CPU, Device, choose_device, local_position
 from .framework import PADDLE, TORCH, Framework, get_framework
@@ -265,7 +265,7 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
             inputs, target = next(setup.batches)
         except StopIteration:
             break
-        inputs, target = V.to_device(fw, inputs), V.to_device(fw, target)
+        inputs, target = values.to_device(fw, inputs), values.to_device(fw, target)
         status.set(step, 0)
         losses: list[Any] = []
         t0, counted_before = time.perf_counter(), sched.memory.seconds
@@ -274,14 +274,14 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
         step_times.append(time.perf_counter() - t0)
         counting.append(sched.memory.seconds - counted_before)
         if setup.plan.last_stage and losses:
-            values = [float(v) for v in losses]
-            mean = sum(values) / len(values)
+            rank_losses = [float(v) for v in losses]
+            mean = sum(rank_losses) / len(rank_losses)
             if layout.replicas > 1:
                 watchdog.arm("averaging the loss over the replicas", "the last stage's replicas")
                 mean = mean_over_replicas(fw, sched.transport.data_parallel_group, mean, layout.replicas)
                 watchdog.disarm()
             if layout.replica == 0:
-                reporter.send("loss", file=index, step=step, loss=mean, losses=values)
+                reporter.send("loss", file=index, step=step, loss=mean, losses=rank_losses)
         if progress is not None:  # rank 0 prints the step's loss (replica 0's last stage sends it the mean)
             watchdog.step = step
             progress.step(step, [mean] if setup.plan.last_stage and losses else [])
@@ -312,8 +312,6 @@ def replica_share(fw: Framework, layout: Layout, inputs: Any, target: Any) -> tu
     """This replica's rows of a global batch (the whole batch with one replica)."""
     if layout.replicas == 1:
         return inputs, target
-    from . import values
-
     try:
         share = [None if v is None else values.split_batch(fw, v, layout.replicas, what)[layout.replica]
                  for v, what in ((inputs, "inputs"), (target, "target"))]
