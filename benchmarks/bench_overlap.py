@@ -112,7 +112,7 @@ def simulated(side: str, results: list[dict[str, Any]], model: str | None = None
     """The makespan `ppdsl simulate` predicts from this side's own profile, in seconds: under
     the model its transport has, or `model` (the program lowered for it); with `free_sends`,
     every send costs its rank nothing (a send thread that takes no time from compute)."""
-    from ppdsl.costs import parse_profile, profile_json
+    from ppdsl.profiles import parse_profile, profile_json
     from ppdsl.expansion import parse
     from ppdsl.lower import lower
     from ppdsl.runtime.profile import pair_messages

@@ -160,7 +160,7 @@ def main() -> int:
     if args.worker:
         worker(args)
         return 0
-    from ppdsl.costs import parse_profile, profile_json
+    from ppdsl.profiles import parse_profile, profile_json
     from ppdsl.runtime.profile import pair_messages
     from ppdsl.runtime.preflight import prepare
     from ppdsl.semantics import CommModel

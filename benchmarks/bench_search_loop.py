@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ppdsl.costs import load_costs  # noqa: E402
+from ppdsl.cost_sources import load_costs  # noqa: E402
 from ppdsl.ir import Program  # noqa: E402
 from ppdsl.load import load_program  # noqa: E402
 from ppdsl.memory import bytes_text, parse_limit  # noqa: E402

@@ -20,31 +20,27 @@ Keys (the same on the `.pps` `costs` line, after `--costs`, and in a profile's `
   runtime that really overlaps them (compute of one with communication of the other).
 
 Durations are in one unit of your choosing; a profile file can name it (`"unit": "ms"`).
-A JSON profile (`ppdsl simulate --costs profile.json`) holds measured times; see
-`docs/simulate.md` for the format. Problems are `CostError`s carrying a PPS35x code and the
-offending key, which the caller turns into a located diagnostic.
+A JSON profile holds measured times (`profiles.py`); where a program's costs come from, and
+how a problem is located there, is `cost_sources.py`. Problems are `CostError`s carrying a
+PPS35x code and the offending key, which the caller turns into a located diagnostic.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import statistics
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Collection, Sequence
 from typing import Final
 
 from attrs import field, frozen
 
 from .cuts import carried, carries
-from .diagnostics import Diagnostic, PpsError, UsageError
-from .wording import plural
-from .files import read_text
+from .diagnostics import Diagnostic, PpsError
 from .ir import Kind, Overlap, Program
 from .limits import MAX_COST, MAX_QUANTITY, MAX_STAGES, MIN_COST
 from .memory import Sizes
 from .semantics import Timing
+from .wording import plural
 
 COMPUTE_KINDS: Final = ("F", "B", "I", "W")
 GLOBAL_KEYS: Final = ("comm", "bytes", "bandwidth", "overlap")
@@ -52,7 +48,6 @@ GLOBAL_KEYS: Final = ("comm", "bytes", "bandwidth", "overlap")
 # 5000-digit string is an error of its own).
 _STAGE_KEY = re.compile(rf"^(F|B|I|W)_s(\d{{1,{len(str(MAX_STAGES))}}})$")
 UNITS: Final[dict[str, float]] = {"unit": 1e3, "s": 1e6, "ms": 1e3, "us": 1.0}  # -> microseconds per unit
-PROFILE_VERSION: Final = 1
 
 
 class CostError(Exception):
@@ -79,7 +74,7 @@ class NotCosted(PpsError):
         self.reason = reason
 
 
-def _check_key(key: str) -> tuple[str, int | None]:
+def check_key(key: str) -> tuple[str, int | None]:
     """(kind or global key, stage or None) of a valid key."""
     if key in COMPUTE_KINDS or key in GLOBAL_KEYS:
         return key, None
@@ -92,7 +87,7 @@ def _check_key(key: str) -> tuple[str, int | None]:
                     help=f"did you mean `{lower}`? " * (lower is not None) + f"known costs: {hint}")
 
 
-def _check_value(key: str, value: float) -> None:
+def check_value(key: str, value: float) -> None:
     if not math.isfinite(value) or value < 0:
         raise CostError("PPS351", f"cost `{key}={value:g}` must be a finite number >= 0", key)
     top = MAX_QUANTITY if key in ("bytes", "bandwidth") else MAX_COST
@@ -134,8 +129,8 @@ class CostModel:
     def __attrs_post_init__(self) -> None:
         values: dict[str, float] = {}
         for key, value in self.items:
-            _check_key(key)
-            _check_value(key, value)
+            check_key(key)
+            check_value(key, value)
             values[key] = float(value)
         if "bytes" in values and "bandwidth" not in values:
             raise CostError("PPS351", "`bytes` needs a `bandwidth` to turn it into time", "bytes",
@@ -179,7 +174,7 @@ class CostModel:
 
     def check_stages(self, stages: int) -> None:
         for key in self._values:
-            _, stage = _check_key(key)
+            _, stage = check_key(key)
             if stage is not None and stage >= stages:
                 raise CostError("PPS350", f"cost `{key}` names stage {stage} but the program has {plural(stages, 'stage')}",
                                 key, help=f"stages are numbered 0..{stages - 1}")
@@ -332,7 +327,7 @@ def parse_inline(text: str) -> CostModel:
         key, eq, value = part.partition("=")
         if not eq or not key:
             raise CostError("PPS351", f"`{part}` is not KEY=VALUE", key or None, help="e.g. --costs F=1,B=2,comm=0.1")
-        _check_key(key)
+        check_key(key)
         try:
             number = float(value)
         except ValueError:
@@ -341,262 +336,3 @@ def parse_inline(text: str) -> CostModel:
     if not items:
         raise CostError("PPS351", "no costs given", None, help="e.g. --costs F=1,B=2,comm=0.1")
     return CostModel(tuple(items))
-
-
-def parse_profile(text: str) -> CostModel:
-    """A JSON profile (see docs/simulate.md). Raises CostError; json syntax errors name no key."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CostError("PPS352", f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
-    except ValueError:  # an integer of more digits than Python converts (4300)
-        raise CostError("PPS352", "a number in the profile has too many digits") from None
-    except RecursionError:
-        raise CostError("PPS352", "the profile nests arrays or objects too deeply") from None
-    if not isinstance(data, dict):
-        raise CostError("PPS352", "a cost profile is a JSON object", help='e.g. {"ppdsl_profile": 1, "costs": {"F": 1}}')
-    version = data.get("ppdsl_profile")
-    if version != PROFILE_VERSION:
-        raise CostError("PPS352", f"`ppdsl_profile` must be {PROFILE_VERSION}, not {_shown(version)}", "ppdsl_profile",
-                        help="the first key of a profile names its format version")
-    unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "stages", "sizes", "memory", "source",
-                                  "notes"})
-    if unknown:
-        raise CostError("PPS352", f"unknown profile key `{unknown[0]}`", unknown[0],
-                        help="a profile holds ppdsl_profile, unit, costs, actions, stages, sizes "
-                             "(and free-form memory, source, notes)")
-    unit = data.get("unit", "unit")
-    if not isinstance(unit, str) or unit not in UNITS:
-        raise CostError("PPS352", f"unknown time unit {_shown(unit)}", "unit", help="use one of " + ", ".join(UNITS))
-    items = _aggregate(data.get("actions", []))
-    measured_comm = any(key == "comm" for key, _ in items)
-    costs = data.get("costs", {})
-    if not isinstance(costs, dict):
-        raise CostError("PPS352", "`costs` must be an object of KEY: number", "costs")
-    for key, value in costs.items():
-        _check_key(key)
-        number = _number(value)
-        if number is None:
-            raise CostError("PPS351", f"cost `{key}` must be a number, not {_shown(value)}", key)
-        items.append((key, number))
-    sizes = _sizes(data.get("sizes"))
-    stages = _measured_stages(data, items, sizes)
-    return CostModel(tuple(items), unit, measured_comm, sizes, stages)
-
-
-# What a profile's `sizes` holds, per stage, in bytes (`memory.Sizes`).
-SIZE_KEYS: Final = ("activation", "kept", "state")
-
-
-def _sizes(sizes: object) -> Sizes | None:
-    if sizes is None:
-        return None
-    example = '"sizes": {"activation": [4096, 4096], "kept": [1024, 1024], "state": [8192, 8192]}'
-    if not isinstance(sizes, dict) or set(sizes) != set(SIZE_KEYS):
-        raise CostError("PPS352", "`sizes` must be an object of " + ", ".join(SIZE_KEYS) + ": bytes per stage", "sizes",
-                        help=f"e.g. {example}")
-    lists: dict[str, list[float]] = {}
-    for key in SIZE_KEYS:
-        values = sizes[key]
-        if not isinstance(values, list) or not 0 < len(values) <= MAX_STAGES:
-            raise CostError("PPS352", f"`sizes.{key}` must be a list of bytes, one per stage (1 to {MAX_STAGES})", key,
-                            help=f"e.g. {example}")
-        for n, value in enumerate(values):
-            number = _number(value)
-            if number is None or not math.isfinite(number) or not 0 <= number <= MAX_QUANTITY:
-                raise CostError("PPS352", f"`sizes.{key}[{n}]` must be a number of bytes from 0 to {MAX_QUANTITY:g}, "
-                                f"not {_shown(value)}", key)
-        lists[key] = [float(v) for v in values]
-    if len({len(v) for v in lists.values()}) != 1:
-        raise CostError("PPS352", "`sizes` lists give different numbers of stages: "
-                        + ", ".join(f"{k} {len(v)}" for k, v in lists.items()), "sizes")
-    return Sizes(lists["activation"], lists["kept"], lists["state"])
-
-
-def _measured_stages(data: dict[str, object], items: list[tuple[str, float]], sizes: Sizes | None) -> int | None:
-    """How many stages the profile measured: `stages`, or what `sizes` or `actions` cover.
-    None when nothing says (hand-written `costs` only: their stages are the program's)."""
-    stages = data.get("stages")
-    if stages is not None and (isinstance(stages, bool) or not isinstance(stages, int) or not 0 < stages <= MAX_STAGES):
-        raise CostError("PPS352", f"`stages` must be a whole number from 1 to {MAX_STAGES}, not {_shown(stages)}", "stages")
-    if sizes is not None:
-        if stages is not None and stages != sizes.stages:
-            raise CostError("PPS352", f"`sizes` give {plural(sizes.stages, 'stage')}, `stages` says {stages}", "sizes")
-        stages = sizes.stages
-    named = [stage for key, _ in items if (stage := _check_key(key)[1]) is not None]
-    if stages is None and data.get("actions"):
-        stages = max(named, default=-1) + 1 or None
-    if stages is not None and named and max(named) >= stages:
-        key = next(k for k, _ in reversed(items) if _check_key(k)[1] == max(named))
-        raise CostError("PPS350", f"cost `{key}` names stage {max(named)} but the profile measured "
-                        f"{plural(stages, 'stage')}", key)
-    return stages
-
-
-def _number(value: object) -> float | None:
-    """A JSON number as a float (an integer too large for one is infinite), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
-
-
-def _shown(value: object) -> str:
-    """A JSON value for a message, cut short: a profile may hold anything."""
-    text = json.dumps(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _aggregate(actions: object) -> list[tuple[str, float]]:
-    """Measured actions -> per-stage mean durations (`F_s0`...) and a mean `comm` (present
-    only when the actions hold sends or receives). Means, not medians: a step is a sum of
-    actions, and the mean of a sum is the sum of the means, noisy machine or not."""
-    if not isinstance(actions, list):
-        raise CostError("PPS352", "`actions` must be a list of measured actions", "actions")
-    compute: dict[tuple[str, int], list[float]] = {}
-    comm: list[float] = []
-    for n, entry in enumerate(actions):
-        where = f"actions[{n}]"
-        if not isinstance(entry, dict):
-            raise CostError("PPS352", f"{where} must be an object", "actions")
-        kind = entry.get("kind")
-        duration = entry.get("duration")
-        if not isinstance(kind, str) or kind not in Kind.__members__:
-            raise CostError("PPS352", f"{where}: unknown kind {_shown(kind)}", "kind",
-                            help="one of " + ", ".join(Kind.__members__))
-        number = _number(duration)
-        if number is None or not math.isfinite(number) or number < 0:
-            raise CostError("PPS352", f"{where}: `duration` must be a number >= 0, not {_shown(duration)}", "duration")
-        try:
-            _check_value("duration", number)
-        except CostError as exc:
-            raise CostError("PPS352", f"{where}: {exc.message}", "duration", exc.help) from None
-        k = Kind[kind]
-        if k.is_comm:
-            comm.append(number)
-        elif k.is_compute:
-            stage = entry.get("stage")
-            if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < MAX_STAGES:
-                raise CostError("PPS352", f"{where}: `stage` must be a whole number from 0 to {MAX_STAGES - 1}, "
-                                f"not {_shown(stage)}", "stage")
-            compute.setdefault((kind, stage), []).append(number)
-    items = [(f"{kind}_s{stage}", statistics.fmean(v)) for (kind, stage), v in sorted(compute.items())]
-    if comm:
-        items.append(("comm", statistics.fmean(comm)))
-    return items
-
-
-# --- turning problems into diagnostics -------------------------------------------------------
-
-_COSTS_LINE = re.compile(r"^[ \t]*costs\b", re.MULTILINE)
-
-
-def _costs_location(program: Program, key: str | None) -> tuple[str, int, int, int | None]:
-    """(path, line, column, end column) of `key=` on the program's `costs` line."""
-    source = program.source
-    if source is None:
-        return "<input>", 1, 1, None
-    m = _COSTS_LINE.search(source.text)
-    if m is None:
-        return source.path, source.header.line, source.header.column, None
-    line = source.text.count("\n", 0, m.start()) + 1
-    text = source.line_text(line)
-    if key is not None:
-        k = re.search(rf"(?<![\w.]){re.escape(key)}\s*=\s*\S+", text)
-        if k:
-            return source.path, line, k.start() + 1, k.end() + 1
-    col = len(text) - len(text.lstrip()) + 1
-    return source.path, line, col, None
-
-
-def from_program(program: Program) -> CostModel:
-    """The program's own `costs` line, validated; problems raise PpsError located on that line."""
-    try:
-        model = CostModel(program.costs)
-        model.table(program.stages)
-        return model
-    except CostError as exc:
-        path, line, col, end = _costs_location(program, exc.key)
-        raise PpsError([Diagnostic(exc.code, exc.message, path, line, col, end, help=exc.help)]) from None
-
-
-def _json_location(text: str, key: str | None) -> tuple[int, int]:
-    if key is not None:
-        m = re.search(rf'"{re.escape(key)}"\s*:', text)
-        if m:
-            line = text.count("\n", 0, m.start()) + 1
-            return line, m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
-    return 1, 1
-
-
-def load_costs(spec: str, stages: int, fit: bool = True) -> CostModel:
-    """A `--costs` argument: inline `K=V,...` or the path of a JSON profile, for a program
-    of `stages` stages: a profile measured on another number of stages is carried over to
-    it (`CostModel.fitted`) unless `fit` is False (the search carries over itself).
-
-    A bad inline value is a usage error (exit 2); a bad profile file is a problem in an input
-    file (PpsError located in it, exit 1).
-    """
-    if not spec.strip():
-        raise UsageError("--costs: empty; give costs such as F=1,B=2,comm=0.1 or a .json profile file")
-    looks_like_file = spec.endswith(".json") or ("=" not in spec)
-    if not looks_like_file:
-        try:
-            model = parse_inline(spec)
-            model.table(stages)
-            return model
-        except CostError as exc:
-            raise UsageError(f"--costs: {exc.message}" + (f" ({exc.help})" if exc.help else "")) from None
-    try:
-        exists = Path(spec).exists()
-    except OSError:  # (a name too long for the file system is no file either)
-        exists = False
-    if not spec.endswith(".json") and not exists:
-        shown = spec if len(spec) <= 60 else spec[:57] + "..."
-        raise UsageError(f"--costs {shown}: neither costs such as F=1,B=2,comm=0.1 nor a profile file")
-    try:
-        text = read_text(spec)
-    except UsageError as exc:
-        raise UsageError(f"--costs {exc}") from None
-    try:
-        model = parse_profile(text)
-        if fit:
-            model = model.fitted(stages)
-        model.table(model.stages or stages)
-        return model
-    except CostError as exc:
-        line, col = _json_location(text, exc.key)
-        found = [Diagnostic(exc.code, exc.message, spec, line, col, help=exc.help)]
-        if isinstance(exc, ShapeError):
-            raise NotCosted(found, exc.message) from None
-        raise PpsError(found) from None
-
-
-def resolve(program: Program, specs: Iterable[str] = ()) -> CostModel:
-    """The program's `costs` line overridden, in order, by each `--costs` argument."""
-    model = from_program(program)
-    for spec in specs:
-        model = model.merged(load_costs(spec, program.stages))
-    return model
-
-
-def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterable[Mapping[str, object]] = (),
-                 memory: Iterable[Mapping[str, object]] = (), sizes: Sizes | None = None) -> str:
-    """A profile file's text: what the runtime writes from measured times and sizes (and, per
-    rank, the memory it measured: informative, the simulator does not read it)."""
-    data: dict[str, object] = {"ppdsl_profile": PROFILE_VERSION, "unit": unit}
-    if costs:
-        data["costs"] = dict(costs)
-    acts = list(actions)
-    if acts:
-        data["actions"] = acts
-    if sizes is not None:
-        data["stages"] = sizes.stages
-        data["sizes"] = {"activation": [round(v) for v in sizes.activation], "kept": [round(v) for v in sizes.kept],
-                         "state": [round(v) for v in sizes.state]}
-    mem = list(memory)
-    if mem:
-        data["memory"] = mem
-    return json.dumps(data, indent=2) + "\n"

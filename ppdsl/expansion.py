@@ -88,7 +88,7 @@ def expand(file: Unexpanded) -> Program:
         raise PpsError(list(file.found))
     line = Span(use.span.line, use.span.column)
     source = SourceMap(file.path, file.text, file.header, tuple(line for _ in built.rows),
-                       tuple(None for _ in built.rows), options)
+                       tuple(None for _ in built.rows), options, costs_line=file.costs_line, cost_spans=file.cost_spans)
     return Program(
         ranks=file.ranks,
         stages=built.stages,

@@ -364,6 +364,8 @@ class SourceMap:
     steps: tuple[tuple[Segment, ...] | None, ...] = ()
     options: dict[str, Span] = field(factory=dict, repr=False)
     format: str = "pps"  # or "csv": advice on fixing the input is worded for what it is
+    costs_line: Span | None = None  # where the `costs` line starts, when there is one
+    cost_spans: dict[str, Span] = field(factory=dict, repr=False)  # where that line writes each key
 
     def step_span(self, rank: int, index: int) -> Span:
         segments = self.steps[rank] if 0 <= rank < len(self.steps) else None

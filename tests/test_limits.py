@@ -12,7 +12,8 @@ import pytest
 from conftest import SCHEDULES
 from ppdsl import limits
 from ppdsl.cli import main
-from ppdsl.costs import CostError, parse_inline, parse_profile
+from ppdsl.costs import CostError, parse_inline
+from ppdsl.profiles import parse_profile
 
 ZBV = str(SCHEDULES / "zbv.pps")
 

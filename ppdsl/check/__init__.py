@@ -96,7 +96,7 @@ def check(program: Program, comm_model: str | CommModel = "rendezvous", max_memo
     found = analyse(program, comm_model, max_memory, memory_weights, max_bytes=max_bytes)[0]
     if not program.costs:
         return found
-    from ..costs import from_program  # the `costs` line is checked here, not only when simulating
+    from ..cost_sources import from_program  # the `costs` line is checked here, not only when simulating
 
     try:
         from_program(program)

@@ -104,7 +104,7 @@ def _memory_limits(program: Program, limit: Limit | None, specs: list[str]) -> t
         if limit is not None and limit.in_bytes:
             raise byte_limit_needs_sizes(limit)
         return (None if limit is None else limit.amount,)
-    from ..costs import resolve
+    from ..cost_sources import resolve
 
     sizes: Sizes | None = resolve(program, specs).sizes
     if limit is None or not limit.in_bytes:

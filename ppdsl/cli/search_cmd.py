@@ -22,7 +22,8 @@ import json
 import math
 import sys
 
-from ..costs import DEFAULT, load_costs
+from ..cost_sources import load_costs
+from ..costs import DEFAULT
 from ..diagnostics import UsageError
 from ..limits import MAX_MICROBATCHES, MAX_RANKS, MAX_SEARCH_ACTIONS
 from ..memory import UNIT, Limit, bytes_text

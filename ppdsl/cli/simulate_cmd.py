@@ -11,7 +11,8 @@ import argparse
 import json
 from collections.abc import Callable, Sequence
 
-from ..costs import CostError, NotCosted, resolve
+from ..cost_sources import resolve
+from ..costs import CostError, NotCosted
 from ..diagnostics import Diagnostic, PpsError, UsageError
 from ..wording import plural
 from ..ir import Program

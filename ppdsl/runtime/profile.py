@@ -20,7 +20,7 @@ import socket
 import statistics
 from typing import Any
 
-from ..costs import profile_json
+from ..profiles import profile_json
 from ..memory import Sizes, peak_bytes, peak_stage_activations
 from .watchdog import Reporter
 

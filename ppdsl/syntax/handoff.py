@@ -48,3 +48,5 @@ class Unexpanded:
     # Errors noted while reading that did not stop it (a line Lark refused): told with the
     # expansion's own, or alone once it succeeds.
     found: tuple[Diagnostic, ...] = ()
+    costs_line: Span | None = None  # where the `costs` line starts, when there is one
+    cost_spans: dict[str, Span] = field(factory=dict)  # where that line writes each key

@@ -41,6 +41,8 @@ class Header:
     mode: str
     memory: float | None
     costs: tuple[tuple[str, float], ...]
+    costs_line: Span | None  # where the `costs` line starts, when there is one
+    cost_spans: dict[str, Span]  # where that line writes each key
 
 
 def value_of(tree: Tree[Token]) -> Value:
@@ -83,6 +85,7 @@ class HeaderReader(Reporter):
         if explicit_placement is not None and stages is None:
             stages = len(explicit_placement)
         cost_items: tuple[tuple[str, float], ...] = ()
+        cspans: dict[str, Span] = {}
         if costs is not None:
             cvalues, cspans = self.options(costs, None, "costs")
             for key, value in cvalues.items():
@@ -92,7 +95,8 @@ class HeaderReader(Reporter):
             cost_items = tuple((k, float(v)) for k, v in cvalues.items())  # type: ignore[arg-type]
         return Header(values, spans, Span(header.meta.line, header.meta.column, header.meta.end_column), ranks,
                       microbatches, stages, explicit_placement, str(mode),
-                      float(memory) if memory is not None else None, cost_items)
+                      float(memory) if memory is not None else None, cost_items,
+                      None if costs is None else Span(costs.meta.line, costs.meta.column), cspans)
 
     def options(self, node: Tree[Token], allowed: dict[str, str] | None, what: str) -> tuple[dict[str, Value], dict[str, Span]]:
         values: dict[str, Value] = {}

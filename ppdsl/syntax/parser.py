@@ -195,12 +195,13 @@ class _Builder(RowReader, HeaderReader):
             named = h.values.get("placement")
             return Unexpanded(self.path, self.text, h.span, h.spans, h.ranks, h.microbatches, h.stages, h.placement,
                               named if isinstance(named, str) else None, h.mode, h.memory, h.costs, self.use_line(use),
-                              self.steps_limit)
+                              self.steps_limit, costs_line=h.costs_line, cost_spans=h.cost_spans)
         built_rows, step_pos, row_spans = self.rows(rows, h.ranks, h.microbatches, h.stages)
         if self.found:  # the rows' errors are all noted: nothing is made of broken rows
             raise Fail()
         final_placement, stages = self.resolve_placement(h.placement, built_rows, h.ranks, h.stages, h.spans)
-        smap = SourceMap(self.path, self.text, h.span, row_spans, step_pos, h.spans)
+        smap = SourceMap(self.path, self.text, h.span, row_spans, step_pos, h.spans, costs_line=h.costs_line,
+                         cost_spans=h.cost_spans)
         return Program(
             ranks=h.ranks,
             stages=stages,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
-from ppdsl.costs import load_costs
+from ppdsl.cost_sources import load_costs
 from ppdsl.cuts import carried
 from ppdsl.load import load_program, parse
 from ppdsl.memory import Sizes, parse_limit, peak_bytes

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
-from ppdsl.costs import profile_json
+from ppdsl.profiles import profile_json
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE_F_ONE_B = str(ROOT / "schedules" / "1f1b.pps")

@@ -77,7 +77,7 @@ def test_show_draws_a_broken_schedule(files: dict[str, str], tmp_path: Path, cap
 
 def test_a_profile_with_measured_messages_simulates_the_file_as_the_runtime_runs_it(
         files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from ppdsl.costs import profile_json
+    from ppdsl.profiles import profile_json
 
     def profile(name: str, kinds: tuple[str, ...]) -> str:
         p = tmp_path / name

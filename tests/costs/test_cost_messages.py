@@ -44,6 +44,13 @@ def test_a_bad_costs_line_is_a_checker_error_on_that_line(line: str, code: str, 
     assert (d.code, d.message, d.line, d.column, d.end_column) == (code, message, 2, column, end)
 
 
+def test_a_costs_key_is_located_where_the_parser_read_it_in_a_file_of_rows() -> None:
+    # The key's own place, not the first text like it: `Q=1` in the comment comes later.
+    program = parse("pipeline ranks=1 microbatches=1\ncosts  F=1   Q=2  # not Q=1\nrank 0: 0F0 0B0\n", "x.pps")
+    (d,) = check(program)
+    assert (d.code, d.line, d.column, d.end_column) == ("PPS350", 2, 14, 17)
+
+
 def test_a_form_feed_in_an_earlier_comment_does_not_move_the_location() -> None:
     program = parse("pipeline ranks=2 microbatches=2\n# a\x0cb\ncosts F=1 Q=1\nuse 1f1b()\n", "x.pps")
     (d,) = check(program)

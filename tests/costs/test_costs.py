@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from ppdsl import parse
-from ppdsl.costs import CostError, CostModel, parse_inline, parse_profile, profile_json, resolve
+from ppdsl.cost_sources import resolve
+from ppdsl.costs import CostError, CostModel, parse_inline
+from ppdsl.profiles import parse_profile, profile_json
 from ppdsl.diagnostics import PpsError, UsageError
 from ppdsl.ir import Kind
 

@@ -82,7 +82,7 @@ class Result:
 def seed_texts() -> dict[str, list[str]]:
     """Real schedules to mutate, by kind: the shipped files, generator headers, their CSVs,
     cost strings and profiles."""
-    from ppdsl.costs import profile_json
+    from ppdsl.profiles import profile_json
     from ppdsl.formats.torch_csv import write_csv
     from ppdsl.expansion import parse
 

@@ -120,7 +120,7 @@ def test_a_linear_the_split_cannot_defer_warns_once_and_verifies(capsys: pytest.
 
 @pytest.mark.slow
 def test_default_run_trains_prints_each_loss_and_profiles(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from ppdsl.costs import parse_profile
+    from ppdsl.profiles import parse_profile
     from ppdsl.runtime.launcher import cores
 
     f = tmp_path / "zb1p.pps"  # compute-only: the runtime lowers it, and so must the simulation

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
-from ppdsl.costs import load_costs
+from ppdsl.cost_sources import load_costs
 from ppdsl.load import load_program
 from ppdsl.memory import Sizes, peak_bytes
 from ppdsl.search.byte_limit import ByteLimit
