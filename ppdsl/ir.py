@@ -265,6 +265,10 @@ class LazyRows(Sequence[tuple["Step", ...]]):
         return len(codes[0]) if codes is not None and self.made[rank] is None else len(self[rank])
 
 
+# A program's rows: a tuple of rows, or the rows a reader or lowering keeps as integers.
+Rows = Union[tuple[tuple[Step, ...], ...], LazyRows]
+
+
 def kept_as_codes(rows: Sequence[Sequence[Step]], rank: int) -> bool:
     """Whether a reader kept this row as integers: its steps are then plain actions and idle ones."""
     return isinstance(rows, LazyRows) and rows.codes[rank] is not None
@@ -402,7 +406,7 @@ class Program:
     stages: int
     microbatches: int
     placement: tuple[int, ...]
-    rows: tuple[tuple[Step, ...], ...]
+    rows: Rows
     mode: Mode = "train"
     memory_limit: float | None = None
     costs: tuple[tuple[str, float], ...] = ()

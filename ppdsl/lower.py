@@ -51,7 +51,7 @@ from operator import add, and_, ge, itemgetter, mul
 from typing import cast
 
 from .diagnostics import Diagnostic, PpsError
-from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, make_actions
+from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Rows, Step, make_actions
 from .semantics import CommModel, Execution, execute
 from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
                        Links, codes_of_kind, encode, read_rows, remember, row_codes, stage_kind)
@@ -127,7 +127,7 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
 
 def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[int]],
                   starts: tuple[tuple[float | None, ...], ...], ends: tuple[tuple[float | None, ...], ...]
-                  ) -> tuple[tuple[tuple[Step, ...], ...], list[list[int]] | None, frozenset[int]]:
+                  ) -> tuple[Rows, list[list[int]] | None, frozenset[int]]:
     """The lowered rows; when no input row has an overlapped pair or a batch, their integer
     codes, and the rows are kept as integers too (`ir.LazyRows`, made into Action objects only
     if someone asks for them: the printer and the checker do not); the kinds of send and
@@ -243,7 +243,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
         else:
             out.append(cast("tuple[Step, ...]", tuple(placed[0])))
     if as_codes:
-        return cast("tuple[tuple[Step, ...], ...]", LazyRows([None] * R, out_read)), out_codes, frozenset(map(int, emitted))
+        return LazyRows([None] * R, out_read), out_codes, frozenset(map(int, emitted))
     return tuple(out), None, frozenset(map(int, emitted))
 
 
@@ -276,7 +276,7 @@ def _times_at(enc: Encoded, times: tuple[tuple[float | None, ...], ...], rank: i
     return list(map(times[rank].__getitem__, local if steps is None else map(steps.__getitem__, local)))  # type: ignore[arg-type]
 
 
-def _fuse(program: Program, rows: tuple[tuple[Step, ...], ...], model: CommModel) -> tuple[tuple[Step, ...], ...]:
+def _fuse(program: Program, rows: Rows, model: CommModel) -> Rows:
     fused_rows: list[tuple[Step, ...]] = []
     for row in rows:
         out: list[Step] = []

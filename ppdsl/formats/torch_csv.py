@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from itertools import islice
-from typing import ClassVar, cast
+from typing import ClassVar
 
 from ..diagnostics import Diagnostic, PpsError, Severity
 from ..encoding import read_rows
@@ -242,7 +242,7 @@ def _read(text: str, path: str, dialect: str | None, whole_runs: bool) -> Progra
                        format="csv")
     stages, microbatches, placement = _shape(reader, rows, cells, source, path)
     return Program(ranks=len(rows), stages=stages, microbatches=microbatches, placement=placement,
-                   rows=cast("tuple[tuple[Step, ...], ...]", rows), source=source)
+                   rows=rows, source=source)
 
 
 def _shape(reader: _Reader, rows: LazyRows, cells: int, source: SourceMap, path: str) -> tuple[int, int, tuple[int, ...]]:

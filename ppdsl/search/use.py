@@ -71,7 +71,7 @@ def _cached(ranks: int, microbatches: int, limit: float, shape: str, key: tuple[
         raise GeneratorError("PPS022", f"no schedule fits max_memory={limit:g}: the smallest feasible is "
                              f"{result.smallest:g} ({UNIT})", "max_memory")
     found = finish(result, costs)
-    return Built(found.program.rows, found.program.stages, found.program.placement)
+    return Built(tuple(found.program.rows), found.program.stages, found.program.placement)
 
 
 def _without_costs(ranks: int, microbatches: int, values: Mapping[str, ArgValue]) -> Built:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import cast
 
 from lark import Token, Tree
 
 from .. import placement as placement_mod
-from ..ir import IDLE, KIND_BY_NAME, Batch, LazyRows, Overlap, RowCodes, Segment, Span, Step, steps_from_codes
+from ..ir import IDLE, KIND_BY_NAME, Batch, LazyRows, Overlap, RowCodes, Rows, Segment, Span, Step, steps_from_codes
 from ..limits import MAX_REPORTED_ERRORS, MAX_STAGES
 from . import scan
 from .reporting import Fail, Reporter
@@ -98,7 +97,7 @@ class RowReader(Reporter):
         return total, short
 
     def rows(self, rows: list[Tree[Token]], ranks: int, microbatches: int, stages: int | None
-             ) -> tuple[tuple[tuple[Step, ...], ...], tuple[tuple[Segment, ...] | None, ...], tuple[Span | None, ...]]:
+             ) -> tuple[Rows, tuple[tuple[Segment, ...] | None, ...], tuple[Span | None, ...]]:
         # Without a stage count, any stage number is accepted and resolve_placement infers the count.
         bound_stages = stages if stages is not None else MAX_STAGES
         bounds = (bound_stages, microbatches)
@@ -145,7 +144,7 @@ class RowReader(Reporter):
             positions[rank] = pos
             spans[rank] = Span(row.meta.line, row.meta.column)
         made = [tuple(s) if s is not None else None if read[rank] is not None else () for rank, s in enumerate(built)]
-        rows_out = cast("tuple[tuple[Step, ...], ...]", LazyRows(made, read, texts))
+        rows_out = LazyRows(made, read, texts)
         pos_out = tuple(tuple(p) if p is not None else None for p in positions)
         return rows_out, pos_out, tuple(spans)
 
@@ -296,7 +295,7 @@ class RowReader(Reporter):
                 pos.append(Segment(len(steps), p[0], p[1]))
                 steps.append(items[i])
 
-    def resolve_placement(self, explicit: tuple[int, ...] | None, rows: tuple[tuple[Step, ...], ...], ranks: int,
+    def resolve_placement(self, explicit: tuple[int, ...] | None, rows: Rows, ranks: int,
                           stages: int | None, spans: dict[str, Span]) -> tuple[tuple[int, ...], int]:
         """The stage -> rank map and the stage count, inferred from the rows where the header gives neither."""
         if explicit is not None:
