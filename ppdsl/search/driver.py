@@ -125,7 +125,8 @@ def lower_bound(problem: Problem) -> float:
     the warm-up bubble the limit forces on the last rank.
     """
     P, S, M = problem.ranks, problem.stages, problem.microbatches
-    gk = 1 if problem.split else 3
+    # A cost row is indexed by Kind value; `makes_grad` is the action that makes a stage's input gradient.
+    F, W, makes_grad = Kind.F, Kind.W, Kind.I if problem.split else Kind.B
     cost = problem.cost
 
     def hop(a: int, b: int) -> float:
@@ -133,29 +134,29 @@ def lower_bound(problem: Problem) -> float:
 
     arrive = [0.0] * S  # earliest start of F(s, 0)
     for s in range(1, S):
-        arrive[s] = arrive[s - 1] + cost[s - 1][0] + hop(s - 1, s)
+        arrive[s] = arrive[s - 1] + cost[s - 1][F] + hop(s - 1, s)
     grad = [0.0] * S  # earliest start of stage s's first gradient
-    grad[S - 1] = arrive[S - 1] + cost[S - 1][0]
+    grad[S - 1] = arrive[S - 1] + cost[S - 1][F]
     for s in range(S - 2, -1, -1):
-        grad[s] = max(arrive[s] + cost[s][0], grad[s + 1] + cost[s + 1][gk] + hop(s + 1, s))
+        grad[s] = max(arrive[s] + cost[s][F], grad[s + 1] + cost[s + 1][makes_grad] + hop(s + 1, s))
     weight = problem.weight
     bound = 0.0
     for r in range(P):
         mine = [s for s in range(S) if problem.placement[s] == r]
-        work = sum(M * (cost[s][0] + cost[s][gk] + (cost[s][2] if problem.split else 0.0)) for s in mine)
+        work = sum(M * (cost[s][F] + cost[s][makes_grad] + (cost[s][W] if problem.split else 0.0)) for s in mine)
         first = min(arrive[s] for s in mine)
         g = min(grad[s] for s in mine)
-        t = min(grad[s] + cost[s][gk] for s in mine) if problem.split else g
-        forwards = problem.limit * max(cost[s][0] / weight[s] for s in mine)
+        t = min(grad[s] + cost[s][makes_grad] for s in mine) if problem.split else g
+        forwards = problem.limit * max(cost[s][F] / weight[s] for s in mine)
         idle = max(0.0, (t - first) - forwards - max(0.0, t - g))
         bound = max(bound, first + work + idle)
-    chain = arrive[S - 1] + cost[S - 1][0]
+    chain = arrive[S - 1] + cost[S - 1][F]
     for s in range(S - 1, -1, -1):
-        chain += cost[s][gk]
+        chain += cost[s][makes_grad]
         if s > 0:
             chain += hop(s - 1, s)
     if problem.split:
-        chain += cost[0][2]
+        chain += cost[0][W]
     return max(bound, chain)
 
 
