@@ -7,8 +7,8 @@ microbatches of `--rows` rows, on gloo. In the same two processes, from the same
 `PipelineSchedule`s: 1f1b and zb1p, each with `background_sends=False` (every send waits for
 its receive: the `rendezvous` model) and with the default background sends (a thread per
 peer: the `buffered` model). Rounds alternate between them; a round's time is the slower
-rank's, a ratio the median over rounds of the two sides' times within a round. After the
-rounds each side runs profiled steps; their per-action times, written in the simulator's
+rank's, a ratio the median over rounds of the two sides' times within a round. After each
+round each side runs one profiled step; their per-action times, written in the simulator's
 profile format, are simulated under the model that side's transport has and compared with
 its measured step. Prints:
 
@@ -36,7 +36,6 @@ from rounds import parse_options  # noqa: E402  (beside this file)
 
 MODEL = str(ROOT / "examples" / "wide_linear.py")
 SIDES = ("1f1b_blocking", "1f1b_background", "zb1p_blocking", "zb1p_background")
-PROFILED_STEPS = 5
 M = 8
 
 
@@ -89,18 +88,13 @@ def worker(args: argparse.Namespace) -> None:
                       for p, r in zip(layers[side].parameters(), ref)) for side in SIDES}
     for side in SIDES:
         layers[side].clear_gradients(set_to_zero=False)
-    times = time_rounds(SIDES, args.rounds, args.steps, run, dist.barrier, {})
-    profiles: dict[str, list[dict[str, Any]]] = {}
-    for side in SIDES:
-        sched = scheds[side]
+    for sched in scheds.values():
         sched.timings.clear()
         sched.started.clear()
-        sched.profile = True
-        for _ in range(PROFILED_STEPS):
-            dist.barrier()
-            run(side)
-        sched.profile = False
-        profiles[side] = local_actions(sched.timings, 0, sched.started)
+    # One profiled step of each side after every round: the profiles see the machine the
+    # timed steps saw, not that of a few steps at the end.
+    times = time_rounds(SIDES, args.rounds, args.steps, run, dist.barrier, scheds)
+    profiles = {side: local_actions(scheds[side].timings, 0, scheds[side].started) for side in SIDES}
     gathered: list[object] = []
     dist.all_gather_object(gathered, {"rank": rank, "times": times, "profiles": profiles, "diff": diff,
                                       "actions": {}, "threads": os.environ.get("PPDSL_THREADS")})
