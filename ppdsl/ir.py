@@ -384,11 +384,6 @@ class SourceMap:
                 return span
         return self.header
 
-    def line_text(self, line: int) -> str:
-        # Only `\n` ends a line, as the parser counts them (str.splitlines also breaks at \x0c).
-        lines = self.text.split("\n")
-        return lines[line - 1].removesuffix("\r") if 0 < line <= len(lines) else ""
-
 
 @frozen
 class Generated:
