@@ -319,7 +319,7 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes
     deadline = started + time_limit if time_limit is not None else None
     # Compared with the named generators of the shapes searched only (the others' costs may be estimates).
     named = [n for n in named_results(ranks, microbatches, costs, cuts) if n.program.stages // ranks in shapes]
-    results: list[tuple[float, int, int, _Best]] = []  # (makespan, stages a rank, index in problems, best)
+    results: list[tuple[float, int, _Best]] = []  # (makespan, index in problems, best)
     done_best, done_count = math.inf, 0
     problems: list[Problem] = []
     for v in shapes:
@@ -330,7 +330,6 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes
             problems.append(split.with_split(False))
     total = sum(planned(problem) for problem in problems)
     for k, problem in enumerate(problems):
-        v = problem.stages_per_rank
         report: ShapeProgress | None = None
         if progress is not None:
             def report(best: float, elapsed: float, count: int, b: float = done_best, c: int = done_count) -> None:
@@ -339,7 +338,7 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes
         best = search_shape(problem, named, seed + k, budget(problem), deadline, report, started)
         done_best, done_count = min(done_best, best.makespan), done_count + best.count
         if best.rows is not None:
-            results.append((best.makespan, v, k, best))
+            results.append((best.makespan, k, best))
     if not results:  # pragma: no cover - every shape finishes at the smallest limit
         raise AssertionError(f"no schedule found at memory limit {limit}")
     method = ("heuristic: named-generator seeds, V building blocks, list scheduling, priority search, local search "
@@ -350,7 +349,7 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes
     status = EXACT_OFF if not exact else EXACT_TOO_LARGE if largest > MAX_PAIRS else EXACT_MISSING if not exact_available() else EXACT_RAN
     if status == EXACT_RAN:
         method += "; exact MILP (scipy HiGHS) on each shape"
-        for _, v, k, best in results:
+        for _, k, best in results:
             problem = problems[k]
             left = EXACT_SECONDS if deadline is None else min(EXACT_SECONDS, deadline - time.monotonic())
             if left <= 0:
@@ -366,10 +365,11 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes
                 if t is not None and t < best.makespan - EPSILON and max(peaks(problem, answer.rows)) <= limit + EPSILON:
                     best.rows, best.makespan, best.start = answer.rows, t, "exact MILP"
             best.count += 1
-        results = [(b.makespan, v, k, b) for _, v, k, b in results]
-    results.sort(key=lambda x: (x[0], x[1]))
-    makespan, v, k, best = results[0]
+        results = [(b.makespan, k, b) for _, k, b in results]
+    results.sort(key=lambda x: (x[0], problems[x[1]].stages_per_rank))
+    makespan, k, best = results[0]
     problem = problems[k]
+    v = problem.stages_per_rank
     assert best.rows is not None
     program = to_program(problem, best.rows, can_fuse(problem))
     # Every problem considered (each shape, split and unsplit) must be bounded for the result to be proven optimal.
@@ -377,5 +377,5 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes
     stopped = deadline is not None and time.monotonic() > deadline
     peak = max(peaks(problem, best.rows))
     return Found(program, makespan, 0.0, peak, limit, v, method, makespan <= bound + PROOF_TOLERANCE * max(1.0, makespan), bound,
-                 sum(r[3].count for r in results), time.monotonic() - started, stopped, best.start,
+                 sum(r[2].count for r in results), time.monotonic() - started, stopped, best.start,
                  best_fitting(named, limit), cuts, total, status, largest)
