@@ -72,6 +72,10 @@ MAX_SPARSE_SLOTS: Final = 1 << 16
 # `ppdsl search` prices thousands of candidate orders; past this many actions one candidate
 # takes seconds and a search hours (16 ranks x 64 microbatches in a V is 6,144).
 MAX_SEARCH_ACTIONS: Final = 100_000
+# `use search(...)` in a file runs every time the file is read (lint, show, each rank of a
+# run), with no progress shown: up to this many ranks x microbatches, about 10 s on a 2-core
+# machine (16 x 32: 8.5 s); past it `ppdsl search -o` writes the schedule out once.
+MAX_FILE_SEARCH_PAIRS: Final = 512
 # Errors told of one file: reading goes on past an error to tell the others, up to this many
 # (then it stops, and says so); `lint` shows 50 of them unless asked for more.
 MAX_REPORTED_ERRORS: Final = 1_000

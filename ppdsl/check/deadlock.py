@@ -7,7 +7,8 @@ PPS108 - in a compute-only program, program order plus data dependencies form a 
     report names a shortest cycle (fewest dependencies between ranks), e.g.
     "`0B0` (rank 0, step 0) needs `1B0` (rank 1, step 1), which runs after `1F0` (rank 1,
     step 0), which needs `0F0` (rank 0, step 1), which runs after `0B0`". Fix: reorder one
-    of the rows so the cycle is broken.
+    of the rows so the cycle is broken. An overlapped pair whose one action needs the other
+    is told first, as that pair waiting for itself (under any model, with sends or without).
 
 PPS210 - deadlock: ranks wait for each other in a cycle under the communication model, e.g.
     "rank 0 waits at step 3 `0SEND_F1` for rank 1, which waits at step 3 `1SEND_B0` for
@@ -25,7 +26,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..encoding import producers
+from ..encoding import compute_outputs, producers
 from ..wording import plural
 from ..semantics import CommModel, Wait, completes, execute, wait_cycle
 from .context import RELOWER, SHIFT, Context
@@ -46,6 +47,10 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     ex = execute(ctx.program, ctx.model, encoded=ctx.enc)
     ctx.execution = ex
     if ex.completed:
+        return
+    inside = _pair_needing_itself(ctx)
+    if inside is not None:
+        yield inside
         return
     if not ctx.has_comms:
         cycle = shortest_cycle(ctx)
@@ -74,6 +79,28 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     w = ex.waits[0]
     yield ctx.diag("PPS211", f"rank {w.rank} waits forever at step {w.step} `{w.action}` for `{w.needs}` on rank {w.on_rank}",
                    w.rank, w.step)
+
+
+def _pair_needing_itself(ctx: Context) -> Diagnostic | None:
+    """An overlapped pair one of whose actions needs the other: both start together, so it
+    waits for itself. No move of whole steps mends that (the cycle's help would offer one),
+    only taking the pair apart."""
+    enc = ctx.enc
+    needs = enc.needs(ctx.model is CommModel.BUFFERED)
+    for rank, groups in enumerate(enc.groups):
+        for i, (is_batch, count) in sorted(groups.items()):
+            if is_batch:
+                continue
+            members = enc.codes[rank][i:i + count]
+            for a in members:
+                made = set(compute_outputs(a))
+                for b in members:
+                    if b != a and any(key in made for key, _ in needs.of(b)):
+                        step = enc.step_of(rank, i)
+                        return ctx.diag("PPS108", f"the overlapped pair at step {step} of rank {rank} waits for itself: "
+                                        f"{ctx.text(b)} needs {ctx.text(a)}, which runs beside it", rank, step,
+                                        help=f"take the pair apart: {ctx.text(a)} first, then {ctx.text(b)}")
+    return None
 
 
 def _help(ctx: Context, cycle: list[Wait]) -> str:

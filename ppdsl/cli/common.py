@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -88,17 +89,33 @@ def refuse_overwriting(source: str, output: str | None) -> None:
                          "to another file")
 
 
+def refuse_csv_output(output: str | None, command: str) -> None:
+    """`command` writes .pps text: a `.csv` name for it would hold text no CSV reader takes."""
+    if output is not None and output != "-" and Path(output).suffix.lower() == ".csv":
+        raise UsageError(f"{output}: `ppdsl {command}` writes a .pps file; for PyTorch's CSV write a .pps "
+                         f"and run `ppdsl convert FILE.pps {output}`")
+
+
 def write_output(path: str | None, text: str) -> None:
-    """Write to a file atomically (a crash never leaves half a schedule), or to stdout."""
+    """Write to a file atomically (a crash never leaves half a schedule), or to stdout.
+
+    A file written over keeps its permissions, and a symlink stays one: what it points to is
+    written (the new text is renamed over the link's target, not over the link)."""
     if path is None or path == "-":
         sys.stdout.write(text)
         return
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise UsageError(f"{path}: directory {target.parent} does not exist")
+    target = Path(os.path.realpath(path))
+    if not target.parent.exists():
+        raise UsageError(f"{path}: directory {Path(path).parent} does not exist")
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:  # a new file: the umask decides, as for any file the user makes
+        mode = None
     tmp = target.with_name(f".{target.name}.ppdsl-tmp")
     try:
         tmp.write_text(text, encoding="utf-8")
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

@@ -7,6 +7,7 @@ legacy: B followed by W = backward-input, BW = full backward); --dialect forces 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..diagnostics import Diagnostic, PpsError, Severity, UsageError
 from ..wording import plural
@@ -20,7 +21,8 @@ from .common import add_max_steps, fold_alike, print_diagnostics, refuse_overwri
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", metavar="IN", help=".pps or .csv")
     p.add_argument("output", metavar="OUT", help=".pps or .csv ('-' for stdout, with --to)")
-    p.add_argument("--dialect", choices=("current", "legacy"), help="dialect of a CSV input (default: detected)")
+    p.add_argument("--dialect", choices=("current", "legacy"),
+                   help="dialect of a CSV input (default: detected); with IN '-', says standard input is a CSV")
     add_max_steps(p)
     p.add_argument("--write-dialect", choices=("current", "legacy"), default="current",
                    help="dialect of a CSV output (default: current)")
@@ -31,8 +33,18 @@ def run(args: argparse.Namespace) -> int:
     target = args.to or (format_of(args.output) if args.output != "-" else None)
     if target is None:
         raise UsageError("writing to stdout needs --to pps or --to csv")
+    told = Path(args.output).suffix.lower().lstrip(".") if args.output != "-" else ""
+    if args.to and told in ("pps", "csv") and told != args.to:
+        raise UsageError(f"--to {args.to} but {args.output} names a .{told} file: drop --to, or name the "
+                         f"output .{args.to}")
     refuse_overwriting(args.input, args.output)
-    program = load_program(args.input, dialect=args.dialect, steps_limit=args.max_steps)
+    # Standard input has no extension: a CSV dialect given for it says it is a CSV.
+    source = "csv" if args.input == "-" and args.dialect else None
+    if args.dialect and format_of(args.input, source) != "csv":
+        raise UsageError(f"--dialect is the dialect of a CSV input, and {args.input} is a .pps file")
+    if args.write_dialect != "current" and target != "csv":
+        raise UsageError("--write-dialect is the dialect of a CSV output; this one writes a .pps file")
+    program = load_program(args.input, source, dialect=args.dialect, steps_limit=args.max_steps)
     if target == "csv":
         text, warnings = write_csv(program, args.write_dialect)
     else:

@@ -15,7 +15,7 @@ from ..diagnostics import UsageError
 from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import load_program
 from ..syntax.printer import print_program
-from .common import add_max_steps, refuse_overwriting, write_output
+from .common import add_max_steps, refuse_csv_output, refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,17 +24,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dialect", choices=("current", "legacy"), help="CSV dialect (default: detected)")
     p.add_argument("--comms", action="store_true", help="insert sends and receives (compute-only input)")
     p.add_argument("--fuse", action="store_true", help="with --comms: batch adjacent sends and receives of a rank")
-    p.add_argument("--comm-model", choices=("rendezvous", "grouped", "buffered"), default="rendezvous",
-                   help="with --fuse: the model the batches must stay deadlock-free under")
+    p.add_argument("--comm-model", choices=("rendezvous", "grouped", "buffered"),
+                   help="with --fuse: the model the batches must stay deadlock-free under (default rendezvous)")
     add_max_steps(p, lowered="with --comms")
 
 
 def run(args: argparse.Namespace) -> int:
     refuse_overwriting(args.file, args.output)
+    refuse_csv_output(args.output, "expand")
     default = DEFAULT_MAX_LOWERED_STEPS if args.comms else None
     program = load_program(args.file, dialect=args.dialect, steps_limit=args.max_steps or default)
     if args.fuse and not args.comms:
         raise UsageError("--fuse needs --comms")
+    if args.comm_model is not None and not args.fuse:
+        raise UsageError("--comm-model says what --fuse's batches must stay deadlock-free under: give it with "
+                         "--comms --fuse")
+    args.comm_model = args.comm_model or "rendezvous"
     if args.comms:
         from ..check import lower_checked
 

@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         if args.check or args.diff:
             if args.diff:
-                sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), formatted.splitlines(True),
-                                                           path, path + " (formatted)"))
+                sys.stdout.writelines(unified_diff(text, formatted, path))
             else:
                 print(f"would reformat {path}", file=sys.stderr)
             status = max(status, 1)
@@ -63,3 +62,15 @@ def run(args: argparse.Namespace) -> int:
             write_output(path, formatted)
             print(f"reformatted {path}", file=sys.stderr)
     return status
+
+
+NO_NEWLINE = "\\ No newline at end of file\n"
+
+
+def unified_diff(before: str, after: str, path: str) -> list[str]:
+    """A unified diff `patch` applies: a last line without its newline is marked as diff marks
+    it (difflib leaves that to the caller, and the lines would run together)."""
+    out = []
+    for line in difflib.unified_diff(before.splitlines(True), after.splitlines(True), path, path + " (formatted)"):
+        out.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE)
+    return out

@@ -21,7 +21,7 @@ from ..diagnostics import UsageError
 from ..wording import plural
 from ..limits import DEFAULT_MAX_LOWERED_STEPS, MAX_COST, MAX_SECONDS, MAX_STEPS
 from ..runtime.framework import FRAMEWORKS, PADDLE
-from .common import add_max_steps, number, whole_number
+from .common import add_max_steps, number, refuse_overwriting, whole_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Program
@@ -82,6 +82,25 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
     if args.data_parallel > 1 and args.profile:
         raise UsageError("--profile measures one pipeline: run it without --data-parallel")
+    _check_outputs(args)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """What a run writes is checked before any process starts: a run of minutes that ends in a
+    path it cannot write, or one that writes its profile over the schedule, loses the run."""
+    import os
+
+    if args.profile:
+        if os.path.isdir(args.profile):
+            raise UsageError(f"--profile {args.profile} is a directory: name the file to write, e.g. "
+                             f"{os.path.join(args.profile, 'profile.json')}")
+        for file in args.file:
+            refuse_overwriting(file, args.profile)
+        parent = os.path.dirname(args.profile)
+        if parent and not os.path.isdir(parent):
+            raise UsageError(f"--profile {args.profile}: directory {parent} does not exist")
+    if args.logs and os.path.exists(args.logs) and not os.path.isdir(args.logs):
+        raise UsageError(f"--logs {args.logs} is a file: name a directory to keep the ranks' logs in")
 
 
 def _programs(files: list[str], model: CommModel, steps_limit: int | None = None) -> list[Program]:

@@ -31,7 +31,7 @@ from ..search.byte_limit import COUNTED, SCALED_LIMIT, ByteLimit, InBytes, best_
 from ..search.driver import Found, search, shapes_of
 from ..search.output import exact_note, finish, peak_text, progress_line, proof_words, to_json, to_text
 from ..search.problem import cuts_of
-from .common import byte_limit_needs_sizes, memory_limit, refuse_overwriting, write_output
+from .common import byte_limit_needs_sizes, memory_limit, refuse_csv_output, refuse_overwriting, write_output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,6 +65,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    refuse_csv_output(args.output, "search")
     costs = DEFAULT
     measured: set[int] = set()  # the numbers of stages the profiles measured
     for spec in args.costs or ():

@@ -72,6 +72,11 @@ def run(args: argparse.Namespace) -> int:
         if path != "-" and suffix and suffix not in SUFFIXES[kind]:
             raise UsageError(f"--{kind} {path}: writes {kind.upper() if kind != 'trace' else 'Chrome trace JSON'}, "
                              f"not {suffix[1:]}: name the file {Path(path).with_suffix(SUFFIXES[kind][0])}")
+    named = [os.path.realpath(path) if path != "-" else path for path, _ in wanted]
+    for i, (path, kind) in enumerate(wanted):
+        if named[i] in named[:i]:
+            other = wanted[named.index(named[i])][1]
+            raise UsageError(f"--{kind} and --{other} both write {path}: give each its own file")
     for path, _ in wanted:
         for source in [args.file, *args.costs]:
             refuse_overwriting(source, path)

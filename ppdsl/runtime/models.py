@@ -40,8 +40,12 @@ def resolve(model: str | None, data: str | None, loss: str | None) -> tuple[str 
     the whole contract: M:build_stage, and M:batches / M:loss unless --data / --loss are given."""
     if model is not None and ":" not in model:
         module = _import(model, "model")
-        if not callable(getattr(module, "build_stage", None)):
+        factory = getattr(module, "build_stage", None)
+        if factory is None:
             raise UsageError(f"--model {model}: the module has no `build_stage`; name the factory as MODULE:NAME")
+        if not callable(factory):
+            raise UsageError(f"--model {model}: its `build_stage` is {_kind(factory)}, not a function; define "
+                             "`build_stage(stage_index, num_stages)`")
         if data is None and callable(getattr(module, "batches", None)):
             data = f"{model}:batches"
         if loss is None and callable(getattr(module, "loss", None)):
@@ -119,6 +123,14 @@ def load_callable(spec: str, what: str) -> Callable[..., Any]:
     return obj  # type: ignore[no-any-return]
 
 
+def _kind(value: object) -> str:
+    """A value's type as a user reads it: where it comes from too (`paddle.nn...Sequential`
+    returned to torch says which framework the model was written for)."""
+    kind = type(value)
+    where = kind.__module__
+    return kind.__qualname__ if where == "builtins" else f"{where}.{kind.__qualname__}"
+
+
 def module_of(spec: str) -> Any:
     return _import(spec.rpartition(":")[0], "model")
 
@@ -134,7 +146,8 @@ def _contract(what: str) -> str:
 
 def _import(module_name: str, what: str) -> Any:
     try:
-        if module_name.endswith(".py") or "/" in module_name:
+        folder = Path(module_name).is_dir() and not (Path(module_name) / "__init__.py").is_file()
+        if module_name.endswith(".py") or "/" in module_name or folder:
             path = Path(module_name)
             if path.is_dir():  # a model's folder names its model.py
                 if not (path / "model.py").is_file():
@@ -237,7 +250,7 @@ def build_stages(build: Any, stages: tuple[int, ...], num_stages: int, seed: int
         except Exception as exc:  # noqa: BLE001 - the user's factory failed
             raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) raised {type(exc).__name__}: {exc}") from None
         if not fw.is_layer(layer):
-            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) returned {type(layer).__name__}, "
+            raise SetupFailure(f"model {name}: build_stage({s}, {num_stages}) returned {_kind(layer)}, "
                                f"not a {fw.layer_type}")
         layers[s] = fw.to_device(layer)
     return layers

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..generators.registry import ArgValue, Built, Context, GeneratorError, GeneratorSpec, Param, require
-from ..limits import MAX_SEARCH_ACTIONS
+from ..limits import MAX_FILE_SEARCH_PAIRS, MAX_SEARCH_ACTIONS
 from ..memory import UNIT
 from .slots import SLOTS
 
@@ -38,6 +38,12 @@ def build_in(context: Context, values: Mapping[str, ArgValue]) -> Built:
     limit = float(values["max_memory"])
     require(limit > 0, "`search` needs `max_memory=L`, a positive number of microbatches of a rank's share",
             "max_memory", help="e.g. use search(max_memory=3)")
+    if ranks * microbatches > MAX_FILE_SEARCH_PAIRS:
+        raise GeneratorError("PPS015", f"ranks={ranks} x microbatches={microbatches} is more than a file's "
+                             f"`use search` takes ({MAX_FILE_SEARCH_PAIRS} ranks x microbatches, about 10 s): it "
+                             "would search again each time the file is read",
+                             help=f"write the schedule out once, with progress shown: ppdsl search --ranks {ranks} "
+                             f"--microbatches {microbatches} --max-memory {limit:g} -o FILE.pps")
     actions = 2 * ranks * microbatches * SLOTS  # the V shape's stages, a search code each slot
     if actions > MAX_SEARCH_ACTIONS:
         raise GeneratorError("PPS015", f"ranks={ranks} x microbatches={microbatches} is {actions:,} actions to "
