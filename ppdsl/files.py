@@ -55,6 +55,13 @@ def _looks_utf16(data: bytes) -> bool:
     return len(head) >= 4 and (head[1::2].count(0) >= len(head) // 2 - 1 or head[0::2].count(0) >= len(head) // 2 - 1)
 
 
+def _single_byte_text(data: bytes) -> bool:
+    """Text in an 8-bit encoding (Latin-1, Windows-1252): no control byte but tab and line ends
+    in its first 4 KiB, where binary data has many."""
+    head = data[:4096]
+    return not head.translate(None, b"\t\n\r").translate(None, bytes(range(32, 256)))
+
+
 def read_text(path: str) -> str:
     """A file's text. I/O problems raise UsageError (exit 2); binary data raises PPS000 (exit 1)."""
     data = read_bytes(path)
@@ -70,6 +77,10 @@ def read_text(path: str) -> str:
             raise PpsError([Diagnostic("PPS000", "UTF-16 text, not UTF-8", path, line, column,
                                        help="save the file as UTF-8 (PowerShell's `>` writes UTF-16; "
                                             "`iconv -f UTF-16 -t UTF-8` converts it)")])
+        if data[nul] != 0 and _single_byte_text(data):
+            raise PpsError([Diagnostic("PPS000", f"byte 0x{data[nul]:02x} is not UTF-8: the file is text in another "
+                                       "encoding", path, line, column,
+                                       help="save the file as UTF-8 (`iconv -f latin1 -t utf-8 FILE` converts Latin-1)")])
         raise PpsError([Diagnostic("PPS000", "binary data, not a UTF-8 text file", path, line, column,
                                    help=".pps and .csv schedules are plain UTF-8 text")])
     return text.removeprefix("\ufeff")

@@ -36,7 +36,7 @@ def parse_profile(text: str) -> CostModel:
     if not isinstance(data, dict):
         raise CostError("PPS352", "a cost profile is a JSON object", help='e.g. {"ppdsl_profile": 1, "costs": {"F": 1}}')
     version = data.get("ppdsl_profile")
-    if version != PROFILE_VERSION:
+    if type(version) is not int or version != PROFILE_VERSION:  # (`true == 1` in Python)
         raise CostError("PPS352", f"`ppdsl_profile` must be {PROFILE_VERSION}, not {_shown(version)}", "ppdsl_profile",
                         help="the first key of a profile names its format version")
     unknown = sorted(set(data) - {"ppdsl_profile", "unit", "costs", "actions", "stages", "sizes", "memory", "source",

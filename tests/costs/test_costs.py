@@ -108,6 +108,7 @@ def test_profile_aggregates_measured_actions(tmp_path: Path) -> None:
 @pytest.mark.parametrize("data, key, code, words", [
     ("[1]", None, "PPS352", "a cost profile is a JSON object"),
     ('{"ppdsl_profile": 2}', "ppdsl_profile", "PPS352", "`ppdsl_profile` must be 1, not 2"),
+    ('{"ppdsl_profile": true}', "ppdsl_profile", "PPS352", "`ppdsl_profile` must be 1, not true"),
     ('{"ppdsl_profile": 1, "costz": {}}', "costz", "PPS352", "unknown profile key `costz`"),
     ('{"ppdsl_profile": 1,\n "costs": {"F": "fast"}}', "F", "PPS351", 'cost `F` must be a number, not "fast"'),
     ('{"ppdsl_profile": 1, "actions": [{"kind": "Q", "duration": 1}]}', "kind", "PPS352", 'actions[0]: unknown kind "Q"'),

@@ -172,6 +172,16 @@ def test_binary_file_is_pps000_at_the_first_bad_byte(tmp_path: Path) -> None:
     assert (d.code, d.line, d.column) == ("PPS000", 2, 11)
 
 
+def test_text_in_latin1_is_told_as_text_not_binary(tmp_path: Path) -> None:
+    f = tmp_path / "x.pps"
+    f.write_bytes(b"pipeline ranks=1 microbatches=2\nrank 0: 0F0 0F1 0B0 0B1 # caf\xe9\n")
+    with pytest.raises(PpsError) as info:
+        load_program(str(f))
+    d = info.value.diagnostics[0]
+    assert (d.code, d.line, d.column) == ("PPS000", 2, 30)
+    assert d.message == "byte 0xe9 is not UTF-8: the file is text in another encoding" and "iconv" in (d.help or "")
+
+
 def test_bad_utf8_is_pps000(tmp_path: Path) -> None:
     f = tmp_path / "x.pps"
     f.write_bytes(b"\xff\xfe\x00garbage" + bytes(range(256)))
