@@ -332,6 +332,8 @@ def parse_inline(text: str) -> CostModel:
             number = float(value)
         except ValueError:
             raise CostError("PPS351", f"cost `{key}` must be a number, not `{value}`", key) from None
+        if not math.isfinite(number):  # 1e400 reads as inf: say what was typed
+            raise CostError("PPS351", f"cost `{part}` must be a finite number >= 0", key)
         items.append((key, number))
     if not items:
         raise CostError("PPS351", "no costs given", None, help="e.g. --costs F=1,B=2,comm=0.1")

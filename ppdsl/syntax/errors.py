@@ -85,6 +85,11 @@ def _option_mistake(exc: UnexpectedToken, line_text: str, column: int, path: str
     if set(exc.expected) == {"EQUAL"}:
         name = re.search(r"[A-Za-z][A-Za-z0-9_]*$", before)
         key = name.group(0) if name else "virtual"
+        glued = re.search(r"=([0-9][0-9.]*[A-Za-z_][A-Za-z0-9_.]*)$", before)
+        if glued:  # `memory=0x10`, `ranks=4k`: a number with letters in it, read as a number and a name
+            start = len(before) - len(glued.group(1)) + 1
+            return Diagnostic("PPS002", f"`{glued.group(1)}` is not a number", path, line, start,
+                              start + len(glued.group(1)), help="write the value as a plain decimal number")
         return Diagnostic("PPS002", f"expected `=` after `{key}`", path, line, column,
                           column + max(len(str(exc.token).strip()), 1), help=f"options are NAME=VALUE, e.g. `{key}=2`")
     if before.endswith(",") and exc.token.type in ("RPAR", "_NL", "COMMA") and "NAME" in exc.expected:

@@ -142,3 +142,11 @@ def test_a_b_made_of_per_stage_i_and_w_is_not_shared_out_again() -> None:
     assert [table[0][Kind.F], table[0][Kind.B]] == [4.0, 4.0]
     # Stage 1's I and W are the rank's whole share: halved, and its B is their sum.
     assert [table[1][Kind.I], table[1][Kind.W], table[1][Kind.B]] == [3.0, 1.0, 4.0]
+
+
+@pytest.mark.parametrize("typed", ["F=1e400", "B=-inf", "W=nan"])
+def test_a_cost_past_floats_is_told_as_typed(typed: str) -> None:
+
+    with pytest.raises(CostError) as err:
+        parse_inline(f"F=1,{typed}")
+    assert err.value.message == f"cost `{typed}` must be a finite number >= 0"

@@ -23,6 +23,8 @@ CASES = [
     ("PPS002", H + "rank 0: ((0F0;1B0))\n", 2, 9),
     ("PPS002", H + "rank 0: 0F0,0F1\n", 2, 12),
     ("PPS002", "pipeline ranks=2 microbatches=4 =\n", 1, 33),
+    ("PPS002", "pipeline ranks=2 microbatches=4 memory=0x10\n", 1, 40),  # `0x10` is not a number
+    ("PPS002", "pipeline ranks=4k microbatches=4\n", 1, 16),
     ("PPS006", H + "use gpipe(\n", 2, 5),
     ("PPS002", H + "  0F0 0F1\n", 2, 3),
     ("PPS002", H + "rank 0: [ ]\n", 2, 11),
