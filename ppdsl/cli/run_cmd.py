@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         check_forms(args.model, args.data, args.loss, args.optimizer)
         require(args.framework)  # exit 2 with the install command
         args.model, args.data, args.loss = check_contract(args.model, args.data, args.loss, args.optimizer,
-                                                          [p.stages for p in programs])
+                                                          [p.stages for p in programs], args.framework)
         _check_batches(args.data, args.framework, programs, args.file, args.data_parallel)
         if users_threads is None:
             os.environ.pop("OMP_NUM_THREADS", None)

@@ -22,6 +22,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -72,10 +73,11 @@ def check_forms(model: str | None, data: str | None, loss: str | None, optimizer
 
 
 def check_contract(model: str | None, data: str | None, loss: str | None, optimizer: str,
-                   stages: Sequence[int]) -> tuple[str | None, str | None, str | None]:
+                   stages: Sequence[int], framework: str | None = None) -> tuple[str | None, str | None, str | None]:
     """Everything about `--model/--data/--loss/--optimizer` that can be known without running:
     each imports and is callable, the optimizer is known, the model supports the schedules'
-    stage counts. Returns the resolved specs; raises UsageError."""
+    stage counts and, with `framework`, is written for it. Returns the resolved specs; raises
+    UsageError."""
     check_forms(model, data, loss, optimizer)
     model, data, loss = resolve(model, data, loss)
     for what, spec in (("model", model), ("data", data), ("loss", loss)):
@@ -89,7 +91,26 @@ def check_contract(model: str | None, data: str | None, loss: str | None, optimi
         if wrong:
             raise UsageError(f"--model {model}: the model has NUM_STAGES={declared} but the schedule has "
                              f"{plural(wrong[0], 'stage')}")
+        if framework is not None:
+            _check_framework(model, module_of(model), framework)
     return model, data, loss
+
+
+FRAMEWORK_FLAGS = {"paddle": "--framework paddle (the default)", "torch": "--framework torch"}
+
+
+def _check_framework(spec: str, module: Any, framework: str) -> None:
+    """A model module that imports only the other framework would fail on every rank after
+    they start: said before, with the option that runs it."""
+    used = set()
+    for value in vars(module).values():
+        name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if isinstance(name, str):
+            used.add(name.partition(".")[0])
+    other = next((f for f in FRAMEWORK_FLAGS if f != framework), framework)
+    if other in used and framework not in used:
+        raise UsageError(f"--model {spec}: the module imports {other}, not {framework}: run it with "
+                         f"{FRAMEWORK_FLAGS[other]}")
 
 
 def batch_rows(spec: str, framework: str) -> int | None:

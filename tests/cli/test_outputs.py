@@ -142,3 +142,14 @@ def test_model_specs_say_what_is_wrong(tmp_path: Path, monkeypatch: pytest.Monke
         resolve("notcall.py", None, None)
     with pytest.raises(UsageError, match="is a folder with no model.py in it"):
         resolve("folder", None, None)
+
+
+def test_a_model_for_the_other_framework_is_refused_before_the_ranks_start() -> None:
+    from conftest import ROOT
+    from ppdsl.diagnostics import UsageError
+    from ppdsl.runtime.models import check_contract
+
+    model = str(ROOT / "examples" / "torch" / "my_model.py")
+    with pytest.raises(UsageError, match="the module imports torch, not paddle: run it with --framework torch"):
+        check_contract(model, None, None, "sgd", [2], "paddle")
+    assert check_contract(model, None, None, "sgd", [2], "torch")[0] == model + ":build_stage"
