@@ -83,9 +83,14 @@ def read_back(program: Program, text: str, target: str, source: str, warned: boo
                      f"not {program.ranks} and {program.stages} placed {list(program.placement)[:8]}")
     if back.rows != program.rows and not warned:  # (a warned loss: batches split, legacy W)
         raise refuse("read back to other steps")
-    lost = [Diagnostic("PPS031", f"PyTorch's CSV has no place for {what}: it is not written", source,
-                       severity=Severity.WARNING)
-            for field, what in _CSV_CANNOT_HOLD if getattr(back, field) != getattr(program, field)]
+    where = program.source
+    lost = []
+    for field, what in _CSV_CANNOT_HOLD:
+        if getattr(back, field) != getattr(program, field):
+            # At the line that says it: the `costs` line, or the header for the others.
+            at = None if where is None else where.costs_line if field == "costs" and where.costs_line else where.header
+            lost.append(Diagnostic("PPS031", f"PyTorch's CSV has no place for {what}: it is not written", source,
+                                   at.line if at else 1, at.column if at else 1, severity=Severity.WARNING))
     if back.microbatches != program.microbatches:
         lost.append(Diagnostic("PPS031", f"the header says microbatches={program.microbatches} but the rows use "
                                f"{back.microbatches}: a CSV has no header, so it reads back with {back.microbatches}",

@@ -41,8 +41,9 @@ def test_what_a_csv_cannot_hold_is_a_warning(tmp_path: Path, capsys: pytest.Capt
     src.write_text("pipeline ranks=2 microbatches=3 mode=inference memory=2\ncosts F=2\nrank 0: 0F0\nrank 1: 1F0\n")
     assert main(["convert", str(src), str(csv)]) == 0
     err = capsys.readouterr().err
-    assert "warning[PPS031]: PyTorch's CSV has no place for the mode (`mode=inference`)" in err
-    assert "no place for the memory limit" in err and "no place for the `costs` line" in err
+    assert f"{src}:1:1: warning[PPS031]: PyTorch's CSV has no place for the mode (`mode=inference`)" in err
+    assert f"{src}:1:1: warning[PPS031]: PyTorch's CSV has no place for the memory limit" in err
+    assert f"{src}:2:1: warning[PPS031]: PyTorch's CSV has no place for the `costs` line" in err
     assert "the header says microbatches=3 but the rows use 1" in err
     assert main(["convert", str(csv), str(tmp_path / "back.pps")]) == 0
 
