@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 from attrs import frozen
 
+from ..codes import CODES
+
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -71,6 +73,8 @@ def _options(parser: argparse.ArgumentParser) -> tuple[Option, ...]:
             continue
         takes_value = action.nargs != 0
         choices = tuple(str(c) for c in action.choices) if action.choices else ()
+        if action.metavar == "CODE":  # `lint --explain`: the diagnostic codes, not file names
+            choices = tuple(CODES)
         out.append(Option(tuple(action.option_strings), _summary(action.help), takes_value, choices,
                           takes_value and not choices and action.type is None,
                           isinstance(action, argparse._AppendAction)))

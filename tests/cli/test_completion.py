@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT
 from ppdsl.cli import COMMANDS, build_parser, main
 from ppdsl.cli.completion_cmd import commands_of
+from ppdsl.codes import CODES
 
 
 def _script(shell: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
@@ -63,6 +64,7 @@ def test_bash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _bash_complete(script, "ppdsl lint schedules/1f1b") == ["schedules/1f1b.pps", "schedules/1f1b_written_out.pps"]
     assert _bash_complete(script, "ppdsl search --ranks ") == []
     assert _bash_complete(script, "ppdsl completion ") == ["bash", "zsh", "fish"]
+    assert _bash_complete(script, "ppdsl lint --explain PPS21") == sorted(c for c in CODES if c.startswith("PPS21"))
 
 
 def test_zsh(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
