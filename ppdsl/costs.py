@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
 from attrs import field, frozen
@@ -104,6 +104,17 @@ def check_value(key: str, value: float) -> None:
                         help="1: an overlapped pair costs the longer part; 0: the sum of both")
 
 
+def _pairs(items: Mapping[str, float] | Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    """`items` as (key, value) pairs: a mapping (`{"F": 1, "B": 2}`) is taken as its items; a
+    sequence must hold pairs."""
+    pairs = tuple(items.items()) if isinstance(items, Mapping) else tuple(items)
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise CostError("PPS351", f"costs are (key, value) pairs or a mapping such as {{'F': 1, 'B': 2}}, "
+                            f"not {pair!r} in {items!r}"[:300], None)
+    return pairs
+
+
 @frozen
 class CostModel:
     """Validated cost keys in the order given (later ones win), and the time unit's name.
@@ -118,7 +129,7 @@ class CostModel:
     `carried_from` says from how many they came. None: the program's own stages.
     """
 
-    items: tuple[tuple[str, float], ...] = ()
+    items: tuple[tuple[str, float], ...] = field(default=(), converter=_pairs)
     unit: str = "unit"
     measured_comm: bool = False
     sizes: Sizes | None = None
@@ -130,6 +141,8 @@ class CostModel:
         values: dict[str, float] = {}
         for key, value in self.items:
             check_key(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise CostError("PPS351", f"cost `{key}` must be a number, not {value!r}", key)
             check_value(key, value)
             values[key] = float(value)
         if "bytes" in values and "bandwidth" not in values:

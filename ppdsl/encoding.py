@@ -46,7 +46,7 @@ from itertools import compress, repeat
 from operator import add, and_, attrgetter, floordiv, is_, is_not, or_, rshift
 from typing import cast
 
-from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of
+from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of, require_program
 # The layout of codes and keys, and the peer and matching rules, live in their own modules;
 # they are named here too, where the rest of the encoding is read from.
 from .layout import (kind_of as kind_of, sm_of as sm_of, key_of as key_of, key_sm as key_sm, key_slot as key_slot,
@@ -418,6 +418,8 @@ def encode(program: Program) -> Encoded:
     """The encoding of `program`, made once and kept on the program itself (`Program.derived`):
     the checker, the engine, lowering and the simulator all ask for it, and a program is
     immutable, so the first answer stays right for the program's whole life."""
+    if type(program) is not Program:
+        require_program(program)
     enc = program.derived.get(_KEY)
     if enc is None:
         enc = program.derived[_KEY] = Encoded(program, read=read_rows(program))

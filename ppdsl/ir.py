@@ -459,3 +459,11 @@ class Program:
 
     def evolve(self, **changes: object) -> Program:
         return attrs.evolve(self, **changes)  # type: ignore[arg-type]
+
+
+def require_program(value: object) -> None:
+    """TypeError for a public function given something other than a Program (a path, the text):
+    said at the call, not as an AttributeError from deep inside."""
+    if not isinstance(value, Program):
+        raise TypeError(f"expected a ppdsl Program (from ppdsl.load_program(path) or ppdsl.parse(text)), "
+                        f"not {type(value).__name__}")

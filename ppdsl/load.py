@@ -42,6 +42,11 @@ def parse(text: str, path: str = "<input>", steps_limit: int | None = None) -> P
     Raises PpsError with located diagnostics."""
     from .expansion import parse as parse_pps
 
+    if not isinstance(text, str):
+        hint = ": decode it first (text.decode('utf-8'))" if isinstance(text, (bytes, bytearray)) else ""
+        raise TypeError(f"parse() takes a schedule's text as str, not {type(text).__name__}{hint}; "
+                        "ppdsl.load_program(path) reads a file")
+
     program = parse_pps(text, path, steps_limit)
     check_slots(program, path)
     return program

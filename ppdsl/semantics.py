@@ -53,7 +53,7 @@ from __future__ import annotations
 import enum
 from array import array
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, repeat
 from operator import add, lt, ne
 from typing import cast
@@ -64,7 +64,7 @@ from .layout import KIND_SPACE, key_of, kind_of
 from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, MB_STRIDE, NO_PEER, NOTHING, PRODUCERS,
                        SLOT_BITS, SLOT_MASK, B, Encoded, Needs, RECV_B, SHIFT, code_space, compute_outputs, encode,
                        kind_slice, peer_code, producers, received_key, sent_key)
-from .ir import Action, Overlap, Program, row_length
+from .ir import Action, Kind, Overlap, Program, row_length
 from .proofs import rows_carry_their_inputs, steps_are_an_order
 
 
@@ -75,6 +75,10 @@ class CommModel(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> CommModel:
+        raise ValueError(f"comm_model must be one of {', '.join(m.value for m in cls)}, not {value!r}")
 
 
 MODELS: tuple[str, ...] = tuple(m.value for m in CommModel)
@@ -105,10 +109,14 @@ class Timing:
     fixed_message: float | None = None
 
     @classmethod
-    def from_table(cls, table: Sequence[Sequence[float]], message: float = 0.0,
+    def from_table(cls, table: Sequence[Sequence[float] | Mapping[Kind, float]], message: float = 0.0,
                    overlap: Callable[[Overlap], float] | None = None) -> Timing:
-        """Compute times per stage and Kind value (`table[stage][kind]`), one message time."""
-        rows = tuple(tuple(float(x) for x in row) for row in table)
+        """Compute times per stage and Kind value (`table[stage][kind]`), one message time.
+
+        A row is a sequence indexed by Kind value (`row[Kind.F]`), or a mapping from Kind to
+        its time; a kind it lacks, or a stage past the table, takes 0."""
+        rows = tuple(tuple(float(row.get(Kind(k), 0.0)) for k in range(max(COMPUTE_KINDS) + 1))
+                     if isinstance(row, Mapping) else tuple(float(x) for x in row) for row in table)
         msg = float(message)
 
         def compute(a: Action) -> float:

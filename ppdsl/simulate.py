@@ -17,14 +17,14 @@ implicit messages, each a message time in flight (`handoff_time`), which no rank
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
 from operator import and_, sub
 
-from .costs import DEFAULT, CostModel, shares_of
+from .costs import DEFAULT, CostModel, parse_inline, shares_of
 from .diagnostics import Diagnostic
 from .wording import plural
-from .ir import Action, Batch, Kind, Overlap, Program
+from .ir import Action, Batch, Kind, Overlap, Program, require_program
 from .memory import UNIT, BytesProfile, MemoryProfile, peak_bytes, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path
 from .semantics import CommModel, Execution, Wait, execute, wait_cycle
@@ -184,13 +184,23 @@ class Simulation:
         return out
 
 
-def simulate(program: Program, costs: CostModel | None = None, comm_model: CommModel | str = "rendezvous",
+def simulate(program: Program, costs: CostModel | str | Mapping[str, float] | None = None, comm_model: CommModel | str = "rendezvous",
              memory_weights: Sequence[float] | None = None) -> Simulation:
     """Run `program` under `costs` (default: F=1, B=2, I=W=1, free messages) and a communication model.
 
-    Raises `costs.CostError` when a per-stage cost names a stage the program does not have.
+    `costs` may also be written as `ppdsl simulate --costs` takes it (`"F=1,B=2"`) or as a
+    mapping (`{"F": 1, "B": 2}`). Raises `costs.CostError` for a bad cost, or when a per-stage
+    cost names a stage the program does not have.
     """
+    require_program(program)
     model = CommModel(comm_model)
+    if isinstance(costs, str):
+        costs = parse_inline(costs)
+    elif isinstance(costs, Mapping):
+        costs = CostModel(tuple(costs.items()))
+    elif costs is not None and not isinstance(costs, CostModel):
+        raise TypeError(f"costs must be a CostModel, a mapping such as {{'F': 1, 'B': 2}} or a string such as "
+                        f"'F=1,B=2', not {type(costs).__name__}")
     cm = costs if costs is not None else (CostModel(program.costs) if program.costs else DEFAULT)
     execution = execute(program, model, cm.timing(program.stages, shares_of(program)))
     return Simulation(program, cm, model, execution, memory_weights)

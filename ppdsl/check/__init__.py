@@ -17,13 +17,15 @@ itself imports nothing from here.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from types import ModuleType
 
 from attrs import frozen
 
 from ..diagnostics import Diagnostic, PpsError, sorted_unique
-from ..ir import Program
+from ..ir import Program, require_program
 from ..memory import Sizes
 from ..lower import lower, refuse_communication, unit_run
 from ..semantics import CommModel
@@ -43,7 +45,9 @@ def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_me
     `families` limits the rule families run. The analysis is kept on the program
     (`Program.derived`), so asking again (lint, then lower, then the runtime's plan) costs
     nothing."""
+    require_program(program)
     model = CommModel(comm_model)
+    _check_limits(max_memory, memory_weights)
     wanted = frozenset(r.FAMILY for r in RULES) if families is None else frozenset(families)
     memory_key = (max_memory, None if memory_weights is None else tuple(memory_weights), max_bytes)
     last = program.derived.get(_ANALYSIS)
@@ -57,6 +61,19 @@ def analyse(program: Program, comm_model: str | CommModel = "rendezvous", max_me
         found = _analyse(ctx, wanted)
     program.derived[_ANALYSIS] = _Analysis(model, wanted, memory_key, ctx, found)  # one per program: it holds the execution
     return found, ctx
+
+
+def _check_limits(max_memory: object, weights: Sequence[object] | None) -> None:
+    """The memory limit and weights of a caller from Python (the command line checks its own)."""
+    if max_memory is not None:
+        if isinstance(max_memory, bool) or not isinstance(max_memory, numbers.Real):
+            raise TypeError(f"max_memory is a number of microbatches of a rank's activations, not "
+                            f"{type(max_memory).__name__} (a limit in bytes is max_bytes=(bytes, sizes))")
+        if not (math.isfinite(max_memory) and float(max_memory) > 0):
+            raise ValueError(f"max_memory must be a finite number above 0, not {max_memory}")
+    for w in weights or ():
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not (math.isfinite(w) and float(w) >= 0):
+            raise ValueError(f"memory_weights are finite numbers >= 0, one per stage, not {w!r}")
 
 
 _ANALYSIS = "analysis"  # its entry in Program.derived
