@@ -67,11 +67,14 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int, colour: 
     scale = plural(bucket_width, 'time unit', _num(float(f'{bucket_width:.4g}')))
 
     def footer(lanes: int) -> list[str]:
-        left_out = (f"; ranks {timeline.rank_of(lanes)}-{timeline.rank_of(timeline.ranks - 1)} not shown"
-                    if lanes < timeline.ranks else "")
+        left_out = ""
+        if lanes < timeline.ranks:
+            first, last = timeline.rank_of(lanes), timeline.rank_of(timeline.ranks - 1)
+            left_out = f"; rank {first} not shown" if first == last else f"; ranks {first}-{last} not shown"
+        crop = f"0-{min(3, timeline.ranks - 2)}" if timeline.ranks > 2 else "0"  # fewer ranks than the picture has
         text = [f"legend: {legend}  .=mostly idle" + ("  !=stuck or flagged" if timeline.problems else ""),
                 f"overview: 1 column = {scale}, the kind that takes most of it{left_out}",
-                "each step: crop with --ranks 0-3 --from T --to T; --full: all, in pages; --svg/--html"]
+                f"each step: crop with --ranks {crop} --from T --to T; --full: all, in pages; --svg/--html"]
         return [wrapped for line in text for wrapped in textwrap.wrap(line, width, subsequent_indent="  ")]
 
     lanes = min(timeline.ranks, max_lines)

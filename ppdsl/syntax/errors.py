@@ -92,6 +92,10 @@ def _option_mistake(exc: UnexpectedToken, line_text: str, column: int, path: str
                               start + len(glued.group(1)), help="write the value as a plain decimal number")
         return Diagnostic("PPS002", f"expected `=` after `{key}`", path, line, column,
                           column + max(len(str(exc.token).strip()), 1), help=f"options are NAME=VALUE, e.g. `{key}=2`")
+    bare = re.fullmatch(r"\s*use\s+([A-Za-z0-9_]+)", before)
+    if bare and exc.token.type in ("_NL", "$END"):  # `use 1f1b`: a generator is called, even with no options
+        return Diagnostic("PPS002", f"`use {bare.group(1)}` needs its parentheses", path, line, column,
+                          help=f"write `use {bare.group(1)}()`, with any options inside")
     if before.endswith(",") and exc.token.type in ("RPAR", "_NL", "COMMA") and "NAME" in exc.expected:
         comma = len(before)
         return Diagnostic("PPS002", "a trailing comma" if exc.token.type == "RPAR" else "a comma with no option after it",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from ppdsl.cli import main
 
 INTERLEAVED = "pipeline ranks=16 microbatches=128\nuse interleaved_1f1b(virtual=2)\n"
@@ -122,3 +123,9 @@ def test_a_broken_schedule_keeps_to_the_lines_and_marks_the_stuck_steps(tmp_path
     lanes = [line for line in out.splitlines() if line.startswith("rank ")]
     assert code == 1 and len(out.splitlines()) <= 8  # the full picture and its notes take 10
     assert len(lanes) == 2 and all("!" in lane for lane in lanes)
+
+
+def test_one_rank_left_out_is_named_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show", str(ROOT / "schedules" / "1f1b.pps"), "--no-color", "--lines", "8",
+                       "--comm-model", "buffered", "--costs", "F=1,B=2,comm=0.1")
+    assert code == 0 and "; rank 3 not shown" in out and "--ranks 0-2 " in out

@@ -251,7 +251,7 @@ def test_plain_number_beside_a_range_is_bounds_checked(token: str) -> None:
     (H + "rank 0: 0F0\nrnak 1: 1F0\n", "malformed action token `rnak`", "did you mean `rank`?"),
     (H + "rank 0: []\n", "an empty group `[]`", "delete the brackets"),
     ("pipeline ranks=-2 microbatches=4\n", "never negative", "count from 0"),
-    (H + "use 1f1b\n", "unexpected end of the line", "`(`"),
+    (H + "use 1f1b\n", "`use 1f1b` needs its parentheses", "write `use 1f1b()`"),
 ])
 def test_common_mistakes_get_specific_messages(text: str, message: str, help_part: str) -> None:
     d = first_error(text)
