@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.explain:
+    if args.explain is not None:
         doc = explain(args.explain)
         if doc is None:
             raise UsageError(unknown_code(args.explain))

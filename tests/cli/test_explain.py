@@ -33,3 +33,8 @@ def test_an_unknown_code_is_a_usage_error_with_the_closest(capsys: pytest.Captur
     assert main(["lint", "--explain", "PPS21"]) == 2
     err = capsys.readouterr().err
     assert "no diagnostic code `PPS21`" in err and "did you mean `PPS212`?" in err and "Traceback" not in err
+
+
+def test_an_empty_code_is_told_as_no_code(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lint", "--explain", ""]) == 2
+    assert "ppdsl lint: error: no diagnostic code ``" in capsys.readouterr().err
