@@ -28,6 +28,7 @@ PPS35x code and the offending key, which the caller turns into a located diagnos
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
@@ -141,7 +142,7 @@ class CostModel:
         values: dict[str, float] = {}
         for key, value in self.items:
             check_key(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise CostError("PPS351", f"cost `{key}` must be a number, not {value!r}", key)
             check_value(key, value)
             values[key] = float(value)

@@ -197,7 +197,7 @@ def simulate(program: Program, costs: CostModel | str | Mapping[str, float] | No
     if isinstance(costs, str):
         costs = parse_inline(costs)
     elif isinstance(costs, Mapping):
-        costs = CostModel(tuple(costs.items()))
+        costs = CostModel(costs)
     elif costs is not None and not isinstance(costs, CostModel):
         raise TypeError(f"costs must be a CostModel, a mapping such as {{'F': 1, 'B': 2}} or a string such as "
                         f"'F=1,B=2', not {type(costs).__name__}")

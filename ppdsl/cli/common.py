@@ -96,6 +96,13 @@ def refuse_csv_output(output: str | None, command: str) -> None:
                          f"and run `ppdsl convert FILE.pps {output}`")
 
 
+def require_directory_of(path: str, label: str) -> None:
+    """UsageError unless the directory `path` is to be written in exists (`label` names it)."""
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise UsageError(f"{label}: directory {parent} does not exist")
+
+
 def write_output(path: str | None, text: str) -> None:
     """Write to a file atomically (a crash never leaves half a schedule), or to stdout.
 
@@ -104,9 +111,8 @@ def write_output(path: str | None, text: str) -> None:
     if path is None or path == "-":
         sys.stdout.write(text)
         return
+    require_directory_of(path, path)
     target = Path(os.path.realpath(path))
-    if not target.parent.exists():
-        raise UsageError(f"{path}: directory {Path(path).parent} does not exist")
     try:
         mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
     except OSError:  # a new file: the umask decides, as for any file the user makes

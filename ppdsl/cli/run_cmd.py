@@ -21,7 +21,7 @@ from ..diagnostics import UsageError
 from ..wording import plural
 from ..limits import DEFAULT_MAX_LOWERED_STEPS, MAX_COST, MAX_SECONDS, MAX_STEPS
 from ..runtime.framework import FRAMEWORKS, PADDLE
-from .common import add_max_steps, number, refuse_overwriting, whole_number
+from .common import add_max_steps, number, refuse_overwriting, require_directory_of, whole_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Program
@@ -96,9 +96,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
                              f"{os.path.join(args.profile, 'profile.json')}")
         for file in args.file:
             refuse_overwriting(file, args.profile)
-        parent = os.path.dirname(args.profile)
-        if parent and not os.path.isdir(parent):
-            raise UsageError(f"--profile {args.profile}: directory {parent} does not exist")
+        require_directory_of(args.profile, f"--profile {args.profile}")
     if args.logs and os.path.exists(args.logs) and not os.path.isdir(args.logs):
         raise UsageError(f"--logs {args.logs} is a file: name a directory to keep the ranks' logs in")
 

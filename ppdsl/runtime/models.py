@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from ..diagnostics import UsageError
 from ..wording import plural
-from .framework import PADDLE, Framework, get_framework
+from .framework import FRAMEWORKS, PADDLE, Framework, get_framework
 
 BUILTIN = "ppdsl.runtime.models"
 # `--optimizer` names (each framework's adapter maps them to its optimizer classes).
@@ -96,9 +96,6 @@ def check_contract(model: str | None, data: str | None, loss: str | None, optimi
     return model, data, loss
 
 
-FRAMEWORK_FLAGS = {"paddle": "--framework paddle (the default)", "torch": "--framework torch"}
-
-
 def _check_framework(spec: str, module: Any, framework: str) -> None:
     """A model module that imports only the other framework would fail on every rank after
     they start: said before, with the option that runs it."""
@@ -107,10 +104,10 @@ def _check_framework(spec: str, module: Any, framework: str) -> None:
         name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
         if isinstance(name, str):
             used.add(name.partition(".")[0])
-    other = next((f for f in FRAMEWORK_FLAGS if f != framework), framework)
+    other = next((f for f in FRAMEWORKS if f != framework), framework)
     if other in used and framework not in used:
-        raise UsageError(f"--model {spec}: the module imports {other}, not {framework}: run it with "
-                         f"{FRAMEWORK_FLAGS[other]}")
+        flag = f"--framework {other}" + (" (the default)" if other == PADDLE else "")
+        raise UsageError(f"--model {spec}: the module imports {other}, not {framework}: run it with {flag}")
 
 
 def batch_rows(spec: str, framework: str) -> int | None:
