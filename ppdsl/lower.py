@@ -45,7 +45,7 @@ cycle is split back (never reached with lowered programs; kept as a guarantee).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from operator import add, and_, ge, itemgetter, mul
 from typing import cast
@@ -113,7 +113,7 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
     if ex is None or not ex.completed:
         raise PpsError([_refusal(program, "the program does not run to the end under `rendezvous`; lowering "
                                  "needs one that does", "`ppdsl lint` says where and why it stops")])
-    rows, codes, emitted = _lowered_rows(program, enc, enc.column, ex.starts, ex.ends)
+    rows, codes, emitted = _lowered_rows(program, enc, enc.column, ex)
     if fuse:
         rows = _fuse(program, rows, model)
         codes = None
@@ -126,8 +126,7 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
 
 
 def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[int]],
-                  starts: tuple[tuple[float | None, ...], ...], ends: tuple[tuple[float | None, ...], ...]
-                  ) -> tuple[Rows, list[list[int]] | None, frozenset[int]]:
+                  ex: Execution) -> tuple[Rows, list[list[int]] | None, frozenset[int]]:
     """The lowered rows; when no input row has an overlapped pair or a batch, their integer
     codes, and the rows are kept as integers too (`ir.LazyRows`, made into Action objects only
     if someone asks for them: the printer and the checker do not); the kinds of send and
@@ -188,7 +187,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                     continue
             n = len(where)
             local = list(map(and_, where, repeat(LOW)))
-            made_at = _exchange_times(enc, column, starts, ends, p, local, placement[peer], recv_kind, peer, M, mbs)
+            made_at = _exchange_times(enc, column, ex, p, local, placement[peer], recv_kind, peer, M, mbs)
             keys = list(map(add, map(mul, made_at, repeat(C)), map(add, local, repeat(p * L)))) if wide else made_at
             emitted.update((send_kind, recv_kind))
             if as_codes:
@@ -207,10 +206,10 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     made_read: list[RowCodes] | None = None
     for r in range(R):
         # The computes in row order with their starts (idle steps carry no action: dropped).
-        row_starts, steps = starts[r], enc.steps[r]
+        steps = enc.steps[r]
         columns: tuple[list[object], ...]
         if as_codes:  # one code a step that is not idle
-            c_starts = list(row_starts) if steps is None else list(map(row_starts.__getitem__, steps))
+            c_starts = list(ex.action_starts[r])
             as_read = read[r] if read is not None else None
             if as_read is None:
                 if made_read is None:
@@ -223,6 +222,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
             row = program.rows[r]
             keep = [j for j, st in enumerate(row) if type(st) is not Idle]
             columns = ([row[j] for j in keep],)
+            row_starts = ex.starts[r]
             c_starts = [row_starts[j] for j in keep]
         producers = sorted(x_keys[r])
         ex_keys: list[float] = []
@@ -247,9 +247,8 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     return tuple(out), None, frozenset(map(int, emitted))
 
 
-def _exchange_times(enc: Encoded, column: Callable[[int], list[int]], starts: tuple[tuple[float | None, ...], ...],
-                    ends: tuple[tuple[float | None, ...], ...], producer_rank: int, produced: list[int],
-                    rank: int, recv_kind: int, stage: int, M: int, mbs: Sequence[int]) -> list[float]:
+def _exchange_times(enc: Encoded, column: Callable[[int], list[int]], ex: Execution, producer_rank: int,
+                    produced: list[int], rank: int, recv_kind: int, stage: int, M: int, mbs: Sequence[int]) -> list[float]:
     """When each exchange is made: when the action of `stage` (on `rank`) that uses what the
     receive brings starts (its `INPUT_FROM_RECEIVE` slot: F for RECV_F, B or I for RECV_B),
     the latest time the proof allows (see the module docstring for why). Where no action uses
@@ -263,17 +262,9 @@ def _exchange_times(enc: Encoded, column: Callable[[int], list[int]], starts: tu
     if len(mbs) != M:
         users = list(map(users.__getitem__, mbs))
     if -1 in users:
-        return [(_times_at(enc, starts, rank, [u & LOW]) if u >= 0 else _times_at(enc, ends, producer_rank, [i]))[0]
-                for u, i in zip(users, produced)]
-    return _times_at(enc, starts, rank, map(and_, users, repeat(LOW)))
-
-
-def _times_at(enc: Encoded, times: tuple[tuple[float | None, ...], ...], rank: int, local: Iterable[int]) -> list[float]:
-    """The times (starts or ends) of `rank`'s codes at the local indices `local` (whole
-    numbers, as floats: unit-time computes; as keys, floats sort as fast as ints, and with no
-    `int()` a time)."""
-    steps = enc.steps[rank]
-    return list(map(times[rank].__getitem__, local if steps is None else map(steps.__getitem__, local)))  # type: ignore[arg-type]
+        starts, ends = ex.action_starts[rank], ex.action_ends[producer_rank]
+        return [cast(float, starts[u & LOW] if u >= 0 else ends[i]) for u, i in zip(users, produced)]
+    return cast("list[float]", list(map(ex.action_starts[rank].__getitem__, map(and_, users, repeat(LOW)))))
 
 
 def _fuse(program: Program, rows: Rows, model: CommModel) -> Rows:
