@@ -123,24 +123,28 @@ def read_rows(program: Program) -> list[RowCodes | None] | None:
 
 
 def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: int
-                      ) -> list[tuple[list[int], list[int] | None] | None]:
-    """Per rank, (codes, step index of each code or None when every step is an action), as
-    `Encoded` keeps them, from a reader's integers; None for a row to encode from its actions
-    (one built as steps, those with no action or a stage-only one, whose layout the careful
-    encoder decides, and one with a stage or microbatch out of range, which it reports)."""
+                      ) -> list[tuple[list[int], list[int] | None, set[int | None]] | None]:
+    """Per rank, (codes, step index of each code or None when every step is an action, the
+    row's distinct stage-kinds), as `Encoded` keeps them, from a reader's integers; None for a
+    row to encode from its actions (one built as steps, those with no action or a stage-only
+    one, whose layout the careful encoder decides, and one with a stage or microbatch out of
+    range, which it reports)."""
     # `code` is linear: code(stage, mb, kind) = code(stage, 0, kind) + code(0, mb, 0), so
     # prefix[sk] + micro[mb]: two list lookups a step (a stage-kind `sk` is below
     # `stage_kind(stages, 0)`, a microbatch below `microbatches`, or the row is out of range).
     prefix = [code(sk >> KIND_BITS, 0, sk & KIND_MASK, microbatches) for sk in range(stage_kind(stages, 0))]
     micro = [code(0, mb, 0, microbatches) for mb in range(microbatches)]
-    out: list[tuple[list[int], list[int] | None] | None] = []
+    out: list[tuple[list[int], list[int] | None, set[int | None]] | None] = []
     for row in rows:
         if row is None or not row[0]:
             out.append(None)
             continue
         sk_row, mb_row = row
+        # The distinct stage-kinds: a few hundred values, which say whether the row has idle
+        # steps (None) without a scan of the row for it.
+        seen = set(sk_row)
         steps: list[int] | None = None
-        if None in sk_row:  # idle steps carry no code; keep the step index of the others
+        if None in seen:  # idle steps carry no code; keep the step index of the others
             kept = list(map(is_not, sk_row, repeat(None)))
             steps = list(compress(range(len(sk_row)), kept))
             if not steps:
@@ -149,12 +153,11 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
             # `compress` by the one mask, not a lookup per kept step: no call per element.
             sk_row = list(compress(sk_row, kept))
             mb_row = list(compress(mb_row, kept))
-        if None in mb_row:  # a stage-only action
-            out.append(None)
-            continue
         try:
-            out.append((list(map(add, map(prefix.__getitem__, sk_row), map(micro.__getitem__, mb_row))), steps))  # type: ignore[arg-type]
-        except IndexError:  # out of range (a reader gives no negative number): the careful encoder says where
+            out.append((list(map(add, map(prefix.__getitem__, sk_row), map(micro.__getitem__, mb_row))), steps, seen))  # type: ignore[arg-type]
+        except (IndexError, TypeError):
+            # Out of range (a reader gives no negative number), or a stage-only action (no
+            # microbatch: `micro[None]`): the careful encoder says where, or lays it out.
             out.append(None)
     return out
 
@@ -208,7 +211,7 @@ class Encoded:
         for rank in range(len(program.rows)):
             known = from_reader[rank] if from_reader is not None else None
             if known is not None:  # from the reader's integers: the row's actions are not made
-                self._row_kinds.append(set(cast("list[RowCodes]", read)[rank][0]))
+                self._row_kinds.append(known[2])
                 self.codes.append(known[0])
                 self.steps.append(known[1])
                 self.groups.append({})

@@ -54,6 +54,11 @@ SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", R
 NOTHING = 7
 # The kinds that compute, Kind values 0..3 (the hot loops test `k <= B`).
 COMPUTE_KINDS: tuple[int, ...] = (F, I, W, B)
+# Of the kinds up to RECV_B, the sends and receives are those with this bit set: in a row
+# with no stage-only action, `code & EXCHANGE_BIT` tells them apart in one C-level pass.
+EXCHANGE_BIT = 4
+assert all(k & EXCHANGE_BIT for k in COMM_KINDS) and not any(k & EXCHANGE_BIT for k in COMPUTE_KINDS)
+assert max(COMM_KINDS) == RECV_B
 
 
 def kind_of(code: int) -> int:

@@ -54,7 +54,7 @@ from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Rows, Step, make_actions
 from .semantics import CommModel, Execution, execute
 from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
-                       Links, codes_of_kind, encode, read_rows, remember, row_codes, stage_kind)
+                       Links, code_space, codes_of_kind, encode, kind_slice, read_rows, remember, row_codes, stage_kind)
 from .gcpause import no_gc
 
 
@@ -171,6 +171,12 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
         for into, column_ in zip(x_cols[rank][producer], columns):
             into += column_
 
+    # When each action starts, by code (-1: no such action): every (stage, microbatch) of one
+    # kind is one slice of it, so the times of a stage's exchanges are read without a lookup each.
+    started: list[float] = [-1.0] * code_space(S, M)
+    for codes, times in zip(reversed(enc.codes), reversed(ex.action_starts)):  # the first of a repeated one stays
+        for c, t in zip(reversed(codes), reversed(times)):
+            started[c] = t  # type: ignore[assignment]
     for s in range(S):
         p = placement[s]
         for k, send_kind, recv_kind, step in _EXCHANGES:
@@ -186,9 +192,9 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                 if not where:
                     continue
             n = len(where)
-            local = list(map(and_, where, repeat(LOW)))
-            made_at = _exchange_times(enc, column, ex, p, local, placement[peer], recv_kind, peer, M, mbs)
-            keys = list(map(add, map(mul, made_at, repeat(C)), map(add, local, repeat(p * L)))) if wide else made_at
+            made_at = _exchange_times(enc, started, ex, p, where, recv_kind, peer, M, mbs)
+            keys = list(map(add, map(mul, made_at, repeat(C)), map(add, map(and_, where, repeat(LOW)), repeat(p * L)))) \
+                if wide else made_at
             emitted.update((send_kind, recv_kind))
             if as_codes:
                 put(p, p, keys, codes_of_kind(s, send_kind, M, mbs), [stage_kind(s, send_kind)] * n, mbs)
@@ -247,24 +253,24 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     return tuple(out), None, frozenset(map(int, emitted))
 
 
-def _exchange_times(enc: Encoded, column: Callable[[int], list[int]], ex: Execution, producer_rank: int,
-                    produced: list[int], rank: int, recv_kind: int, stage: int, M: int, mbs: Sequence[int]) -> list[float]:
-    """When each exchange is made: when the action of `stage` (on `rank`) that uses what the
-    receive brings starts (its `INPUT_FROM_RECEIVE` slot: F for RECV_F, B or I for RECV_B),
-    the latest time the proof allows (see the module docstring for why). Where no action uses
-    it (a program the checker would call incomplete), when its producer (`produced`, local
-    indices on `producer_rank`) ends."""
+def _exchange_times(enc: Encoded, started: list[float], ex: Execution, producer_rank: int, produced: list[int],
+                    recv_kind: int, stage: int, M: int, mbs: Sequence[int]) -> list[float]:
+    """When each exchange is made: when the action of `stage` that uses what the receive
+    brings starts (its `INPUT_FROM_RECEIVE` slot: F for RECV_F, B or I for RECV_B; `started`,
+    by code), the latest time the proof allows (see the module docstring for why). Where no
+    action uses it (a program the checker would call incomplete), when its producer
+    (`produced`, places on `producer_rank`) ends."""
     slot = COMPLETES[recv_kind]
-    # (A kind the program has no action of has a column of -1 only: not read.)
-    cols = [column(k)[stage * M:stage * M + M] for k, s in INPUT_FROM_RECEIVE.items() if s == slot and k in enc.kinds]
-    # One action of (stage, mb) makes its backward's gradient, B or I: the other column is -1.
-    users = [-1] * M if not cols else cols[0] if len(cols) == 1 else list(map(max, *cols))
+    # (A kind the program has no action of has no time in `started`: not read.)
+    cols = [started[kind_slice(stage, k, M)] for k, s in INPUT_FROM_RECEIVE.items() if s == slot and k in enc.kinds]
+    # One action of (stage, mb) makes its backward's gradient, B or I: the other one is -1.
+    times = [-1.0] * M if not cols else cols[0] if len(cols) == 1 else list(map(max, *cols))
     if len(mbs) != M:
-        users = list(map(users.__getitem__, mbs))
-    if -1 in users:
-        starts, ends = ex.action_starts[rank], ex.action_ends[producer_rank]
-        return [cast(float, starts[u & LOW] if u >= 0 else ends[i]) for u, i in zip(users, produced)]
-    return cast("list[float]", list(map(ex.action_starts[rank].__getitem__, map(and_, users, repeat(LOW)))))
+        times = list(map(times.__getitem__, mbs))
+    if -1.0 in times:
+        ends = ex.action_ends[producer_rank]
+        return [t if t >= 0 else cast(float, ends[i & LOW]) for t, i in zip(times, produced)]
+    return times
 
 
 def _fuse(program: Program, rows: Rows, model: CommModel) -> Rows:

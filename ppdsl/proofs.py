@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import compress, repeat
-from operator import ge, lt
+from operator import and_, ge, lt
 
 from .ir import KIND_BITS
+from .layout import EXCHANGE_BIT, RECV_B
 from .encoding import (B, COMM_KINDS, COMPUTE_KINDS, MB_STRIDE, NOTHING, PEER_OF_KIND, PRODUCERS, SLOT_BITS,
                        SLOT_MASK, Encoded, Needs, code_space, codes_of_kind, kind_slice, peer_stage)
 
@@ -168,8 +169,9 @@ def pairs_meet(enc: Encoded) -> bool:
     # Per rank, its sends and receives in row order and beside them their peers, then the end.
     rows: list[list[int]] = []
     peers: list[list[int]] = []
+    by_bit = max(enc.kinds, default=0) <= RECV_B  # no stage-only action: one `&` a code tells
     for codes in enc.codes:
-        row = list(compress(codes, map(exchanged.__getitem__, codes)))
+        row = list(compress(codes, map(and_, codes, repeat(EXCHANGE_BIT)) if by_bit else map(exchanged.__getitem__, codes)))
         peers.append([*map(peer.__getitem__, row), never])
         row.append(end_of_row)
         rows.append(row)
