@@ -41,7 +41,7 @@ actions apart.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
 from operator import add, and_, attrgetter, floordiv, is_, is_not, or_, rshift
 from typing import cast
@@ -144,6 +144,8 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
         # steps (None) without a scan of the row for it.
         seen = set(sk_row)
         steps: list[int] | None = None
+        sks: Iterable[int | None] = sk_row
+        mbs: Iterable[int | None] = mb_row
         if None in seen:  # idle steps carry no code; keep the step index of the others
             kept = list(map(is_not, sk_row, repeat(None)))
             steps = list(compress(range(len(sk_row)), kept))
@@ -151,10 +153,9 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
                 out.append(None)
                 continue
             # `compress` by the one mask, not a lookup per kept step: no call per element.
-            sk_row = list(compress(sk_row, kept))
-            mb_row = list(compress(mb_row, kept))
+            sks, mbs = compress(sk_row, kept), compress(mb_row, kept)
         try:
-            out.append((list(map(add, map(prefix.__getitem__, sk_row), map(micro.__getitem__, mb_row))), steps, seen))  # type: ignore[arg-type]
+            out.append((list(map(add, map(prefix.__getitem__, sks), map(micro.__getitem__, mbs))), steps, seen))  # type: ignore[arg-type]
         except (IndexError, TypeError):
             # Out of range (a reader gives no negative number), or a stage-only action (no
             # microbatch: `micro[None]`): the careful encoder says where, or lays it out.

@@ -208,3 +208,34 @@ def test_lowering_remembers_the_encoding_a_fresh_one_would_give(call: str) -> No
     assert encode(lowered) is kept
     fresh = Encoded(lowered)
     assert (kept.codes, kept.steps, kept.groups, kept.kinds) == (fresh.codes, fresh.steps, fresh.groups, fresh.kinds)
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_per_step_times_are_those_of_each_step_s_actions(call: str) -> None:
+    """An Execution keeps its times per action; its per-step `starts` and `ends` are made from
+    them: a step starts with its first action and ends with its last, idle steps have neither,
+    and the makespan is the latest end. Checked on whole, lowered and broken programs (some
+    runs stop), and on their timelines (idle steps between the actions)."""
+    checked = 0
+    for p in programs(call):
+        for q in (p, timeline(p)) if not encode(p).invalid and execute(p).completed and not encode(p).has_comms else (p,):
+            enc = encode(q)
+            if enc.invalid:
+                continue
+            for model in MODELS:
+                run = execute(q, model)
+                for r, codes in enumerate(enc.codes):
+                    firsts: dict[int, float | None] = {}
+                    lasts: dict[int, float | None] = {}
+                    for i in range(len(codes)):
+                        step = enc.step_of(r, i)
+                        firsts.setdefault(step, run.action_starts[r][i])
+                        lasts[step] = run.action_ends[r][i]
+                    assert len(run.starts[r]) == len(run.ends[r]) == len(q.rows[r])
+                    for step in range(len(q.rows[r])):
+                        assert run.starts[r][step] == firsts.get(step)
+                        assert run.ends[r][step] == lasts.get(step)
+                ends = [e for row in run.ends for e in row if e is not None]
+                assert run.makespan == max(ends, default=0.0)
+                checked += 1
+    assert checked > 30
