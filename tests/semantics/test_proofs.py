@@ -16,7 +16,7 @@ from ppdsl.encoding import encode
 from ppdsl.expansion import parse
 from ppdsl.ir import Program, Step
 from ppdsl.lower import lower
-from ppdsl.proofs import rows_carry_their_inputs
+from ppdsl.proofs import pairs_meet, rows_carry_their_inputs
 from ppdsl.semantics import UNIT, CommModel, _Engine, completes, execute
 
 CALLS = ["1f1b()", "gpipe()", "interleaved_1f1b(virtual=2)", "zb1p()", "v_half()", "dualpipev()"]
@@ -97,3 +97,34 @@ def test_an_input_from_a_later_place_or_another_rank_is_left_to_the_loop() -> No
     assert completes(p) == the_loop(p) is False
     # Buffered answers nothing here (the loop decides).
     assert not rows_carry_their_inputs(enc, enc.needs(True))
+
+
+def test_the_walk_agrees_with_the_loop_past_the_pipeline_s_ends_and_beside_stage_only_actions() -> None:
+    """`pairs_meet` works out each peer from the labels: a send or receive naming a stage
+    outside the pipeline (PPS207) meets nothing, and stage-only actions (which the walk steps
+    over) change nothing; in each case its verdict is the loop's."""
+    ok = "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n"
+    head = "pipeline ranks=2 microbatches=1\n"
+    assert pairs_meet(encode(parse(head + ok))) and the_loop(parse(head + ok))
+    for edge in ("rank 1: 1RECV_F0 1F0 1SEND_F0 1B0 1SEND_B0\n",   # to stage 2, past the last
+                 "rank 1: 1RECV_F0 1F0 1B0 1RECV_B0 1SEND_B0\n"):  # from stage 2
+        p = parse(head + ok.splitlines(keepends=True)[0] + edge)
+        assert not pairs_meet(encode(p)) and not the_loop(p)
+    for edge in ("rank 0: 0RECV_F0 0F0 0SEND_F0 0RECV_B0 0B0\n",   # from stage -1
+                 "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 0SEND_B0\n"):  # to stage -1
+        p = parse(head + edge + ok.splitlines(keepends=True)[1])
+        assert not pairs_meet(encode(p)) and not the_loop(p)
+    # Microbatch 1 of stage 2 lies past every code of the pipeline, microbatch 1 of stage -1 before.
+    two = "pipeline ranks=2 microbatches=2\n"
+    for rows in ("rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+                 "rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1SEND_F1 1B0 1SEND_B0 1B1 1SEND_B1\n",
+                 "rank 0: 0RECV_F1 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+                 "rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B0 1SEND_B0 1B1 1SEND_B1\n"):
+        p = parse(two + rows)
+        assert not pairs_meet(encode(p)) and not the_loop(p)
+    staged = parse(head + "rank 0: 0UNSHARD 0F0 0SEND_F0 0RECV_B0 0B0 0REDUCE_GRAD\n"
+                          "rank 1: 1UNSHARD 1RECV_F0 1F0 1B0 1SEND_B0 1RESHARD\n")
+    assert pairs_meet(encode(staged)) and the_loop(staged)
+    stuck = parse(head + "rank 0: 0UNSHARD 0F0 0RECV_B0 0SEND_F0 0B0\n"
+                         "rank 1: 1UNSHARD 1RECV_F0 1F0 1B0 1SEND_B0\n")
+    assert not pairs_meet(encode(stuck)) and not the_loop(stuck)
