@@ -46,7 +46,7 @@ cycle is split back (never reached with lowered programs; kept as a guarantee).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import add, and_, ge, itemgetter, mul
 from typing import cast
 
@@ -158,18 +158,14 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     L = max(max(map(len, program.rows), default=0), max(map(len, enc.codes), default=0)) + 1 if wide else 0
     C = R * L if wide else 1  # one time unit of an exchange key
 
-    # Per rank, per producer rank: exchange keys, and the columns of the rows being made:
-    # codes, stage-kinds and microbatches (rows made as integers), or Actions.
-    x_keys: list[dict[int, list[float]]] = [{} for _ in range(R)]
-    x_cols: list[dict[int, tuple[list[object], ...]]] = [{} for _ in range(R)]
+    # Per rank, per producer rank: its runs of exchanges, each as (keys, then the columns of the
+    # rows being made: codes, stage-kinds and microbatches for rows made as integers, or
+    # Actions). Each column of a row is made once, by one chain of its runs.
+    x_runs: list[dict[int, list[tuple[Sequence[object], ...]]]] = [{} for _ in range(R)]
     emitted: set[int] = set()
 
     def put(rank: int, producer: int, keys: list[float], *columns: Sequence[object]) -> None:
-        if producer not in x_keys[rank]:
-            x_keys[rank][producer], x_cols[rank][producer] = [], tuple([] for _ in columns)
-        x_keys[rank][producer] += keys
-        for into, column_ in zip(x_cols[rank][producer], columns):
-            into += column_
+        x_runs[rank].setdefault(producer, []).append((keys, *columns))
 
     # When each action starts, by code (-1: no such action): every (stage, microbatch) of one
     # kind is one slice of it, so the times of a stage's exchanges are read without a lookup each.
@@ -213,9 +209,10 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     for r in range(R):
         # The computes in row order with their starts (idle steps carry no action: dropped).
         steps = enc.steps[r]
-        columns: tuple[list[object], ...]
+        computes: list[Sequence[object]]  # its columns, as the runs' after their keys
+        c_starts: Sequence[float | None]
         if as_codes:  # one code a step that is not idle
-            c_starts = list(ex.action_starts[r])
+            c_starts = ex.action_starts[r]
             as_read = read[r] if read is not None else None
             if as_read is None:
                 if made_read is None:
@@ -223,24 +220,20 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                 as_read = made_read[r]
             elif steps is not None:
                 as_read = (list(map(as_read[0].__getitem__, steps)), list(map(as_read[1].__getitem__, steps)))
-            columns = (list(enc.codes[r]), list(as_read[0]), list(as_read[1]))
+            computes = [enc.codes[r], as_read[0], as_read[1]]
         else:  # per step: an overlapped pair or a batch is one item
             row = program.rows[r]
             keep = [j for j, st in enumerate(row) if type(st) is not Idle]
-            columns = ([row[j] for j in keep],)
+            computes = [[row[j] for j in keep]]
             row_starts = ex.starts[r]
             c_starts = [row_starts[j] for j in keep]
-        producers = sorted(x_keys[r])
-        ex_keys: list[float] = []
-        for p in producers:
-            ex_keys += x_keys[r][p]
-            for into, more in zip(columns, x_cols[r][p]):
-                into += more
+        runs = [run for p in sorted(x_runs[r]) for run in x_runs[r][p]]
+        columns = [list(chain(mine, *[run[i] for run in runs])) for i, mine in enumerate(computes, 1)]
         # A compute's key (T + 1)C - 1/2, in units of exchange keys: after every exchange of
         # time T, before those of T + 1. The sort is stable: equal keys keep their position
         # (computes in row order, then exchanges producer by producer).
-        keys = [*(map(add, c_starts, repeat(0.5)) if C == 1 else map(add, map(mul, c_starts, repeat(C)), repeat(C - 0.5))),
-                *ex_keys]
+        keys = list(chain(map(add, c_starts, repeat(0.5)) if C == 1 else map(add, map(mul, c_starts, repeat(C)), repeat(C - 0.5)),
+                          *[run[0] for run in runs]))
         perm = sorted(range(len(keys)), key=keys.__getitem__)
         placed = [list(itemgetter(*perm)(col)) if len(perm) > 1 else [col[i] for i in perm] for col in columns]
         if as_codes:
