@@ -126,15 +126,27 @@ def rows_carry_their_inputs(enc: Encoded, needs: Needs) -> bool:
     M = enc.microbatches
     columns = {k: enc.column(k) for k in (*COMPUTE_KINDS, *COMM_KINDS) if k in enc.kinds}
     for pair in _producers_beside_consumers(needs, enc.stages, M, columns):
-        if pair is None:
+        if pair is None or not _made_earlier(*pair, M):
             return False
-        theirs, mine = pair
-        if -1 in mine:  # some (stage, microbatch) lacks that action (often a whole stage): nothing waits there
-            present = list(map(ge, mine, repeat(0)))
-            theirs, mine = list(compress(theirs, present)), list(compress(mine, present))
-        if -1 in theirs or not all(map(lt, theirs, mine)):
-            return False  # not made, or made later in the row
     return pairs_meet(enc)
+
+
+def _made_earlier(theirs: list[int], mine: list[int], M: int) -> bool:
+    """Whether every action in `mine` (places, -1: absent) has its producer in `theirs` there
+    and earlier. Where some (stage, microbatch) lacks the action, stage by stage: a stage
+    without it (often a whole one, as the last stage's sends) is skipped, not masked."""
+    if -1 not in mine:
+        return -1 not in theirs and all(map(lt, theirs, mine))
+    for lo in range(0, len(mine), M):
+        mine_here, theirs_here = mine[lo:lo + M], theirs[lo:lo + M]
+        if -1 in mine_here:
+            if mine_here.count(-1) == M:
+                continue  # nothing of this stage waits
+            present = list(map(ge, mine_here, repeat(0)))
+            theirs_here, mine_here = list(compress(theirs_here, present)), list(compress(mine_here, present))
+        if -1 in theirs_here or not all(map(lt, theirs_here, mine_here)):
+            return False  # not made, or made later in the row
+    return True
 
 
 def pairs_meet(enc: Encoded) -> bool:
