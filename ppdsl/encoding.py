@@ -320,8 +320,9 @@ class Encoded:
         """How many distinct codes the program has (`pos` entries that are not -1): fewer than
         its valid actions when one appears twice (`unrepeated`)."""
         if self._distinct is None:
-            pos = self.pos
-            self._distinct = len(pos) - pos.count(-1)
+            # Every code is of a kind the program uses: their columns (which the checker reads
+            # anyway) hold every entry that is not -1, in a third of the table or less.
+            self._distinct = sum(len(col) - col.count(-1) for col in map(self.column, self.kinds))
         return self._distinct
 
     @property

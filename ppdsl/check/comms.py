@@ -167,9 +167,12 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
 
 def _later(late: list[int], early: list[int], M: int) -> list[int]:
     """The `stage * M + mb` where both actions are there and `late` comes after `early`
-    (positions from `ctx.column`, -1 where absent). Stage by stage: where `early` is there
-    for every microbatch, one comparison pass without masking answers (`late` absent is -1,
-    never after anything)."""
+    (positions from `ctx.column`, -1 where absent). Where `early` is there for every (stage,
+    microbatch), one comparison pass over the whole columns answers (`late` absent is -1,
+    never after anything); else stage by stage, a stage with all of `early` there without
+    masking."""
+    if -1 not in early:  # every earlier action there: one pass over the whole columns
+        return list(compress(range(len(late)), map(gt, late, early))) if any(map(gt, late, early)) else []
     out: list[int] = []
     for lo in range(0, len(late), M):
         e = early[lo:lo + M]
