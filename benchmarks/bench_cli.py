@@ -264,7 +264,13 @@ def main() -> int:
                 # The schedule object's own order: ppdsl's chain, then PyTorch's, on it.
                 order_net.append(sum(Run(cmd).wall - Run(empty).wall for cmd, empty in chain_on(order_csv)))
                 order_torch.append(run_torch_chain(order_csv)[0])
-            print(f"  round {round_no + 1} done", flush=True)
+            # This round's chain (start-up subtracted) beside PyTorch's, as the medians below are made.
+            net = sum(samples[full][k][-1][0] - samples[full][k][-1][2] for k in ("lint CSV", "expand --comms CSV", "lint lowered"))
+            line = f"  round {round_no + 1}: ppdsl chain {net:.2f} s"
+            if torch_chain:
+                line += (f", PyTorch {torch_times[-1]:.2f} s ({torch_times[-1] / net:.1f}x); on pipeline_order "
+                         f"{order_net[-1]:.2f} s against {order_torch[-1]:.2f} s ({order_torch[-1] / order_net[-1]:.1f}x)")
+            print(line, flush=True)
 
     def med(values: list[float]) -> float:
         return statistics.median(values)
