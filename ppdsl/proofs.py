@@ -157,11 +157,11 @@ def pairs_meet(enc: Encoded) -> bool:
     rank reaching its end is the loop's verdict: the loop's ranks stop at the same operations.
 
     The peers are those the labels name (`PEER_OF_KIND`, as `links.named_deltas`: the caller
-    has checked that the links agree), worked out at each step from a table of 16 deltas.
-    A table of every code's peer, or lists of peers laid beside the rows, cost more to make
-    than the walk spends on the arithmetic (0.095 s against 0.15 s for 260,096 pairs), and the
-    big table's lookups miss the cache. A send or receive that names a stage outside the
-    pipeline never meets anything: then the answer is no at once."""
+    has checked that the links agree), worked out at each step from a table of 16 deltas: a
+    table of every code's peer, or lists of peers beside the rows, cost more to make than the
+    walk spends on the arithmetic, and the big table's lookups miss the cache. A send or
+    receive that names a stage outside the pipeline never meets anything: then the answer is
+    no at once."""
     S, M = enc.stages, enc.microbatches
     pos = enc.pos
     for k in COMM_KINDS:
