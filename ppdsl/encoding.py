@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
 from operator import add, and_, attrgetter, floordiv, is_, is_not, or_, rshift
-from typing import cast
+from typing import TypeVar, cast
 
 from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of, require_program
 # The layout of codes and keys, and the peer and matching rules, live in their own modules;
@@ -112,6 +112,8 @@ def row_codes(rows: list[list[int]], stages: int, microbatches: int) -> list[Row
         out.append((sks, list(map(micro.__getitem__, sms))))
     return out
 
+
+Value = TypeVar("Value")  # what `Encoded.at_first_occurrence` lays out by code
 
 _PLAIN_OR_IDLE = frozenset((Action, Idle))
 
@@ -303,9 +305,9 @@ class Encoded:
         lacks it.
 
         A list over the whole code space rather than a dict: a reader takes every (stage,
-        microbatch) of one kind as one slice of it, in C (`_at_first_occurrence`)."""
+        microbatch) of one kind as one slice of it, in C (`at_first_occurrence`)."""
         if self._pos is None:
-            self._pos = self._at_first_occurrence(lambda rank, n: range(rank << SHIFT, (rank << SHIFT) + n))
+            self._pos = self.at_first_occurrence(lambda rank, n: range(rank << SHIFT, (rank << SHIFT) + n))
         return self._pos
 
     def stages_of(self, rank: int) -> set[int]:
@@ -331,7 +333,7 @@ class Encoded:
         program lacks it (a table like `pos`: one slice of it is every (stage, microbatch) of
         a kind)."""
         if self._step_at is None:
-            self._step_at = self._at_first_occurrence(lambda rank, n: self.steps[rank] or range(n))
+            self._step_at = self.at_first_occurrence(lambda rank, n: self.steps[rank] or range(n))
         return self._step_at
 
     @property
@@ -340,12 +342,12 @@ class Encoded:
         position tables hold of a repeated one is only its first place."""
         return self.distinct == sum(map(len, self.codes)) - len(self.invalid)
 
-    def _at_first_occurrence(self, values: Callable[[int, int], Sequence[int]]) -> list[int]:
+    def at_first_occurrence(self, values: Callable[[int, int], Sequence[Value]]) -> list[Value | int]:
         """A list over the whole code space: per code, `values(rank, len(row))[i]` of its first
         occurrence (row `rank`, index i), -1 where the program lacks it. Filled by scattering
         each row backwards, so the first occurrence is the one that stays (by a plain loop:
         `map(table.__setitem__, ...)` calls a method wrapper per code, 1.4x slower)."""
-        table = [-1] * code_space(self.stages, self.microbatches)
+        table: list[Value | int] = [-1] * code_space(self.stages, self.microbatches)
         for rank in range(len(self.codes) - 1, -1, -1):
             codes = self.codes[rank]
             for c, v in zip(reversed(codes), reversed(values(rank, len(codes)))):

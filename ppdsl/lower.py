@@ -54,7 +54,7 @@ from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Rows, Step, make_actions
 from .semantics import CommModel, Execution, execute
 from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
-                       Links, code_space, codes_of_kind, encode, kind_slice, read_rows, remember, row_codes, stage_kind)
+                       Links, codes_of_kind, encode, kind_slice, read_rows, remember, row_codes, stage_kind)
 from .gcpause import no_gc
 
 
@@ -167,12 +167,10 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     def put(rank: int, producer: int, keys: list[float], *columns: Sequence[object]) -> None:
         x_runs[rank].setdefault(producer, []).append((keys, *columns))
 
-    # When each action starts, by code (-1: no such action): every (stage, microbatch) of one
-    # kind is one slice of it, so the times of a stage's exchanges are read without a lookup each.
-    started: list[float] = [-1.0] * code_space(S, M)
-    for codes, times in zip(reversed(enc.codes), reversed(ex.action_starts)):  # the first of a repeated one stays
-        for c, t in zip(reversed(codes), reversed(times)):
-            started[c] = t  # type: ignore[assignment]
+    # When each action starts, by code (-1: no such action; in a run that ends every action
+    # has its start): every (stage, microbatch) of one kind is one slice of it, so the times
+    # of a stage's exchanges are read without a lookup each.
+    started = cast("list[float]", enc.at_first_occurrence(lambda rank, n: ex.action_starts[rank]))
     for s in range(S):
         p = placement[s]
         for k, send_kind, recv_kind, step in _EXCHANGES:
