@@ -216,6 +216,11 @@ class Framework(abc.ABC):
         """Join the job's default group from the launcher's environment."""
 
     @abc.abstractmethod
+    def destroy_process_group(self) -> None:
+        """Leave the default group at the end of a run whose ranks all finished (the
+        framework's own teardown at interpreter exit may abort the process otherwise)."""
+
+    @abc.abstractmethod
     def is_initialized(self) -> bool: ...
 
     @abc.abstractmethod

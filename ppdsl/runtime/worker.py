@@ -218,6 +218,8 @@ def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: W
         code = max(code, train(cfg, fw, file, index, rank, world, backend, reporter, watchdog, status))
         if code and not cfg.verify:
             break
+    if world > 1:
+        fw.destroy_process_group()
     return code
 
 

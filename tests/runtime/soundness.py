@@ -275,7 +275,8 @@ def run(selected: Sequence[Case], verdicts: dict[str, str] | None = None,
     deadlock hangs with or without labels: the guard has nothing to say there).
 
     One launch of worker processes per rank count runs all of that count's cases in turn
-    (the two launches at once); a launch whose ranks die is restarted on the cases left."""
+    (the two launches at once); a launch whose ranks die is restarted on the cases left
+    (`_run_launches`)."""
     verdicts = verdicts if verdicts is not None else {c.name: verdict(ppdsl.parse(c.text)) for c in selected}
     jobs: list[tuple[Case, str]] = []
     for c in selected:
@@ -318,10 +319,17 @@ def crosses_kinds(program: Program) -> bool:
 
 
 def _run_launches(jobs: list[tuple[Case, str]], hang_seconds: float) -> list[Result]:
+    """Run `jobs` in one launch of worker processes, and again on the cases left when the ranks die.
+
+    A crash is a case's outcome only when that case ran first in fresh processes: after other
+    cases, a thread one of them left blocked in gloo (a hung or stopped case) shares the
+    process, so the case runs again at the head of a new launch. A launch that dies before
+    any case starts is retried once; then its first case is reported crashed, with the reason."""
     from ppdsl.runtime.launcher import launch
 
     results = [Result(c, g) for c, g in jobs]
     todo = list(range(len(jobs)))
+    failed_starts = 0
     while todo:
         with tempfile.TemporaryDirectory(prefix="ppdsl-soundness-") as tmp:
             spec = Path(tmp) / "cases.json"
@@ -331,8 +339,10 @@ def _run_launches(jobs: list[tuple[Case, str]], hang_seconds: float) -> list[Res
                                                    "background": jobs[i][1] in BACKGROUND_MODES}
                                                   for i in todo]}))
             program = ppdsl.parse(jobs[todo[0]][0].text)
-            outcome = launch([program], [str(spec)], steps=0, timeout=30, quiet=True,
+            logs = Path(tmp) / "logs"
+            outcome = launch([program], [str(spec)], steps=0, timeout=30, quiet=True, keep_logs=str(logs),
                              command=[sys.executable, str(WORKER)])
+            tails = _log_tails(logs) if outcome.code != 0 else ""
         started: list[int] = []
         for e in outcome.events:
             if e.get("event") == "case_start" and e.get("rank") == 0:
@@ -344,17 +354,35 @@ def _run_launches(jobs: list[tuple[Case, str]], hang_seconds: float) -> list[Res
         done = {i for i in todo if results[i].outcome != "not run"}
         left = [i for i in todo if i not in done]
         if left and outcome.code != 0:
-            # The ranks died inside the first unfinished case: that is its outcome.
-            crashed = next((i for i in started if i in left), left[0])
-            results[crashed].outcome = "crashed"
-            results[crashed].detail = outcome.failure or "the worker processes died"
-            left.remove(crashed)
+            in_progress = next((i for i in started if i in left), None)
+            if in_progress is None and started:
+                pass  # died between two cases: neither one's outcome; the rest run again
+            elif in_progress is None and failed_starts == 0:
+                failed_starts += 1  # no case began: the launch itself failed; once more
+            elif in_progress is None or in_progress == todo[0]:
+                crashed = left[0] if in_progress is None else in_progress
+                results[crashed].outcome = "crashed"
+                results[crashed].detail = (outcome.failure or "the worker processes died") + tails
+                left.remove(crashed)
+            else:
+                left.remove(in_progress)
+                left.insert(0, in_progress)
         elif left:  # pragma: no cover - the worker exits early only by dying
             for i in left:
                 results[i].outcome, results[i].detail = "crashed", "the workers stopped early"
             left = []
         todo = left
     return results
+
+
+def _log_tails(logs: Path, lines: int = 3) -> str:
+    """The last lines each rank wrote (gloo's reason for an abort is there), for a crash's detail."""
+    out = []
+    for log in sorted(logs.glob("rank*.log")):
+        text = [x for x in log.read_text(errors="replace").splitlines() if x and not x.startswith("{")]
+        if text:
+            out.append(f"{log.stem}: " + " | ".join(text[-lines:]))
+    return (" [" + "; ".join(out) + "]") if out else ""
 
 
 def expected(verdict_: str, guarded: bool) -> set[str]:

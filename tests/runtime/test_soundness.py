@@ -94,6 +94,37 @@ def test_checker_verdicts_match_real_gloo() -> None:
 
 
 @pytest.mark.slow
+def test_a_crash_after_other_cases_is_judged_again_in_fresh_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case that kills its processes, run after another in the same launch, runs again first
+    in a new one (a thread an earlier case left in gloo could have been the cause), and only
+    then counts as crashed; the cases around it keep their own outcomes."""
+    pytest.importorskip("paddle")
+    import attrs
+
+    from ppdsl.runtime import launcher
+
+    by_name = {c.name: c for c in S.cases()}
+    clean = by_name["1f1b 2r"]
+    crossing = by_name["v_half 2r #1"]  # a gradient meets an activation's receive: gloo aborts on the size
+    assert S.verdict(ppdsl.parse(crossing.text)) == "PPS212" and S.crosses_kinds(ppdsl.parse(crossing.text))
+    jobs = [(attrs.evolve(clean, name="before"), S.UNGUARDED), (crossing, S.UNGUARDED),
+            (attrs.evolve(clean, name="after"), S.UNGUARDED)]
+    firsts: list[bool] = []  # per launch: does it start with the crossing case
+    real_launch = launcher.launch
+
+    def counted(*args: object, **kwargs: object) -> launcher.Outcome:
+        spec = json.loads(Path(str(args[1][0])).read_text())  # type: ignore[index]
+        firsts.append(spec["cases"][0]["text"] == crossing.text)
+        return real_launch(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(launcher, "launch", counted)
+    results = S._run_launches(jobs, S.HANG_SECONDS)
+    assert [r.outcome for r in results] == ["exact", "crashed", "exact"], [(r.outcome, r.detail) for r in results]
+    assert "signal" in results[1].detail
+    assert firsts == [False, True, False]
+
+
+@pytest.mark.slow
 def test_the_guard_under_the_launcher_stops_every_rank_at_once(tmp_path: Path) -> None:
     pytest.importorskip("paddle")
     import time

@@ -194,6 +194,9 @@ class PaddleFramework(Framework):
     def init_process_group(self) -> None:
         dist.init_parallel_env()
 
+    def destroy_process_group(self) -> None:
+        pass  # Paddle's groups end with the process: its exit after a finished run is clean
+
     def is_initialized(self) -> bool:
         return bool(dist.is_initialized())
 

@@ -180,6 +180,12 @@ class TorchFramework(Framework):
     def init_process_group(self) -> None:
         dist.init_process_group(backend=self.default_backend())
 
+    def destroy_process_group(self) -> None:
+        # Without it, gloo's worker threads meet the interpreter's teardown: "terminate called
+        # without an active exception" (SIGABRT) after a run that finished well.
+        if self.is_initialized():
+            dist.destroy_process_group()
+
     def is_initialized(self) -> bool:
         return bool(dist.is_available() and dist.is_initialized())
 
