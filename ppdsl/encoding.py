@@ -175,7 +175,7 @@ class Encoded:
     """
 
     __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
-                 "_kinds", "_links", "_needs", "_pos", "_columns", "_row_kinds", "_distinct", "_step_at")
+                 "_kinds", "_links", "_needs", "_pos", "_columns", "_row_kinds", "_distinct")
 
     def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
                  links: Links | None = None, read: list[RowCodes | None] | None = None):
@@ -200,7 +200,6 @@ class Encoded:
         # `stages_of` read instead of scanning the row's codes.
         self._row_kinds: list[set[int | None] | None] = []
         self._distinct: int | None = None
-        self._step_at: list[int] | None = None
         if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
             self._kinds = kinds
             self._links = links
@@ -327,14 +326,25 @@ class Encoded:
             self._distinct = sum(len(col) - col.count(-1) for col in map(self.column, self.kinds))
         return self._distinct
 
-    @property
-    def step_at(self) -> list[int]:
-        """code -> the step index of its first occurrence in its rank's row, -1 where the
-        program lacks it (a table like `pos`: one slice of it is every (stage, microbatch) of
-        a kind)."""
-        if self._step_at is None:
-            self._step_at = self.at_first_occurrence(lambda rank, n: self.steps[rank] or range(n))
-        return self._step_at
+    def step_column(self, kind: int) -> list[int]:
+        """The step index, in its rank's row, of every (stage, microbatch) of one kind, indexed
+        as `column`; -1 where the program lacks it. Read off `column`'s places, one slice a
+        stage: a stage's actions are usually all on its own rank, whose steps are one lookup."""
+        col, M = self.column(kind), self.microbatches
+        out: list[int] = []
+        for s, rank in enumerate(self.placement):
+            where, low = col[s * M:s * M + M], rank << SHIFT
+            steps = self.steps[rank]
+            if where and low <= min(where) and max(where) <= low | LOW:
+                at = map(and_, where, repeat(LOW))
+                out += at if steps is None else map(steps.__getitem__, at)
+            else:  # an absent action (-1), or one on another rank
+                out += [-1 if w < 0 else self._step_of_place(w) for w in where]
+        return out
+
+    def _step_of_place(self, place: int) -> int:
+        steps = self.steps[place >> SHIFT]
+        return place & LOW if steps is None else steps[place & LOW]
 
     @property
     def unrepeated(self) -> bool:

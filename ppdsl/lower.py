@@ -53,7 +53,7 @@ from typing import cast
 from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Rows, Step, make_actions
 from .semantics import CommModel, Execution, execute
-from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
+from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, SHIFT, Encoded,
                        Links, codes_of_kind, encode, kind_slice, read_rows, remember, row_codes, stage_kind)
 from .gcpause import no_gc
 
@@ -167,10 +167,6 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     def put(rank: int, producer: int, keys: list[float], *columns: Sequence[object]) -> None:
         x_runs[rank].setdefault(producer, []).append((keys, *columns))
 
-    # When each action starts, by code (-1: no such action; in a run that ends every action
-    # has its start): every (stage, microbatch) of one kind is one slice of it, so the times
-    # of a stage's exchanges are read without a lookup each.
-    started = cast("list[float]", enc.at_first_occurrence(lambda rank, n: ex.action_starts[rank]))
     for s in range(S):
         p = placement[s]
         for k, send_kind, recv_kind, step in _EXCHANGES:
@@ -186,7 +182,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                 if not where:
                     continue
             n = len(where)
-            made_at = _exchange_times(enc, started, ex, p, where, recv_kind, peer, M, mbs)
+            made_at = _exchange_times(enc, ex, p, where, recv_kind, peer, M, mbs)
             keys = list(map(add, map(mul, made_at, repeat(C)), map(add, map(and_, where, repeat(LOW)), repeat(p * L)))) \
                 if wide else made_at
             emitted.update((send_kind, recv_kind))
@@ -244,16 +240,16 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     return tuple(out), None, frozenset(map(int, emitted))
 
 
-def _exchange_times(enc: Encoded, started: list[float], ex: Execution, producer_rank: int, produced: list[int],
+def _exchange_times(enc: Encoded, ex: Execution, producer_rank: int, produced: list[int],
                     recv_kind: int, stage: int, M: int, mbs: Sequence[int]) -> list[float]:
     """When each exchange is made: when the action of `stage` that uses what the receive
-    brings starts (its `INPUT_FROM_RECEIVE` slot: F for RECV_F, B or I for RECV_B; `started`,
-    by code), the latest time the proof allows (see the module docstring for why). Where no
-    action uses it (a program the checker would call incomplete), when its producer
-    (`produced`, places on `producer_rank`) ends."""
+    brings starts (its `INPUT_FROM_RECEIVE` slot: F for RECV_F, B or I for RECV_B), the latest
+    time the proof allows (see the module docstring for why). Where no action uses it (a
+    program the checker would call incomplete), when its producer (`produced`, places on
+    `producer_rank`) ends."""
     slot = COMPLETES[recv_kind]
-    # (A kind the program has no action of has no time in `started`: not read.)
-    cols = [started[kind_slice(stage, k, M)] for k, s in INPUT_FROM_RECEIVE.items() if s == slot and k in enc.kinds]
+    cols = [_starts(ex, enc.column(k)[stage * M:stage * M + M], enc.placement[stage])
+            for k, s in INPUT_FROM_RECEIVE.items() if s == slot and k in enc.kinds]
     # One action of (stage, mb) makes its backward's gradient, B or I: the other one is -1.
     times = [-1.0] * M if not cols else cols[0] if len(cols) == 1 else list(map(max, *cols))
     if len(mbs) != M:
@@ -262,6 +258,14 @@ def _exchange_times(enc: Encoded, started: list[float], ex: Execution, producer_
         ends = ex.action_ends[producer_rank]
         return [t if t >= 0 else cast(float, ends[i & LOW]) for t, i in zip(times, produced)]
     return times
+
+
+def _starts(ex: Execution, where: list[int], rank: int) -> list[float]:
+    """When the actions at places `where` (`rank << SHIFT | i`; -1: none, -1.0 then) start.
+    Usually all on `rank` (a stage's actions are on its own rank): one list lookup each."""
+    if -1 not in where and (rank << SHIFT) <= min(where) and max(where) <= (rank << SHIFT | LOW):
+        return list(map(ex.action_starts[rank].__getitem__, map(and_, where, repeat(LOW))))  # type: ignore[arg-type]
+    return [cast(float, ex.action_starts[w >> SHIFT][w & LOW]) if w >= 0 else -1.0 for w in where]
 
 
 def _fuse(program: Program, rows: Rows, model: CommModel) -> Rows:

@@ -26,7 +26,7 @@ from operator import and_, ge, lt
 from .ir import KIND_BITS
 from .layout import EXCHANGE_BIT, KIND_MASK, KIND_SPACE, RECV_B
 from .links import named_deltas
-from .encoding import (B, COMM_KINDS, COMPUTE_KINDS, MB_STRIDE, NOTHING, PEER_OF_KIND, PRODUCERS, SLOT_BITS,
+from .encoding import (B, COMM_KINDS, COMPUTE_KINDS, NOTHING, PEER_OF_KIND, PRODUCERS, SLOT_BITS,
                        SLOT_MASK, Encoded, Needs, code_space, kind_slice)
 
 
@@ -83,14 +83,14 @@ def steps_are_an_order(enc: Encoded, needs: Needs) -> bool:
     would need more care than this one takes.
 
     The test is a few C-level passes over columns: per compute kind, the step of every
-    (stage, microbatch), a slice of `Encoded.step_at`; per need in the `Needs` tables (`local_slot`,
+    (stage, microbatch), `Encoded.step_column`; per need in the `Needs` tables (`local_slot`,
     `input_off`, whose offset is one per stage), one comparison of two slices."""
     if not enc.unrepeated:
         return False  # a repeated action: its second place would go unchecked
     at: dict[int, list[int]] = {}  # kind -> the step of every (stage, microbatch) of that kind
     for k in COMPUTE_KINDS:
         if k in enc.kinds:
-            at[k] = enc.step_at[k::MB_STRIDE]
+            at[k] = enc.step_column(k)
             if -1 in at[k]:
                 return False
     for pair in _producers_beside_consumers(needs, enc.stages, enc.microbatches, at):

@@ -239,3 +239,35 @@ def test_per_step_times_are_those_of_each_step_s_actions(call: str) -> None:
                 assert run.makespan == max(ends, default=0.0)
                 checked += 1
     assert checked > 30
+
+
+@pytest.mark.parametrize("call", [c for c in CALLS if c != "dualpipev()"])
+def test_a_kind_s_steps_are_those_of_each_action_s_first_place(call: str) -> None:
+    # `Encoded.step_column` reads each stage's slice of the places; checked against the rows
+    # themselves, with actions missing, repeated, and moved onto another rank's row.
+    from ppdsl.encoding import COMPUTE_KINDS
+
+    programs = timelines(call)
+    rng = random.Random("elsewhere " + call)
+    for p in list(programs[:8]):
+        rows: list[list[Step]] = [list(row) for row in p.rows]
+        r = rng.randrange(len(rows))
+        j = rng.choice([j for j, st in enumerate(rows[r]) if st is not IDLE])
+        rows[(r + 1) % len(rows)].append(rows[r][j])  # a stage's action on the wrong rank
+        rows[r][j] = IDLE
+        programs.append(p.evolve(rows=tuple(map(tuple, rows)), source=None))
+    moved = 0
+    for p in programs:
+        enc = encode(p)
+        first: dict[tuple[int, Kind, int], int] = {}
+        for rank, row in enumerate(p.rows):
+            for step, st in enumerate(row):
+                if isinstance(st, Action):
+                    first.setdefault((st.stage, st.kind, st.microbatch), step)
+                    moved += p.placement[st.stage] != rank
+        for k in COMPUTE_KINDS:
+            if k not in enc.kinds:
+                continue
+            want = [first.get((s, Kind(k), m), -1) for s in range(p.stages) for m in range(p.microbatches)]
+            assert enc.step_column(k) == want, (call, Kind(k))
+    assert moved, "some program has an action on another rank's row"
