@@ -195,7 +195,7 @@ class PaddleFramework(Framework):
         dist.init_parallel_env()
 
     def destroy_process_group(self) -> None:
-        pass  # Paddle's groups end with the process: its exit after a finished run is clean
+        pass  # Paddle's groups end with the process; its launcher's runs exit cleanly without a teardown call
 
     def is_initialized(self) -> bool:
         return bool(dist.is_initialized())
