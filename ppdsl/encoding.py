@@ -113,7 +113,24 @@ def row_codes(rows: list[list[int]], stages: int, microbatches: int) -> list[Row
     return out
 
 
-Value = TypeVar("Value")  # what `Encoded.at_first_occurrence` lays out by code
+Value = TypeVar("Value")  # what `at_places` reads and `Encoded.at_first_occurrence` lays out by code
+
+def at_places(where: list[int], rank: int, per_rank: Callable[[int], Sequence[Value] | None],
+              absent: Value) -> list[Value | int]:
+    """`per_rank(r)[i]` for each place `r << SHIFT | i` in `where` (the index i itself where
+    `per_rank(r)` is None), `absent` for -1. The places of one stage's actions are usually all
+    on its own rank, `rank`: then one C-level lookup each."""
+    low = rank << SHIFT
+    if where and low <= min(where) and max(where) <= low | LOW:
+        values = per_rank(rank)
+        at = map(and_, where, repeat(LOW))
+        return list(at) if values is None else list(map(values.__getitem__, at))
+    out: list[Value | int] = []
+    for w in where:  # an absent action, or one on another rank
+        values = per_rank(w >> SHIFT) if w >= 0 else None
+        out.append(absent if w < 0 else w & LOW if values is None else values[w & LOW])
+    return out
+
 
 _PLAIN_OR_IDLE = frozenset((Action, Idle))
 
@@ -328,23 +345,12 @@ class Encoded:
 
     def step_column(self, kind: int) -> list[int]:
         """The step index, in its rank's row, of every (stage, microbatch) of one kind, indexed
-        as `column`; -1 where the program lacks it. Read off `column`'s places, one slice a
-        stage: a stage's actions are usually all on its own rank, whose steps are one lookup."""
+        as `column`; -1 where the program lacks it."""
         col, M = self.column(kind), self.microbatches
         out: list[int] = []
         for s, rank in enumerate(self.placement):
-            where, low = col[s * M:s * M + M], rank << SHIFT
-            steps = self.steps[rank]
-            if where and low <= min(where) and max(where) <= low | LOW:
-                at = map(and_, where, repeat(LOW))
-                out += at if steps is None else map(steps.__getitem__, at)
-            else:  # an absent action (-1), or one on another rank
-                out += [-1 if w < 0 else self._step_of_place(w) for w in where]
+            out += at_places(col[s * M:s * M + M], rank, self.steps.__getitem__, -1)
         return out
-
-    def _step_of_place(self, place: int) -> int:
-        steps = self.steps[place >> SHIFT]
-        return place & LOW if steps is None else steps[place & LOW]
 
     @property
     def unrepeated(self) -> bool:

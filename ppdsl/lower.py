@@ -53,8 +53,8 @@ from typing import cast
 from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Rows, Step, make_actions
 from .semantics import CommModel, Execution, execute
-from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, SHIFT, Encoded,
-                       Links, codes_of_kind, encode, kind_slice, read_rows, remember, row_codes, stage_kind)
+from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
+                       Links, at_places, codes_of_kind, encode, kind_slice, read_rows, remember, row_codes, stage_kind)
 from .gcpause import no_gc
 
 
@@ -248,7 +248,8 @@ def _exchange_times(enc: Encoded, ex: Execution, producer_rank: int, produced: l
     program the checker would call incomplete), when its producer (`produced`, places on
     `producer_rank`) ends."""
     slot = COMPLETES[recv_kind]
-    cols = [_starts(ex, enc.column(k)[stage * M:stage * M + M], enc.placement[stage])
+    lo, rank = stage * M, enc.placement[stage]
+    cols = [cast("list[float]", at_places(enc.column(k)[lo:lo + M], rank, ex.action_starts.__getitem__, -1.0))
             for k, s in INPUT_FROM_RECEIVE.items() if s == slot and k in enc.kinds]
     # One action of (stage, mb) makes its backward's gradient, B or I: the other one is -1.
     times = [-1.0] * M if not cols else cols[0] if len(cols) == 1 else list(map(max, *cols))
@@ -258,14 +259,6 @@ def _exchange_times(enc: Encoded, ex: Execution, producer_rank: int, produced: l
         ends = ex.action_ends[producer_rank]
         return [t if t >= 0 else cast(float, ends[i & LOW]) for t, i in zip(times, produced)]
     return times
-
-
-def _starts(ex: Execution, where: list[int], rank: int) -> list[float]:
-    """When the actions at places `where` (`rank << SHIFT | i`; -1: none, -1.0 then) start.
-    Usually all on `rank` (a stage's actions are on its own rank): one list lookup each."""
-    if -1 not in where and (rank << SHIFT) <= min(where) and max(where) <= (rank << SHIFT | LOW):
-        return list(map(ex.action_starts[rank].__getitem__, map(and_, where, repeat(LOW))))  # type: ignore[arg-type]
-    return [cast(float, ex.action_starts[w >> SHIFT][w & LOW]) if w >= 0 else -1.0 for w in where]
 
 
 def _fuse(program: Program, rows: Rows, model: CommModel) -> Rows:
