@@ -113,7 +113,7 @@ def row_codes(rows: list[list[int]], stages: int, microbatches: int) -> list[Row
     return out
 
 
-Value = TypeVar("Value")  # what `at_places` reads and `Encoded.at_first_occurrence` lays out by code
+Value = TypeVar("Value")  # what `at_places` reads
 
 def at_places(where: list[int], rank: int, per_rank: Callable[[int], Sequence[Value] | None],
               absent: Value) -> list[Value | int]:
@@ -321,9 +321,18 @@ class Encoded:
         lacks it.
 
         A list over the whole code space rather than a dict: a reader takes every (stage,
-        microbatch) of one kind as one slice of it, in C (`at_first_occurrence`)."""
+        microbatch) of one kind as one slice of it, in C. Filled by scattering each row
+        backwards, so the first occurrence is the one that stays (by a plain loop:
+        `map(table.__setitem__, ...)` calls a method wrapper per code, 1.4x slower)."""
         if self._pos is None:
-            self._pos = self.at_first_occurrence(lambda rank, n: range(rank << SHIFT, (rank << SHIFT) + n))
+            table = [-1] * code_space(self.stages, self.microbatches)
+            for rank in range(len(self.codes) - 1, -1, -1):
+                codes = self.codes[rank]
+                for c, place in zip(reversed(codes), range((rank << SHIFT) + len(codes) - 1, (rank << SHIFT) - 1, -1)):
+                    table[c] = place
+            if table:
+                table[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
+            self._pos = table
         return self._pos
 
     def stages_of(self, rank: int) -> set[int]:
@@ -357,20 +366,6 @@ class Encoded:
         """Whether no action appears twice (`distinct` against the valid actions): what the
         position tables hold of a repeated one is only its first place."""
         return self.distinct == sum(map(len, self.codes)) - len(self.invalid)
-
-    def at_first_occurrence(self, values: Callable[[int, int], Sequence[Value]]) -> list[Value | int]:
-        """A list over the whole code space: per code, `values(rank, len(row))[i]` of its first
-        occurrence (row `rank`, index i), -1 where the program lacks it. Filled by scattering
-        each row backwards, so the first occurrence is the one that stays (by a plain loop:
-        `map(table.__setitem__, ...)` calls a method wrapper per code, 1.4x slower)."""
-        table: list[Value | int] = [-1] * code_space(self.stages, self.microbatches)
-        for rank in range(len(self.codes) - 1, -1, -1):
-            codes = self.codes[rank]
-            for c, v in zip(reversed(codes), reversed(values(rank, len(codes)))):
-                table[c] = v
-        if table:
-            table[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
-        return table
 
     def column(self, kind: int) -> list[int]:
         """`pos` of every (stage, microbatch) of one kind, indexed by `stage * M + mb`."""

@@ -54,7 +54,7 @@ from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Rows, Step, make_actions
 from .semantics import CommModel, Execution, execute
 from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
-                       Links, at_places, codes_of_kind, encode, kind_slice, read_rows, remember, row_codes, stage_kind)
+                       Links, at_places, codes_of_kind, encode, read_rows, remember, row_codes, stage_kind)
 from .gcpause import no_gc
 
 
