@@ -10,11 +10,13 @@ thread costs the compute thread nothing while it waits.
 A job that fails stops the jobs after it (they would go out of order); the failure comes back
 to the compute thread, with the label of the job that failed, at its next `post` or `wait`.
 Each thread arms its own watchdog lane, so a job stuck on a dead peer ends the process as a
-stuck receive does.
+stuck receive does. A thread its owner did not close is closed at interpreter exit, before the
+framework's own teardown (Paddle's teardown of its process groups can crash beside a live one).
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from .watchdog import Lane
 
 Job = Callable[[Lane | None], None]
+EXIT_SECONDS = 5.0  # an unclosed thread's jobs at exit: enough for sends a peer is receiving
 
 
 class JobFailed(Exception):
@@ -46,6 +49,8 @@ class Background:
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name=f"ppdsl-{name}", daemon=True)
         self._thread.start()
+        # Registered after the framework was imported, so run before its exit handlers (LIFO).
+        atexit.register(self.join, EXIT_SECONDS)
 
     def post(self, job: Job, label: str) -> None:
         """Run `job(lane)` after the jobs posted before it; raise an earlier job's failure."""
@@ -79,6 +84,7 @@ class Background:
         its process groups can crash under one)."""
         self.close()
         self._thread.join(timeout)
+        atexit.unregister(self.join)
 
     def _raise_failure(self) -> None:
         if self._failed is not None:

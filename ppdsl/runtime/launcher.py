@@ -205,6 +205,9 @@ def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, time
             if device.is_gpu:  # what Paddle's launcher writes for its ranks (`devices.assigned_gpu`)
                 env["FLAGS_selected_gpus"] = str(rank)
             env.setdefault("GLOG_minloglevel", "2")  # Paddle's INFO lines
+            # A native crash (a signal the framework does not handle itself) leaves the Python
+            # stack of every thread in the rank's log.
+            env.setdefault("PYTHONFAULTHANDLER", "1")
             # N ranks share this machine's cores; read before paddle loads its math library.
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = env["PPDSL_THREADS"] = str(threads)
             with open(log, "wb") as logf:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,20 @@ bg.wait()
     assert proc.returncode == 3
     assert time.monotonic() - t0 < 20
     assert "timed out after 0.5 s at step 2, action 1SEND_B0 (sending to rank 0)" in proc.stderr
+
+
+def test_a_thread_left_open_finishes_its_jobs_at_exit_and_ends(tmp_path: Path) -> None:
+    # A script that forgets `close` exits with its jobs done and no thread left running: a
+    # daemon thread would otherwise be cut off mid-job (here: before it writes the file).
+    code = """
+import sys, threading, time
+from ppdsl.runtime.background import Background
+bg = Background("sender")
+bg.post(lambda lane: (time.sleep(0.3), open(sys.argv[1], "w").write("sent")), "0SEND_F0")
+print(threading.active_count())
+"""
+    out = tmp_path / "sent.txt"
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "2"  # the thread was live when the script's last line ran
+    assert out.read_text() == "sent"

@@ -185,6 +185,25 @@ def test_killed_rank_is_named_and_never_leaves_the_other_hanging(
     assert seconds < 30
 
 
+def test_a_rank_that_crashes_in_native_code_leaves_its_python_stacks(tmp_path: Path) -> None:
+    from ppdsl.runtime.launcher import launch
+
+    # A rank that is not Paddle's (whose import puts its own handler first): Python's
+    # faulthandler, which the launcher turns on, writes every thread's stack to the rank's log.
+    script = tmp_path / "crash.py"
+    script.write_text("import os, signal, sys\n"
+                      "def deep_in_the_model():\n"
+                      "    if os.environ['RANK'] == '1':\n"
+                      "        os.kill(os.getpid(), signal.SIGSEGV)\n"
+                      "deep_in_the_model()\n")
+    f = str(HAND / "2r_zb_iw.pps")
+    outcome = launch([load_program(f)], [f], steps=0, timeout=30, quiet=True, keep_logs=str(tmp_path),
+                     command=[sys.executable, str(script)])
+    assert outcome.code == 1 and "rank 1 was killed by signal 11" in str(outcome.failure), outcome.failure
+    log = (tmp_path / "rank1.log").read_text()
+    assert "Fatal Python error: Segmentation fault" in log and "in deep_in_the_model" in log, log
+
+
 @pytest.mark.slow
 def test_a_peer_that_never_answers_times_out(capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ import paddle.distributed as dist
 
 from ..devices import PADDLE_SELECTED, Device
 from ..framework import PADDLE, Framework
-from . import split
+from . import rendezvous, split
 
 
 class PaddleFramework(Framework):
@@ -192,6 +192,7 @@ class PaddleFramework(Framework):
 
     # --- the process group ---------------------------------------------------------------
     def init_process_group(self) -> None:
+        rendezvous.wait_for_store()
         dist.init_parallel_env()
 
     def destroy_process_group(self) -> None:
