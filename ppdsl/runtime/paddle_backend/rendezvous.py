@@ -2,9 +2,10 @@
 
 A rank other than 0 connects to the store rank 0 serves (`init_parallel_env`); when it comes
 before the store listens, Paddle's client waits about 3 s before it tries again, which ranks
-started together on one machine meet about every other start. Each such rank first waits here, in short polls, until the store's port accepts a
-connection, and then joins at once. The wait is bounded: past it, Paddle's own joining (with
-its own limits and errors) goes on as before.
+started together on one machine meet about every other start. Each such rank first waits
+here, in short polls, until the store's port accepts a connection, and then joins at once.
+The wait is bounded: past it, Paddle's own joining (with its own limits and errors) goes on
+as before.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Mapping
 
 POLL_SECONDS = 0.02
 WAIT_SECONDS = 60.0  # beyond a slow start-up of rank 0 (importing paddle: 1-3 s here)
 
 
-def store_endpoint(env: dict[str, str] | os._Environ[str]) -> tuple[str, int] | None:
+def store_endpoint(env: Mapping[str, str]) -> tuple[str, int] | None:
     """Where the store is, read as `init_parallel_env` reads it: `MASTER_ADDR` and
     `MASTER_PORT`, else `PADDLE_MASTER`, else the first of `PADDLE_TRAINER_ENDPOINTS`."""
     addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
@@ -29,7 +31,7 @@ def store_endpoint(env: dict[str, str] | os._Environ[str]) -> tuple[str, int] | 
     return host, int(number)
 
 
-def wait_for_store(env: dict[str, str] | os._Environ[str] = os.environ, limit: float = WAIT_SECONDS) -> bool:
+def wait_for_store(env: Mapping[str, str] = os.environ, limit: float = WAIT_SECONDS) -> bool:
     """On a rank other than 0: until the store accepts a connection, or `limit` seconds.
     Whether it did (True at once on rank 0 or where the endpoint is not named)."""
     where = store_endpoint(env)
