@@ -1,6 +1,7 @@
 """The Paddle adapter: with its helpers (`runtime/paddle_backend/blas.py`,
-`runtime/paddle_backend/split.py`, and `rendezvous.py`, which needs no paddle), the one place
-that imports paddle. See `ppdsl.runtime.framework` for what each method promises."""
+`runtime/paddle_backend/split.py`, and `runtime/paddle_backend/rendezvous.py`, which needs no
+paddle), the one place that imports paddle. See `ppdsl.runtime.framework` for what each method
+promises."""
 
 from __future__ import annotations
 
