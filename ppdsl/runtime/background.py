@@ -11,7 +11,8 @@ A job that fails stops the jobs after it (they would go out of order); the failu
 to the compute thread, with the label of the job that failed, at its next `post` or `wait`.
 Each thread arms its own watchdog lane, so a job stuck on a dead peer ends the process as a
 stuck receive does. A thread its owner did not close is closed at interpreter exit, before the
-framework's own teardown (Paddle's teardown of its process groups can crash beside a live one).
+framework's own teardown (Paddle's teardown of its process groups can crash beside a live one),
+waiting at most `EXIT_SECONDS` for the jobs still posted.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from collections.abc import Callable
 from .watchdog import Lane
 
 Job = Callable[[Lane | None], None]
-EXIT_SECONDS = 5.0  # an unclosed thread's jobs at exit: enough for sends a peer is receiving
+# How long an unclosed thread's jobs may hold up the exit. After a step the thread is idle and
+# ends at once; a job still pending at exit belongs to a failed step, whose peer may never
+# take it (a send blocked in gloo cannot be called off), so the process goes without it.
+EXIT_SECONDS = 1.0
 
 
 class JobFailed(Exception):

@@ -90,3 +90,18 @@ print(threading.active_count())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "2"  # the thread was live when the script's last line ran
     assert out.read_text() == "sent"
+
+
+def test_a_job_stuck_at_exit_holds_the_exit_up_for_a_bounded_time() -> None:
+    # A job still pending at exit belongs to a failed step (its peer may never take it): the
+    # process waits for it only EXIT_SECONDS, not for the 30 s the job would take.
+    code = """
+import time
+from ppdsl.runtime.background import Background
+bg = Background("sender")
+bg.post(lambda lane: time.sleep(30), "0SEND_F0")
+"""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 10
