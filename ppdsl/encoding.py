@@ -115,6 +115,7 @@ def row_codes(rows: list[list[int]], stages: int, microbatches: int) -> list[Row
 
 Value = TypeVar("Value")  # what `at_places` reads
 
+
 def at_places(where: list[int], rank: int, per_rank: Callable[[int], Sequence[Value] | None],
               absent: Value) -> list[Value | int]:
     """`per_rank(r)[i]` for each place `r << SHIFT | i` in `where` (the index i itself where

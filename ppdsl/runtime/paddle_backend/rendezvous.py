@@ -23,8 +23,10 @@ def store_endpoint(env: Mapping[str, str]) -> tuple[str, int] | None:
     """Where the store is, read as `init_parallel_env` reads it: `MASTER_ADDR` and
     `MASTER_PORT`, else `PADDLE_MASTER`, else the first of `PADDLE_TRAINER_ENDPOINTS`."""
     addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
-    endpoint = f"{addr}:{port}" if addr and port else env.get("PADDLE_MASTER") or \
-        (env.get("PADDLE_TRAINER_ENDPOINTS") or "").split(",")[0]
+    if addr and port:
+        endpoint = f"{addr}:{port}"
+    else:
+        endpoint = env.get("PADDLE_MASTER") or env.get("PADDLE_TRAINER_ENDPOINTS", "").split(",")[0]
     host, _, number = endpoint.rpartition(":")
     if not host or not number.isdigit():
         return None
