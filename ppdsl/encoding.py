@@ -46,6 +46,7 @@ from itertools import compress, repeat
 from operator import add, and_, attrgetter, floordiv, is_, is_not, or_, rshift
 from typing import TypeVar, cast
 
+from .gather import gather
 from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of, require_program
 # The layout of codes and keys, and the peer and matching rules, live in their own modules;
 # they are named here too, where the rest of the encoding is read from.
@@ -108,8 +109,8 @@ def row_codes(rows: list[list[int]], stages: int, microbatches: int) -> list[Row
     out: list[RowCodes] = []
     for codes in rows:
         sms = list(map(rshift, codes, repeat(KIND_BITS)))
-        sks: list[int | None] = list(map(or_, map(stage_bits.__getitem__, sms), map(and_, codes, repeat(KIND_MASK))))
-        out.append((sks, list(map(micro.__getitem__, sms))))
+        sks: list[int | None] = list(map(or_, gather(stage_bits, sms), map(and_, codes, repeat(KIND_MASK))))
+        out.append((sks, gather(micro, sms)))
     return out
 
 
@@ -125,7 +126,7 @@ def at_places(where: list[int], rank: int, per_rank: Callable[[int], Sequence[Va
     if where and low <= min(where) and max(where) <= low | LOW:
         values = per_rank(rank)
         at = map(and_, where, repeat(LOW))
-        return list(at) if values is None else list(map(values.__getitem__, at))
+        return list(at) if values is None else gather(values, at)
     out: list[Value | int] = []
     for w in where:  # an absent action, or one on another rank
         values = per_rank(w >> SHIFT) if w >= 0 else None
@@ -175,7 +176,7 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
             # `compress` by the one mask, not a lookup per kept step: no call per element.
             sks, mbs = compress(sk_row, kept), compress(mb_row, kept)
         try:
-            out.append((list(map(add, map(prefix.__getitem__, sks), map(micro.__getitem__, mbs))), steps, seen))  # type: ignore[arg-type]
+            out.append((list(map(add, gather(prefix, sks), gather(micro, mbs))), steps, seen))
         except (IndexError, TypeError):
             # Out of range (a reader gives no negative number), or a stage-only action (no
             # microbatch: `micro[None]`): the careful encoder says where, or lays it out.

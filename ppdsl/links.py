@@ -12,6 +12,7 @@ from itertools import compress, repeat
 from operator import add, and_, eq, lt
 from typing import TYPE_CHECKING
 
+from .gather import gather
 from .layout import COMM_KINDS, KIND_BITS, KIND_MASK, KIND_SPACE, RECV_B, RECV_F, SEND_B, SEND_F, code_space, kind_of, kind_slice
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class Links:
                 if 0 <= t < S:
                     end[kind_slice(s, k, M)] = [placement[t] << 1 | (k in (SEND_F, SEND_B))] * M
         for r, codes in enumerate(enc.codes):
-            ends = list(map(end.__getitem__, codes))
+            ends = gather(end, codes)
             for e in set(ends):
                 if e < 0:
                     continue
@@ -104,7 +105,7 @@ class Links:
                     self.order.setdefault((o, r), ([], []))[1].extend(mine)
         delta = named_deltas(M)
         for (src, dst), (sent, got) in sorted(self.order.items()):
-            named = list(map(add, sent, map(delta.__getitem__, map(and_, sent, repeat(KIND_MASK)))))
+            named = list(map(add, sent, gather(delta, map(and_, sent, repeat(KIND_MASK)))))
             if named == got:
                 continue
             meets: dict[int, int] = self.meets if self.meets is not None else {}
@@ -153,7 +154,7 @@ def in_label_order(enc: Encoded) -> bool:
     for sent, got in pairs.values():
         if not all(map(lt, sent, sent[1:])):
             by_send = sorted(range(len(sent)), key=sent.__getitem__)
-            got = list(map(got.__getitem__, by_send))
+            got = gather(got, by_send)
         if not all(map(lt, got, got[1:])):
             return False
     # Sends and receives with no partner stage (PPS207) are on no link; the rows' other

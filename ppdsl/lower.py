@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import chain, compress, repeat
-from operator import add, and_, ge, itemgetter, mul
+from operator import add, and_, ge, mul
 from typing import cast
 
 from .diagnostics import Diagnostic, PpsError
@@ -55,6 +55,7 @@ from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Rows, St
 from .semantics import CommModel, Execution, execute
 from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
                        Links, at_places, codes_of_kind, encode, read_rows, remember, row_codes, stage_kind)
+from .gather import gather
 from .gcpause import no_gc
 
 
@@ -139,11 +140,11 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     constants, so only their times differ.
 
     Each rank's events are placed by one stable sort of their positions by a key
-    (`sorted(range(W), key=keys.__getitem__)`, W events): an exchange made at time T has key
-    T, a compute starting at T key T + 1/2, so exchanges come before every compute starting
-    at or after their time; exchanges of one time keep their position order, which is
-    producer rank, then the producer's step order (each rank's exchanges are laid out
-    producer by producer). The times of the unit-time run are whole numbers kept as the
+    (`sorted(range(W), key=keys.__getitem__)`, W events): an exchange made at time T and a
+    compute starting at T both have key T, and the exchanges are laid out before the
+    computes, so that they come before every compute starting at or after their time;
+    exchanges of one time keep their position order, which is producer rank, then the
+    producer's step order (each rank's exchanges are laid out producer by producer). The times of the unit-time run are whole numbers kept as the
     floats the engine gives (exact far beyond any key here, and a list of floats sorts as
     fast as one of ints): once one sort of ints `key * W + position` with `int()` of every
     time and a final `% W`, lowering took 1.5x the CPU time (medians, alternating, on the
@@ -213,7 +214,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                     made_read = row_codes([list(enc.codes[q]) for q in range(R)], S, M)
                 as_read = made_read[r]
             elif steps is not None:
-                as_read = (list(map(as_read[0].__getitem__, steps)), list(map(as_read[1].__getitem__, steps)))
+                as_read = (gather(as_read[0], steps), gather(as_read[1], steps))
             computes = [enc.codes[r], as_read[0], as_read[1]]
         else:  # per step: an overlapped pair or a batch is one item
             row = program.rows[r]
@@ -222,14 +223,15 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
             row_starts = ex.starts[r]
             c_starts = [row_starts[j] for j in keep]
         runs = [run for p in sorted(x_runs[r]) for run in x_runs[r][p]]
-        columns = [list(chain(mine, *[run[i] for run in runs])) for i, mine in enumerate(computes, 1)]
-        # A compute's key (T + 1)C - 1/2, in units of exchange keys: after every exchange of
-        # time T, before those of T + 1. The sort is stable: equal keys keep their position
-        # (computes in row order, then exchanges producer by producer).
-        keys = list(chain(map(add, c_starts, repeat(0.5)) if C == 1 else map(add, map(mul, c_starts, repeat(C)), repeat(C - 0.5)),
-                          *[run[0] for run in runs]))
+        columns = [list(chain(*[run[i] for run in runs], mine)) for i, mine in enumerate(computes, 1)]
+        # A compute's key (T + 1)C - 1, in units of exchange keys: at or past every exchange
+        # key of time T, before those of T + 1. The sort is stable: equal keys keep their
+        # position, and the exchanges come first (producer by producer, then the computes in
+        # row order), so a compute goes after the exchanges of its time: at one unit (C = 1)
+        # its key is its start itself, the engine's float, and no key is made.
+        keys = list(chain(*[run[0] for run in runs], c_starts if C == 1 else map(add, map(mul, c_starts, repeat(C)), repeat(C - 1))))
         perm = sorted(range(len(keys)), key=keys.__getitem__)
-        placed = [list(itemgetter(*perm)(col)) if len(perm) > 1 else [col[i] for i in perm] for col in columns]
+        placed = [gather(col, perm) for col in columns]
         if as_codes:
             out_codes.append(cast("list[int]", placed[0]))
             out_read.append(cast("RowCodes", (placed[1], placed[2])))
@@ -254,7 +256,7 @@ def _exchange_times(enc: Encoded, ex: Execution, producer_rank: int, produced: l
     # One action of (stage, mb) makes its backward's gradient, B or I: the other one is -1.
     times = [-1.0] * M if not cols else cols[0] if len(cols) == 1 else list(map(max, *cols))
     if len(mbs) != M:
-        times = list(map(times.__getitem__, mbs))
+        times = gather(times, mbs)
     if -1.0 in times:
         ends = ex.action_ends[producer_rank]
         return [t if t >= 0 else cast(float, ends[i & LOW]) for t, i in zip(times, produced)]

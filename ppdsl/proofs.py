@@ -19,6 +19,7 @@ nothing (the loop decides, and explains a stop). `semantics.completes` asks them
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import and_, ge, lt
@@ -173,11 +174,9 @@ def pairs_meet(enc: Encoded) -> bool:
     end_of_row, never = space + KIND_MASK, space + KIND_SPACE
     delta = named_deltas(M)  # code + delta[kind]: the peer its label names
     delta[KIND_MASK] = never - end_of_row
-    rank_of_sm: list[int] = []  # the rank of each (stage, microbatch)'s stage
-    for r in enc.placement:
-        rank_of_sm += repeat(r, M)
-    # Per rank, its sends and receives in row order, then the end.
-    rows: list[list[int]] = []
+    # Per rank, its sends and receives in row order, then the end; a rank is named by its
+    # number plus one, so that 0 in `posted` says no one waits there.
+    rows: list[list[int]] = [[end_of_row]]
     by_bit = max(enc.kinds, default=0) <= RECV_B  # no stage-only action: one `&` a code tells
     exchanged = None if by_bit else bytearray(k in COMM_KINDS for k in range(KIND_SPACE))  # 1 at a send's or receive's kind
     for codes in enc.codes:
@@ -185,9 +184,10 @@ def pairs_meet(enc: Encoded) -> bool:
         row = list(compress(codes, kinds if exchanged is None else map(exchanged.__getitem__, kinds)))
         row.append(end_of_row)
         rows.append(row)
-    posted = bytearray(never + 1)  # 1 at the code of an operation a rank waits at
+    # At the code of an operation a rank waits at, that rank: the one a peer that comes moves on.
+    posted = bytearray(never + 1) if len(rows) <= 256 else array("l", bytes(8 * (never + 1)))
     head = [0] * len(rows)  # per rank, the index in its row of where it stands
-    work = list(range(len(rows)))
+    work = list(range(1, len(rows)))
     pop, push = work.pop, work.append
     while work:
         r = pop()
@@ -195,12 +195,11 @@ def pairs_meet(enc: Encoded) -> bool:
         row = rows[r]
         while True:
             c = row[j]
-            other = c + delta[c & 15]  # (KIND_MASK, and KIND_BITS below, as literals: a hot loop)
-            if not posted[other]:
-                posted[c] = 1  # waits there until the peer comes (at the end: for good)
+            q = posted[c + delta[c & 15]]  # who waits at the peer (KIND_MASK as a literal: a hot loop)
+            if not q:
+                posted[c] = r  # waits there until the peer comes (at the end: for good)
                 break
             j += 1  # the pair meets: both ranks go on
-            q = rank_of_sm[other >> 4]
             head[q] += 1
             push(q)
         head[r] = j

@@ -21,6 +21,7 @@ from operator import add, attrgetter, getitem, is_not
 
 from .. import placement as placement_mod
 from ..encoding import KIND_MASK, KIND_OF, read_rows
+from ..gather import gather
 from ..ir import KIND_BITS, Action, Batch, Idle, Kind, Program, RowCodes, Step, row_length, written_as_read
 
 _STAGE = attrgetter("stage")
@@ -97,15 +98,15 @@ class ActionText:
             micro = self._micro_then[separator] = {mb: text + separator for mb, text in self._micro.items()}
         pieces: list[str] = [""] * (2 * len(sks))
         try:
-            pieces[0::2] = map(by_sk.__getitem__, sks)
-            pieces[1::2] = map(micro.__getitem__, mbs)
+            pieces[0::2] = gather(by_sk, sks)
+            pieces[1::2] = gather(micro, mbs)
         except KeyError:
             for sk in set(sks).difference(by_sk):
                 by_sk[sk] = idle if sk is None else f"{sk >> KIND_BITS}{self._names[KIND_OF[sk & KIND_MASK]]}"
             for mb in set(mbs).difference(micro):
                 micro[mb] = ("" if mb is None else str(mb)) + separator
-            pieces[0::2] = map(by_sk.__getitem__, sks)
-            pieces[1::2] = map(micro.__getitem__, mbs)
+            pieces[0::2] = gather(by_sk, sks)
+            pieces[1::2] = gather(micro, mbs)
         pieces[-1] = pieces[-1][:len(pieces[-1]) - len(separator)]
         return "".join(pieces)
 

@@ -24,6 +24,7 @@ from itertools import repeat
 from operator import is_
 from typing import TypeVar, cast
 
+from ..gather import gather
 from ..ir import KIND_BITS, KIND_BY_NAME, Action, Kind, RowCodes, make_action, steps_from_codes
 from ..limits import MAX_MICROBATCHES, MAX_STAGES
 
@@ -134,11 +135,11 @@ def looked_up(table: dict[str, Value], keys: list[str], learn: Callable[[set[str
     """Each key's value in `table`, in one C-level pass; the keys not seen before are learned
     (parsed and bounded into `table` by `learn`) once; None when they cannot be."""
     try:
-        return list(map(table.__getitem__, keys))
+        return gather(table, keys)
     except KeyError:
         if not learn(set(keys).difference(table)):
             return None
-        return list(map(table.__getitem__, keys))
+        return gather(table, keys)
 
 
 class TokenReader:

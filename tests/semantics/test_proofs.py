@@ -67,6 +67,31 @@ def test_the_walk_proves_only_what_the_loop_runs_to_the_end(call: str) -> None:
         assert proven > 1 and stuck, (proven, fallen_back, stuck)
 
 
+def test_the_walk_agrees_with_the_loop_past_256_ranks() -> None:
+    # Who waits where is kept one byte a code up to 255 ranks, in a wider table past that.
+    base = lower(parse("pipeline ranks=300 microbatches=2\nuse 1f1b()\n"))
+    enc = encode(base)
+    assert rows_carry_their_inputs(enc, enc.needs(False)) and the_loop(base)
+    verdicts = set()
+    for p in broken(base, random.Random(300), 12):
+        enc = encode(p)
+        runs = the_loop(p)
+        if rows_carry_their_inputs(enc, enc.needs(False)):
+            assert runs
+            verdicts.add(True)
+        verdicts.add(runs)
+    assert verdicts == {True, False}
+    # Rank 0 waits for the first gradient before it sends the second forward, which rank 1
+    # waits for first: every input is in its own row, and the walk finds the pair that never meets.
+    rows = [list(row) for row in base.rows]
+    names = [str(step) for step in rows[0]]
+    j = names.index("0SEND_F1")
+    assert names[j + 1] == "0RECV_B0"
+    rows[0][j], rows[0][j + 1] = rows[0][j + 1], rows[0][j]
+    stuck = base.evolve(rows=tuple(map(tuple, rows)), source=None)
+    assert not pairs_meet(encode(stuck)) and not the_loop(stuck)
+
+
 def test_a_deadlock_is_not_proven() -> None:
     p = parse("pipeline ranks=2 microbatches=1\n"
               "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\n"
