@@ -196,15 +196,14 @@ class Encoded:
     __slots__ = ("stages", "microbatches", "placement", "codes", "steps", "groups", "invalid", "rows", "_actions",
                  "_kinds", "_links", "_needs", "_pos", "_columns", "_row_kinds", "_distinct")
 
-    def __init__(self, program: Program, codes: list[list[int]] | None = None, kinds: frozenset[int] | None = None,
-                 links: Links | None = None, read: list[RowCodes | None] | None = None):
-        """`codes` (with `kinds` and `links`): every row's codes, from a maker that built the
-        rows from codes (lowering). `read`: what the reader learned, for the rows it read plainly."""
+    def __init__(self, program: Program, read: list[RowCodes | None] | None = None, links: Links | None = None):
+        """`read`: what the reader learned, for the rows it read plainly. `links`: the links as
+        the program's maker knows them to be (lowering's, in label order), taken unscanned."""
         S, M = program.stages, program.microbatches
         self.stages, self.microbatches = S, M
         self.placement = program.placement
         self.rows = program.rows
-        self._links: Links | None = None
+        self._links: Links | None = links
         self._needs: dict[bool, Needs] = {}
         self._pos: list[int] | None = None
         self._columns: dict[int, list[int]] = {}
@@ -219,14 +218,6 @@ class Encoded:
         # `stages_of` read instead of scanning the row's codes.
         self._row_kinds: list[set[int | None] | None] = []
         self._distinct: int | None = None
-        if codes is not None:  # made by someone who built the rows from codes (lowering), with their kinds
-            self._kinds = kinds
-            self._links = links
-            self.codes = codes
-            self.steps = [None] * len(codes)
-            self.groups = [{} for _ in codes]
-            self._row_kinds = [None] * len(codes)
-            return
         get_stage, get_mb = attrgetter("stage"), attrgetter("microbatch")
         from_reader = codes_from_reader(read, S, M) if read is not None and len(read) == len(program.rows) else None
         for rank in range(len(program.rows)):
@@ -442,17 +433,20 @@ def encode(program: Program) -> Encoded:
         require_program(program)
     enc = program.derived.get(_KEY)
     if enc is None:
-        enc = program.derived[_KEY] = Encoded(program, read=read_rows(program))
+        links = program.derived.get(_LINKS_KEY)
+        assert links is None or isinstance(links, Links)
+        enc = program.derived[_KEY] = Encoded(program, read=read_rows(program), links=links)
     assert isinstance(enc, Encoded)
     return enc
 
 
-def remember(program: Program, enc: Encoded) -> None:
-    """Give `program` an encoding its maker built alongside the rows (lowering does)."""
-    program.derived[_KEY] = enc
+def links_in_label_order(program: Program) -> None:
+    """Say of `program` that on every link the k-th send is the one the k-th receive names,
+    as its maker built it (lowering): its encoding then takes `Links.by_construction()`."""
+    program.derived[_LINKS_KEY] = Links.by_construction()
 
 
-_KEY = "encoding"  # its entry in Program.derived
+_KEY, _LINKS_KEY = "encoding", "links"  # their entries in Program.derived
 
 
 def code_of(action: Action, microbatches: int) -> int:

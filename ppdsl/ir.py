@@ -439,8 +439,9 @@ class Program:
                 for action in actions_of(step):
                     yield rank, index, action
 
-    @property
+    @functools.cached_property
     def action_count(self) -> int:
+        # Kept: reading bounds a file by it twice (`load.check_steps`, `load.check_slots`).
         total = 0
         rows = self.rows
         if isinstance(rows, LazyRows):  # the rows a reader kept as integers: count those

@@ -31,10 +31,12 @@ posted, so under rendezvous the pair completes. Hence every event completes: no 
 whatever the actual durations. A hand-off between two stages on the same rank (the turn of
 a V) stays local: no send or receive.
 
-The rows are placed as integer codes by whole-list passes, and when no input row has an
-overlapped pair or a batch they are kept so (`ir.LazyRows` of `encoding.row_codes`, with the
-encoding built alongside): printing the lowered program and checking it make no Action
-object; they are made only for a pass that asks for a row's steps.
+The rows are placed by whole-list passes, and when no input row has an overlapped pair or a
+batch they are kept as a reader keeps a file's rows (`ir.LazyRows` of `encoding.row_codes`:
+per step its stage-kind and microbatch): printing the lowered program and checking it make
+no Action object; they are made only for a pass that asks for a row's steps. Its encoding
+is made only if something asks for it (the printer does not), from those integers, with its
+links known to be in label order (`encoding.links_in_label_order`).
 
 `fuse=True` puts each run of adjacent sends and receives of one rank into a batch, as the
 seed's `_batch_p2p` does. Under `rendezvous` and `buffered` a batch runs its members in the
@@ -54,7 +56,7 @@ from .diagnostics import Diagnostic, PpsError
 from .ir import Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Rows, Step, make_actions
 from .semantics import CommModel, Execution, execute
 from .encoding import (COMPLETES, INPUT_FROM_RECEIVE, LOW, PEER_OF_KIND, PRODUCERS, SEND_NEEDS, Encoded,
-                       Links, at_places, codes_of_kind, encode, read_rows, remember, row_codes, stage_kind)
+                       at_places, encode, links_in_label_order, read_rows, row_codes, stage_kind)
 from .gather import gather
 from .gcpause import no_gc
 
@@ -114,24 +116,21 @@ def _lower(program: Program, fuse: bool, comm_model: str | CommModel) -> Program
     if ex is None or not ex.completed:
         raise PpsError([_refusal(program, "the program does not run to the end under `rendezvous`; lowering "
                                  "needs one that does", "`ppdsl lint` says where and why it stops")])
-    rows, codes, emitted = _lowered_rows(program, enc, enc.column, ex)
+    rows = _lowered_rows(program, enc, enc.column, ex)
     if fuse:
-        rows = _fuse(program, rows, model)
-        codes = None
+        return program.evolve(rows=_fuse(program, rows, model), source=None, generated=None)
     result = program.evolve(rows=rows, source=None, generated=None)
-    if codes is not None:
-        # The encoding lowering built alongside the rows (the checker then need not re-encode).
-        # Its links are in label order by construction (point 3 above; a property test holds it).
-        remember(result, Encoded(result, codes, enc.kinds | emitted, Links.by_construction()))
+    # Every link is in label order by construction (point 3 above; a property test holds it):
+    # an encoding of the result, if one is asked for, takes its links as they are, unscanned.
+    links_in_label_order(result)
     return result
 
 
-def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[int]],
-                  ex: Execution) -> tuple[Rows, list[list[int]] | None, frozenset[int]]:
-    """The lowered rows; when no input row has an overlapped pair or a batch, their integer
-    codes, and the rows are kept as integers too (`ir.LazyRows`, made into Action objects only
-    if someone asks for them: the printer and the checker do not); the kinds of send and
-    receive it added.
+def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[int]], ex: Execution) -> Rows:
+    """The lowered rows; when no input row has an overlapped pair or a batch, kept as a
+    reader keeps its rows (`ir.LazyRows` of `ir.RowCodes`), made into Action objects only if
+    someone asks for them: the printer and the checker do not, and the encoding, if one is
+    asked for, is made from those integers as a file's.
 
     `column(kind)` gives, per `stage * M + mb`, the global index (`rank << SHIFT | i`) of that
     action, or -1 (the checker's position table). Work goes by whole lists (C-level
@@ -160,10 +159,8 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     C = R * L if wide else 1  # one time unit of an exchange key
 
     # Per rank, per producer rank: its runs of exchanges, each as (keys, then the columns of the
-    # rows being made: codes, stage-kinds and microbatches for rows made as integers, or
-    # Actions). Each column of a row is made once, by one chain of its runs.
+    # rows being made: stage-kinds and microbatches for rows made as integers, or Actions). Each column of a row is made once, by one chain of its runs.
     x_runs: list[dict[int, list[tuple[Sequence[object], ...]]]] = [{} for _ in range(R)]
-    emitted: set[int] = set()
 
     def put(rank: int, producer: int, keys: list[float], *columns: Sequence[object]) -> None:
         x_runs[rank].setdefault(producer, []).append((keys, *columns))
@@ -186,17 +183,15 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
             made_at = _exchange_times(enc, ex, p, where, recv_kind, peer, M, mbs)
             keys = list(map(add, map(mul, made_at, repeat(C)), map(add, map(and_, where, repeat(LOW)), repeat(p * L)))) \
                 if wide else made_at
-            emitted.update((send_kind, recv_kind))
             if as_codes:
-                put(p, p, keys, codes_of_kind(s, send_kind, M, mbs), [stage_kind(s, send_kind)] * n, mbs)
-                put(placement[peer], p, keys, codes_of_kind(peer, recv_kind, M, mbs), [stage_kind(peer, recv_kind)] * n, mbs)
+                put(p, p, keys, [stage_kind(s, send_kind)] * n, mbs)
+                put(placement[peer], p, keys, [stage_kind(peer, recv_kind)] * n, mbs)
             else:
                 put(p, p, keys, make_actions(n, repeat(s), repeat(send_kind), mbs))
                 put(placement[peer], p, keys, make_actions(n, repeat(peer), repeat(recv_kind), mbs))
 
     read = read_rows(program)
     out: list[tuple[Step, ...]] = []
-    out_codes: list[list[int]] = []
     out_read: list[RowCodes | None] = []
     # row_codes builds tables of stages x microbatches: once for every row, not once a rank
     # (65,536 ranks x 4 microbatches took minutes).
@@ -215,7 +210,7 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
                 as_read = made_read[r]
             elif steps is not None:
                 as_read = (gather(as_read[0], steps), gather(as_read[1], steps))
-            computes = [enc.codes[r], as_read[0], as_read[1]]
+            computes = [as_read[0], as_read[1]]
         else:  # per step: an overlapped pair or a batch is one item
             row = program.rows[r]
             keep = [j for j, st in enumerate(row) if type(st) is not Idle]
@@ -233,13 +228,10 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
         perm = sorted(range(len(keys)), key=keys.__getitem__)
         placed = [gather(col, perm) for col in columns]
         if as_codes:
-            out_codes.append(cast("list[int]", placed[0]))
-            out_read.append(cast("RowCodes", (placed[1], placed[2])))
+            out_read.append(cast("RowCodes", (placed[0], placed[1])))
         else:
             out.append(cast("tuple[Step, ...]", tuple(placed[0])))
-    if as_codes:
-        return LazyRows([None] * R, out_read), out_codes, frozenset(map(int, emitted))
-    return tuple(out), None, frozenset(map(int, emitted))
+    return LazyRows([None] * R, out_read) if as_codes else tuple(out)
 
 
 def _exchange_times(enc: Encoded, ex: Execution, producer_rank: int, produced: list[int],

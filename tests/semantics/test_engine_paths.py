@@ -195,19 +195,26 @@ def test_uniform_table_uses_the_same_times_as_per_stage_table() -> None:
 
 
 @pytest.mark.parametrize("call", CALLS)
-def test_lowering_remembers_the_encoding_a_fresh_one_would_give(call: str) -> None:
+def test_lowering_keeps_its_rows_as_integers_and_says_its_links_are_in_label_order(
+        call: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ppdsl import links
     from ppdsl.encoding import Encoded, encode
+    from ppdsl.ir import LazyRows
 
     base = programs(call)[0]
     lowered = lower(base)
     plain = all(type(st) is Action for row in base.rows for st in row)
-    # Lowering builds the encoding alongside the rows when every step is one action, and
-    # leaves it on the lowered program (not in a cache keyed by id()).
-    assert ("encoding" in lowered.derived) == plain
-    kept = encode(lowered)
-    assert encode(lowered) is kept
-    fresh = Encoded(lowered)
+    # Kept as a reader keeps a file's rows when every step is one action; the encoding is
+    # made only when asked for, and kept on the program (not in a cache keyed by id()).
+    assert isinstance(lowered.rows, LazyRows) == plain
+    assert "encoding" not in lowered.derived
+    with monkeypatch.context() as patched:  # the links are taken as lowering built them: not worked out
+        patched.setattr(links.Links, "__init__", lambda *_: pytest.fail("the links were worked out again"))
+        kept = encode(lowered)
+        assert encode(lowered) is kept and kept.links.meets is None
+    fresh = Encoded(lowered.evolve(rows=tuple(lowered.rows)))  # from the Action objects, links worked out
     assert (kept.codes, kept.steps, kept.groups, kept.kinds) == (fresh.codes, fresh.steps, fresh.groups, fresh.kinds)
+    assert fresh.links.meets is None
 
 
 @pytest.mark.parametrize("call", CALLS)
