@@ -200,7 +200,12 @@ def pairs_meet(enc: Encoded) -> bool:
                 posted[c] = r  # waits there until the peer comes (at the end: for good)
                 break
             j += 1  # the pair meets: both ranks go on
-            head[q] += 1
-            push(q)
+            h = head[q] + 1
+            head[q] = h
+            d = rows[q][h]
+            if posted[d + delta[d & 15]]:
+                push(q)  # its next one meets too: it goes on from the work list
+            else:
+                posted[d] = q  # it waits there (half the time: no trip through the work list)
         head[r] = j
     return all(h == len(row) - 1 for h, row in zip(head, rows))
