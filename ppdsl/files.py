@@ -36,8 +36,8 @@ def read_bytes(path: str) -> bytes:
         if p.is_dir():
             raise UsageError(f"{path}: is a directory")
         # Read at most one byte past the limit: /dev/zero or a pipe has no size to check first.
-        # A regular file is read by its size: a read of n bytes sets n aside first, and the
-        # kernel maps every page of a fresh buffer that is written (3 us a page on some VMs).
+        # A regular file is read by its size: a read of n bytes sets n aside first, and every
+        # page of a fresh buffer that is written costs a page fault.
         with p.open("rb") as f:
             st = os.fstat(f.fileno())
             size = st.st_size if stat.S_ISREG(st.st_mode) else MAX_FILE_BYTES

@@ -2,9 +2,8 @@
 
 The readers, the encoding and the printer look up every step of a row in a table (a token's
 meaning, a code's prefix, an action's time). `operator.itemgetter(*keys)` does those lookups
-inside one call, where `map(table.__getitem__, keys)` calls a method wrapper per key: about
-12 ns a lookup less, a tenth of reading a row. A missing key raises KeyError or IndexError as
-the table's own lookup does.
+inside one call, where `map(table.__getitem__, keys)` calls a method wrapper per key. A
+missing key raises KeyError or IndexError as the table's own lookup does.
 """
 
 from __future__ import annotations

@@ -140,16 +140,16 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
 
     Each rank's events are placed by one stable sort of their positions by a key
     (`sorted(range(W), key=keys.__getitem__)`, W events): an exchange made at time T and a
-    compute starting at T both have key T, and the exchanges are laid out before the
-    computes, so that they come before every compute starting at or after their time;
-    exchanges of one time keep their position order, which is producer rank, then the
-    producer's step order (each rank's exchanges are laid out producer by producer). The times of the unit-time run are whole numbers kept as the
-    floats the engine gives (exact far beyond any key here, and a list of floats sorts as
-    fast as one of ints): once one sort of ints `key * W + position` with `int()` of every
-    time and a final `% W`, lowering took 1.5x the CPU time (medians, alternating, on the
-    262,144-action Interleaved1F1B of `bench_cli.py`). Only an overlapped pair makes two
-    exchanges of one producer at one time, possibly out of stage order; with pairs present,
-    keys also carry the producer and its action index (`T * R * L + p * L + i`)."""
+    compute starting at T both have key T, and the exchanges are laid out before the computes,
+    so that they come before every compute starting at or after their time; exchanges of one
+    time keep their position order, which is producer rank, then the producer's step order (each
+    rank's exchanges are laid out producer by producer). The times of the unit-time run are
+    whole numbers kept as the floats the engine gives (exact far beyond any key here, and a list
+    of floats sorts as fast as one of ints): once one sort of ints `key * W + position` with
+    `int()` of every time and a final `% W`, lowering took 1.5x the CPU time (medians,
+    alternating, on the 262,144-action Interleaved1F1B of `bench_cli.py`). Only an overlapped
+    pair makes two exchanges of one producer at one time, possibly out of stage order; with
+    pairs present, keys also carry the producer and its action index (`T * R * L + p * L + i`)."""
     S, M = program.stages, program.microbatches
     placement = program.placement
     R = len(program.rows)
@@ -159,7 +159,8 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
     C = R * L if wide else 1  # one time unit of an exchange key
 
     # Per rank, per producer rank: its runs of exchanges, each as (keys, then the columns of the
-    # rows being made: stage-kinds and microbatches for rows made as integers, or Actions). Each column of a row is made once, by one chain of its runs.
+    # rows being made: stage-kinds and microbatches for rows made as integers, or Actions).
+    # Each column of a row is made once, by one chain of its runs.
     x_runs: list[dict[int, list[tuple[Sequence[object], ...]]]] = [{} for _ in range(R)]
 
     def put(rank: int, producer: int, keys: list[float], *columns: Sequence[object]) -> None:
@@ -224,7 +225,8 @@ def _lowered_rows(program: Program, enc: Encoded, column: Callable[[int], list[i
         # position, and the exchanges come first (producer by producer, then the computes in
         # row order), so a compute goes after the exchanges of its time: at one unit (C = 1)
         # its key is its start itself, the engine's float, and no key is made.
-        keys = list(chain(*[run[0] for run in runs], c_starts if C == 1 else map(add, map(mul, c_starts, repeat(C)), repeat(C - 1))))
+        c_keys = c_starts if C == 1 else map(add, map(mul, c_starts, repeat(C)), repeat(C - 1))
+        keys = list(chain(*[run[0] for run in runs], c_keys))
         perm = sorted(range(len(keys)), key=keys.__getitem__)
         placed = [gather(col, perm) for col in columns]
         if as_codes:

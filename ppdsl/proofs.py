@@ -185,7 +185,7 @@ def pairs_meet(enc: Encoded) -> bool:
         row.append(end_of_row)
         rows.append(row)
     # At the code of an operation a rank waits at, that rank: the one a peer that comes moves on.
-    posted = bytearray(never + 1) if len(rows) <= 256 else array("l", bytes(8 * (never + 1)))
+    posted = bytearray(never + 1) if len(rows) <= 256 else array("l", [0]) * (never + 1)
     head = [0] * len(rows)  # per rank, the index in its row of where it stands
     work = list(range(1, len(rows)))
     pop, push = work.pop, work.append
@@ -206,6 +206,6 @@ def pairs_meet(enc: Encoded) -> bool:
             if posted[d + delta[d & 15]]:
                 push(q)  # its next one meets too: it goes on from the work list
             else:
-                posted[d] = q  # it waits there (half the time: no trip through the work list)
+                posted[d] = q  # it waits there, with no trip through the work list
         head[r] = j
     return all(h == len(row) - 1 for h, row in zip(head, rows))
