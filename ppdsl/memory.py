@@ -28,6 +28,7 @@ from attrs import field, frozen
 
 from .cuts import carried
 from .encoding import B, Encoded, F, I, W, encode
+from .gather import gather
 from .layout import KIND_BITS, KIND_MASK, KIND_SPACE
 from .ir import Program
 
@@ -122,7 +123,7 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
     per_sm = [1.0] * (enc.stages * M) if weights is None else [float(w) for w in weights for _ in range(M)]
     if sign:
         if weights is None:
-            return [list(map(sign.__getitem__, map(and_, codes, repeat(KIND_MASK)))) for codes in enc.codes]
+            return [gather(sign, map(and_, codes, repeat(KIND_MASK))) for codes in enc.codes]
         kb, km = KIND_BITS, KIND_MASK  # per action: locals, not a call
         return [[per_sm[c >> kb] * sign[c & km] for c in codes] for codes in enc.codes]
     # Each `B` and `W` looked up: a split backward's `I` keeps all of its forward's weight for its `W`.

@@ -231,7 +231,7 @@ class TokenReader:
         # A word has a microbatch exactly when its kind takes one: a stage-only kind and the
         # idle word have none. Checked whole-row only when the row has such a word.
         if None in mbs or None in sks or (self.stage_only_sks and not self.stage_only_sks.isdisjoint(sks)):
-            if list(map(is_, mbs, repeat(None))) != list(map(self.bare.__getitem__, sks)):
+            if list(map(is_, mbs, repeat(None))) != gather(self.bare, sks):
                 return None
         if self.track_ranks:
             stage_ranks = self.stage_ranks
