@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, floordiv, is_, is_not, or_, rshift
+from operator import add, and_, attrgetter, floordiv, ge, is_, is_not, or_, rshift
 from typing import TypeVar, cast
 
 from .gather import gather
@@ -109,8 +109,13 @@ def row_codes(rows: list[list[int]], stages: int, microbatches: int) -> list[Row
     out: list[RowCodes] = []
     for codes in rows:
         sms = list(map(rshift, codes, repeat(KIND_BITS)))
-        sks: list[int | None] = list(map(or_, gather(stage_bits, sms), map(and_, codes, repeat(KIND_MASK))))
-        out.append((sks, gather(micro, sms)))
+        kinds = list(map(and_, codes, repeat(KIND_MASK)))
+        sks: list[int | None] = list(map(or_, gather(stage_bits, sms), kinds))
+        mbs = gather(micro, sms)
+        if kinds and max(kinds) >= Kind.UNSHARD:  # a stage-only action names no microbatch (its code has 0)
+            for i in compress(range(len(kinds)), map(ge, kinds, repeat(Kind.UNSHARD))):
+                mbs[i] = None
+        out.append((sks, mbs))
     return out
 
 
@@ -146,15 +151,17 @@ def read_rows(program: Program) -> list[RowCodes | None] | None:
 def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: int
                       ) -> list[tuple[list[int], list[int] | None, set[int | None]] | None]:
     """Per rank, (codes, step index of each code or None when every step is an action, the
-    row's distinct stage-kinds), as `Encoded` keeps them, from a reader's integers; None for a
-    row to encode from its actions (one built as steps, those with no action or a stage-only
-    one, whose layout the careful encoder decides, and one with a stage or microbatch out of
-    range, which it reports)."""
+    row's distinct stage-kinds), as `Encoded` keeps them, from a reader's integers (a stage-only
+    action, with no microbatch, coded at microbatch 0 as `Encoded` codes it); None for a row to
+    encode from its actions (one built as steps, one with no action, and one with a stage or
+    microbatch out of range, which the careful encoder reports)."""
     # `code` is linear: code(stage, mb, kind) = code(stage, 0, kind) + code(0, mb, 0), so
     # prefix[sk] + micro[mb]: two list lookups a step (a stage-kind `sk` is below
     # `stage_kind(stages, 0)`, a microbatch below `microbatches`, or the row is out of range).
     prefix = [code(sk >> KIND_BITS, 0, sk & KIND_MASK, microbatches) for sk in range(stage_kind(stages, 0))]
     micro = [code(0, mb, 0, microbatches) for mb in range(microbatches)]
+    # For a row with a stage-only action, whose microbatch is None: its code has microbatch 0.
+    micro_or_none: dict[int | None, int] | None = None
     out: list[tuple[list[int], list[int] | None, set[int | None]] | None] = []
     for row in rows:
         if row is None or not row[0]:
@@ -176,10 +183,14 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
             # `compress` by the one mask, not a lookup per kept step: no call per element.
             sks, mbs = compress(sk_row, kept), compress(mb_row, kept)
         try:
-            out.append((list(map(add, gather(prefix, sks), gather(micro, mbs))), steps, seen))
-        except (IndexError, TypeError):
-            # Out of range (a reader gives no negative number), or a stage-only action (no
-            # microbatch: `micro[None]`): the careful encoder says where, or lays it out.
+            if any(sk is not None and sk & KIND_MASK >= Kind.UNSHARD for sk in seen):
+                if micro_or_none is None:
+                    micro_or_none = {None: 0, **dict(enumerate(micro))}
+                out.append((list(map(add, gather(prefix, sks), gather(micro_or_none, mbs))), steps, seen))
+            else:
+                out.append((list(map(add, gather(prefix, sks), gather(micro, mbs))), steps, seen))
+        except (IndexError, KeyError):
+            # Out of range (a reader gives no negative number): the careful encoder says where.
             out.append(None)
     return out
 

@@ -248,23 +248,30 @@ class PlainRuns:
     checks its own, `TokenReader.within`).
 
     A separator is put after every letter that ends a kind taking a microbatch (one
-    `str.replace` a letter) and the run split there: each word falls apart into its prefix and
-    its microbatch, and the pieces alternate. An idle word is first replaced by IDLE_MARK, a
+    `str.replace` a letter) and after the name of a stage-only kind present (`3UNSHARD`), and
+    the run split there: each word falls apart into its prefix and its microbatch (empty for a
+    stage-only word), and the pieces alternate. An idle word is first replaced by IDLE_MARK, a
     prefix whose microbatch piece is empty. Only canonical pieces are known (`12F`, not `012F`;
     `3`, not `03`), each learned (parsed, bounded) once. The run is accepted when every even
     piece is a known prefix, every odd one a known microbatch, there are two pieces a word, and
-    as many empty microbatches as idle words. Then each word is exactly one prefix and one
-    microbatch (a piece that is not a word's last ends in a letter, so no odd piece is such; so
-    every even piece starts a word, no word has three pieces, and with two a word on average
-    each has two), the codes are what `TokenReader.codes` makes of the same words, and the
-    text is what the printer writes for them. Anything else (a stage-only word, a range, two
-    blanks, a leading zero, a `~`) returns None and goes the word-by-word way.
+    the empty microbatches are where the prefix is idle or stage-only (as many as idle words,
+    when no stage-only word is there). Then each word is exactly one prefix and one microbatch
+    (a piece that is not a word's last ends in a letter, so no odd piece is such; so every
+    even piece starts a word, no word has three pieces, and with two a word on average each
+    has two), the codes are what `TokenReader.codes` makes of the same words, and the text is
+    what the printer writes for them. Anything else (a range, two blanks, a leading zero, a
+    `~`) returns None and goes the word-by-word way.
     """
 
     def __init__(self, names: Mapping[str, Kind], separator: str, idle: str):
         self.names = names
         self.separator = separator
         self.ends = sorted({name[-1] for name, kind in names.items() if not kind.stage_only})
+        # A stage-only word (`3UNSHARD`) is cut after its whole name: its microbatch piece is
+        # empty. No such name has a letter of `ends` (which would cut it first).
+        self.stage_only_names = [name for name, kind in names.items() if kind.stage_only]
+        assert not any(set(name) & set(self.ends) for name in self.stage_only_names)
+        self.bare: dict[int | None, bool] = {None: True}  # stage-kind -> whether it takes no microbatch
         # An idle word between separators, and what it is replaced with: the mark and an
         # empty microbatch once cut (`~F` + separator), read as the idle step's (None, None).
         self.idle_word, self.marked = separator + idle + separator, separator + IDLE_MARK + self.ends[0] + separator
@@ -278,13 +285,16 @@ class PlainRuns:
         """Learn every new prefix of a run, or none: what is learned was in a run of words
         that each fell apart into a prefix and a microbatch (see `_learn_micros`)."""
         learned: dict[str, int | None] = {}
+        bare: dict[int | None, bool] = {}
         for prefix in new:
             m = _PREFIX_RE.match(prefix)
             kind = self.names.get(m.group(2)) if m else None
-            if m is None or kind is None or kind.stage_only or not canonical(m.group(1)) or int(m.group(1)) >= MAX_STAGES:
+            if m is None or kind is None or not canonical(m.group(1)) or int(m.group(1)) >= MAX_STAGES:
                 return False
-            learned[prefix] = int(m.group(1)) << KIND_BITS | kind
+            learned[prefix] = sk = int(m.group(1)) << KIND_BITS | kind
+            bare[sk] = kind.stage_only
         self.sk_of.update(learned)
+        self.bare.update(bare)
         # (the largest code holds the largest stage: a code's stage is its high bits)
         self.top_stage = max([self.top_stage, *(sk >> KIND_BITS for sk in cast("dict[str, int]", learned).values())])
         return True
@@ -318,14 +328,24 @@ class PlainRuns:
         cut = padded[len(separator):len(padded) - len(separator)]
         for letter in self.ends:  # (str.translate to two characters is ten times slower)
             cut = cut.replace(letter, letter + separator)
+        bare = False  # whether a stage-only word is there
+        for name in self.stage_only_names:
+            if name in cut:
+                cut = cut.replace(name, name + separator)
+                bare = True
         pieces = cut.split(separator)
         if len(pieces) != 2 * (text.count(separator) + 1):
             return None
         prefixes, micros = pieces[0::2], pieces[1::2]
         sks = looked_up(self.sk_of, prefixes, self._learn_prefixes)
-        table = self.micro_or_idle if idle else self.micro_of
+        table = self.micro_or_idle if idle or bare else self.micro_of
         mbs = looked_up(table, micros, self._learn_micros) if sks is not None else None
-        if sks is None or mbs is None or (idle and mbs.count(None) != idle):
+        if sks is None or mbs is None:
+            return None
+        if bare:  # a word has no microbatch exactly where it is idle or of a stage-only kind
+            if list(map(is_, mbs, repeat(None))) != gather(self.bare, sks):
+                return None
+        elif idle and mbs.count(None) != idle:
             return None
         return sks, mbs
 

@@ -120,6 +120,12 @@ def test_lowering_keeps_overlaps_and_drops_idles() -> None:
 
 # A CSV with idle cells: lowering drops them, and its rows stay integers all the same.
 IDLE_CSV = "0F0,0F1,,,0B0,0B1\n,1F0,1B0,1F1,1B1\n"
+# Stage-only actions (PyTorch's GPipe and 1F1B end each row with REDUCE_GRAD), in rows read
+# whole, cell by cell, and (a range in rank 0's row) as steps.
+STAGE_ONLY_CSV = "0UNSHARD,0F0,0F1,,,0B0,0B1,0REDUCE_GRAD\n,1F0,1B0,1F1,1B1,1REDUCE_GRAD,1RESHARD\n"
+STAGE_ONLY_PPS = ("pipeline ranks=2 microbatches=2\n"
+                  "rank 0: 0F{0..1} 0B0 0B1 0REDUCE_GRAD\n"
+                  "rank 1: 1F0 1B0 1F1 1B1 1REDUCE_GRAD\n")
 
 
 def test_lowered_rows_are_kept_as_integers_and_are_the_actions_they_stand_for() -> None:
@@ -129,7 +135,8 @@ def test_lowered_rows_are_kept_as_integers_and_are_the_actions_they_stand_for() 
     from ppdsl.syntax.printer import print_program
 
     made = [parse("pipeline ranks=4 microbatches=6\nuse interleaved_1f1b(virtual=2)\n"),
-            parse("pipeline ranks=3 microbatches=5\nuse zb1p()\n"), read_csv(IDLE_CSV, "idle.csv")]
+            parse("pipeline ranks=3 microbatches=5\nuse zb1p()\n"), read_csv(IDLE_CSV, "idle.csv"),
+            read_csv(STAGE_ONLY_CSV, "reduce.csv"), parse(STAGE_ONLY_PPS)]
     for program in made:
         low = lower(program)
         assert read_rows(low) is not None, "the printer and the checker read the integers, no Action made"
@@ -138,6 +145,8 @@ def test_lowered_rows_are_kept_as_integers_and_are_the_actions_they_stand_for() 
         assert print_program(low) == print_program(as_steps)
         assert encode(low).codes == encode(as_steps).codes  # the codes lowering kept are those of its rows
         assert check(as_steps) == []
+        # What is printed reads back as the same program (a stage-only action with no microbatch).
+        assert [a for row in parse(print_program(low)).rows for a in row] == [a for row in as_steps.rows for a in row]
 
 
 @settings(max_examples=40, deadline=None)
