@@ -271,6 +271,11 @@ class PlainRuns:
         # empty. No such name has a letter of `ends` (which would cut it first).
         self.stage_only_names = [name for name, kind in names.items() if kind.stage_only]
         assert not any(set(name) & set(self.ends) for name in self.stage_only_names)
+        # A letter of every stage-only name and of no other (`A`): a row without it has no
+        # stage-only word, told by one search of the row rather than one a name.
+        others = "".join(name for name, kind in names.items() if not kind.stage_only)
+        marks = set.intersection(*map(set, self.stage_only_names)).difference(others) if self.stage_only_names else set()
+        self.stage_only_mark = min(marks) if marks else ""
         self.bare: dict[int | None, bool] = {None: True}  # stage-kind -> whether it takes no microbatch
         # An idle word between separators, and what it is replaced with: the mark and an
         # empty microbatch once cut (`~F` + separator), read as the idle step's (None, None).
@@ -329,10 +334,11 @@ class PlainRuns:
         for letter in self.ends:  # (str.translate to two characters is ten times slower)
             cut = cut.replace(letter, letter + separator)
         bare = False  # whether a stage-only word is there
-        for name in self.stage_only_names:
-            if name in cut:
-                cut = cut.replace(name, name + separator)
-                bare = True
+        if self.stage_only_mark in cut:  # ("" is in every text: no such letter, every name is looked for)
+            for name in self.stage_only_names:
+                if name in cut:
+                    cut = cut.replace(name, name + separator)
+                    bare = True
         pieces = cut.split(separator)
         if len(pieces) != 2 * (text.count(separator) + 1):
             return None
