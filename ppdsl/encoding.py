@@ -282,7 +282,9 @@ class Encoded:
                     codes.append(code(a.stage, m, a.kind, M))
                 steps.append(index)
         self.codes.append(codes)
-        self.steps.append(steps)
+        # Every step one action (a row the fast paths did not take, as one with a stage-only
+        # action may be): no step table, as they keep none.
+        self.steps.append(None if not groups and len(steps) == len(row) else steps)
         self.groups.append(groups)
 
     def step_of(self, rank: int, i: int) -> int:
