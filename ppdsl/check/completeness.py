@@ -3,7 +3,9 @@
 PPS103 - a forward or backward is missing. Every (stage, microbatch) has one `F`, and in a
     training program either one `B` or one `I` and one `W`. FAIL (1 stage, 2 microbatches):
     `rank 0: 0F0 0F1 0B0`. Fix: add `0B1`, or declare `mode=inference` for a forward-only
-    program.
+    program. In a CSV, whose microbatch count is one past its largest microbatch, an action
+    of a last microbatch that fewer than half the stages have is told instead of every
+    stage's lack of it.
 
 PPS104 - an action appears twice (anywhere in the program). FAIL: `rank 0: 0F0 0F0 0B0`.
     Fix: delete one. (Sends and receives twice are PPS203.)
@@ -36,8 +38,13 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
     M = ctx.M
     train = ctx.program.mode == "train"
     f = ctx.column(F)
-    if -1 in f:
-        yield from _missing(ctx, [sm for sm, x in enumerate(f) if x < 0], "F", "forward")
+    stray = _stray_last_microbatch(ctx)
+    if stray:
+        yield from stray
+    # Missing actions, less those of a stray last microbatch (told once above, not per stage).
+    lacking = [sm for sm, x in enumerate(f) if x < 0 and not (stray and sm % M == M - 1)] if -1 in f else []
+    if lacking:
+        yield from _missing(ctx, lacking, "F", "forward")
     if not train:
         return
     b, i, w = ctx.column(B), ctx.column(I), ctx.column(W)
@@ -46,6 +53,8 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
         return  # every backward full, or every backward split
     # Backward state per (stage, mb): 4*B + 2*I + W; 4 (full) and 3 (split) are sound.
     state = [(x >= 0) * 4 + (y >= 0) * 2 + (z >= 0) for x, y, z in zip(b, i, w)]
+    if stray:
+        state[M - 1::M] = [4] * ctx.S  # the stray microbatch: told above
     none = [sm for sm, x in enumerate(state) if x == 0]
     yield from _missing(ctx, none, "B", "backward", "training needs a backward for every forward;"
                         " declare `mode=inference` in the header for a forward-only program")
@@ -67,6 +76,35 @@ def check(ctx: Context) -> Iterator[Diagnostic]:
             help_ = f"add `{stage}I{mb}` before it"
         rank, step = ctx.locate(pos[code])
         yield ctx.diag("PPS105", msg, rank, step, help=help_)
+
+
+def _stray_last_microbatch(ctx: Context) -> list[Diagnostic]:
+    """A CSV's microbatch count is read from its largest microbatch: one action numbered one
+    past the rest (PyTorch 2.13's `Schedule1F1B` order has `3F8` for `3F0` on its last rank
+    at 4 ranks x 8 microbatches) would make every other stage lack that microbatch. When the
+    last microbatch is had by fewer than half the stages, each of its actions is told once
+    instead (PPS103), and the stages without it are not."""
+    source, S, M = ctx.program.source, ctx.S, ctx.M
+    if source is None or source.format != "csv" or M < 2 or S < 2:
+        return []
+    last = [ctx.pos[sm_code(s * M + M - 1, k)] for s in range(S) for k in (F, B, I, W)]
+    having = {s for s in range(S) for k in range(4) if last[s * 4 + k] >= 0}
+    if not having or 2 * len(having) >= S:
+        return []
+    others = [s for s in range(S) if s not in having]
+    out = []
+    for s in sorted(having):
+        for k in (F, B, I, W):
+            code = sm_code(s * M + M - 1, k)
+            if ctx.pos[code] < 0:
+                continue
+            rank, step = ctx.locate(ctx.pos[code])
+            out.append(ctx.diag(
+                "PPS103", f"{ctx.text(code)} is of microbatch {M - 1}, which stage{'s' * (len(others) > 1)} "
+                f"{mb_ranges(others)} {'have' if len(others) > 1 else 'has'} no action of: this CSV's microbatch "
+                f"count, {M}, is read from its largest microbatch", rank, step,
+                help=f"number it within 0..{M - 2}, as the other stages' are (is it one past where it should be?)"))
+    return out
 
 
 def _missing(ctx: Context, sms: list[int], kind: str, what: str, help: str | None = None) -> Iterator[Diagnostic]:

@@ -123,3 +123,46 @@ def test_a_missing_action_is_located_where_it_belongs(row: str, column: int, hel
     (d,) = [d for d in check(parse(text, "m.pps")) if d.code == "PPS103"]
     assert (d.line, d.column) == (2, column)
     assert d.help is not None and d.help.startswith(help_starts), d.help
+
+
+# PyTorch 2.13's Schedule1F1B order for 4 ranks x 8 microbatches, as `_get_pipeline_order()`
+# gives it: the last rank runs `3F1 .. 3F8` where `3F0 .. 3F7` belong.
+TORCH_1F1B_ORDER = """\
+0F0,0F1,0F2,0F3,0B0,0F4,0B1,0F5,0B2,0F6,0B3,0F7,0B4,0B5,0B6,0B7,0REDUCE_GRAD
+1F0,1F1,1F2,1B0,1F3,1B1,1F4,1B2,1F5,1B3,1F6,1B4,1F7,1B5,1B6,1B7,1REDUCE_GRAD
+2F0,2F1,2B0,2F2,2B1,2F3,2B2,2F4,2B3,2F5,2B4,2F6,2B5,2F7,2B6,2B7,2REDUCE_GRAD
+3F1,3B0,3F2,3B1,3F3,3B2,3F4,3B3,3F5,3B4,3F6,3B5,3F7,3B6,3F8,3B7,3REDUCE_GRAD
+"""
+
+
+def test_a_csv_microbatch_one_past_the_rest_is_told_once() -> None:
+    from ppdsl.formats.torch_csv import read_csv
+
+    found = [(d.code, d.line, d.column, d.message) for d in check(read_csv(TORCH_1F1B_ORDER, "s1.csv"))]
+    assert found == [
+        ("PPS103", 4, 1, "stage 3 (rank 3) has no forward for microbatch 0 (`3F0`)"),
+        ("PPS103", 4, 57, "`3F8` is of microbatch 8, which stages {0..2} have no action of: this CSV's "
+                          "microbatch count, 9, is read from its largest microbatch"),
+    ]
+    # Where the header gives the count, a missing microbatch is told stage by stage, as ever.
+    pps = "pipeline ranks=2 microbatches=3\nrank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1F1 1F2 1B0 1B1 1B2\n"
+    assert [d.message.rsplit(" (", 1)[0] for d in check(parse(pps, "m.pps")) if d.code == "PPS103"] == [
+        "stage 0 (rank 0) has no forward for microbatch 2", "stage 0 (rank 0) has no backward for microbatch 2"]
+    # Half the stages or more with the last microbatch: the others lack it.
+    half = "0F0,0B0\n1F0,1F1,1B0,1B1\n"
+    assert [d.message.rsplit(" (", 1)[0] for d in check(read_csv(half, "h.csv")) if d.code == "PPS103"] == [
+        "stage 0 (rank 0) has no forward for microbatch 1", "stage 0 (rank 0) has no backward for microbatch 1"]
+
+
+def test_language_md_shows_the_stray_microbatch_as_lint_reports_it() -> None:
+    import re
+    from pathlib import Path
+
+    from ppdsl.formats.torch_csv import read_csv
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "language.md").read_text(encoding="utf-8")
+    block = re.search(r"#### PPS103.*?```text\n(.*?)```", page, flags=re.S)
+    assert block is not None
+    found = [f"{d.path}:{d.line}:{d.column}: error[{d.code}]: {d.message}"
+             for d in check(read_csv(TORCH_1F1B_ORDER, "s1.csv"))]
+    assert block.group(1).splitlines() == found
