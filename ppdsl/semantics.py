@@ -63,7 +63,7 @@ from attrs import field, frozen
 
 from .layout import KIND_SPACE, key_of, kind_of
 from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, MB_STRIDE, NO_PEER, NOTHING, PRODUCERS,
-                       SLOT_BITS, SLOT_MASK, B, Encoded, Needs, RECV_B, SHIFT, code_space, compute_outputs, encode,
+                       SLOT_BITS, SLOT_MASK, B, Encoded, Needs, RECV_B, SHIFT, code_space, encode,
                        kind_slice, peer_code, producers, received_key, sent_key)
 from .gcpause import no_gc
 from .ir import Action, Kind, Overlap, Program, row_length
@@ -454,7 +454,27 @@ class _Engine:
                         t0 = t
                         stuck = False
                         for j in range(i, i + count):
-                            for key, delay in deps_here(codes[j]):
+                            cj = codes[j]
+                            kj = cj & 15
+                            if kj <= 3:  # a compute member (every member of a pair): as the hot path below reads it
+                                smj = cj >> 4
+                                key = (smj << 3) + local_slot[kj]
+                                d = done[key]
+                                if d >= 0:
+                                    if d > t0:
+                                        t0 = d
+                                    key = (smj << 3) + input_off[kj][smj]
+                                    d = done[key]
+                                    if d >= 0:
+                                        if hop_time is not None:
+                                            d += hop_time[cj]
+                                        if d > t0:
+                                            t0 = d
+                                        continue
+                                waiters.setdefault(key, []).append(r)
+                                stuck = True
+                                break
+                            for key, delay in deps_here(cj):
                                 d = done[key]
                                 if d < 0:
                                     waiters.setdefault(key, []).append(r)
@@ -467,19 +487,26 @@ class _Engine:
                         if stuck:
                             break
                         if not is_batch:
-                            pair = program.rows[r][enc.step_of(r, i)]
-                            assert isinstance(pair, Overlap)
                             if timed:
-                                end = t0 + (1.0 if unit else timing.overlap_time(pair))
+                                if unit:
+                                    end = t0 + 1.0
+                                else:
+                                    pair = program.rows[r][enc.step_of(r, i)]
+                                    assert isinstance(pair, Overlap)
+                                    end = t0 + timing.overlap_time(pair)
                                 st[i:i + count] = [t0] * count
                                 en[i:i + count] = [end] * count
                                 t = end
                             for j in range(i, i + count):
-                                for key in compute_outputs(codes[j]):
+                                cj = codes[j]
+                                kj = cj & 15
+                                base = (cj >> 4) << 3
+                                for key in out_slots[kj] if kj <= 3 else ():
+                                    key += base
                                     if done[key] < 0:
                                         done[key] = end
-                                    if waiters:
-                                        wake(key)
+                                    if waiters and key in waiters:
+                                        extend(waiters.pop(key))
                             i += count
                             continue
                         # A grouped batch: its members are posted at t0 by the send/receive
