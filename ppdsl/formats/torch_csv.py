@@ -25,14 +25,16 @@ space against the file's cells.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
-from itertools import islice
-from typing import ClassVar
+from collections.abc import Callable, Iterable, Iterator
+from itertools import compress, islice
+from operator import not_
+from typing import ClassVar, cast
 
 from ..diagnostics import Diagnostic, PpsError, Severity
 from ..encoding import read_rows
 from ..wording import plural
-from ..ir import IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment, SourceMap, Span, Step, actions_of, make_action
+from ..ir import (IDLE, KIND_BY_NAME, KIND_MASK, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment,
+                  SourceMap, Span, Step, actions_of, make_action, steps_from_codes)
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS, MAX_STAGES
 from ..syntax.printer import ActionText
@@ -40,6 +42,7 @@ from ..syntax.scan import PlainRuns, TokenReader, number, shown
 
 _CELL_RE = re.compile(r"(\d+)([A-Z_]+)(\d*)\Z")
 _OVERLAP_RE = re.compile(r"\(([^;()]*);([^;()]*)\)(?:OVERLAP_F_B)?\Z")
+_PAIR_END = ")OVERLAP_F_B"  # how PyTorch ends a pair's cell
 # A backward or weight cell anywhere in the text (inside a pair too): what dialect detection reads.
 _BACKWARD_RE = re.compile(r"(?<!\w)(\d+)(BW|B|W)(\d+)(?!\w)")
 # A file this small may name stage x microbatch pairs it does not cover (the checker then says
@@ -110,6 +113,36 @@ class _Reader:
         if whole is not None:
             return self.tokens.within(whole, self.runs, rank)  # (the runs' bounds are the reader's: never None)
         return self.tokens.codes(line.split(","), rank)
+
+    def paired_row(self, rank: int, line: str) -> list[Step] | None:
+        """A row of plain cells and overlapped pairs written as PyTorch writes them
+        (`(0F1;1B0)OVERLAP_F_B`, DualPipeV's), as steps: the plain cells read whole in one run,
+        the pairs' halves in another, with no cell parsed alone; None when some cell is
+        written otherwise, out of bounds or not a compute action in a pair (the careful path
+        then says which). Positions need nothing of this: a CSV step is its cell."""
+        if not self.whole_runs:
+            return None
+        cells = line.split(",")
+        paired = [cell[:1] == "(" for cell in cells]
+        pairs = list(compress(cells, paired))
+        halves: list[str] = []
+        for cell in pairs:
+            if not cell.endswith(_PAIR_END) or cell.count(";") != 1:
+                return None
+            halves += cell[1:-len(_PAIR_END)].split(";")
+        plain = self.runs.read(",".join(compress(cells, map(not_, paired))))
+        both = self.runs.read(",".join(halves))
+        if plain is None or both is None or None in both[1]:
+            return None
+        # Each half a compute action: F, I, W or B.
+        if any(sk is None or sk & KIND_MASK > Kind.B for sk in set(both[0])):
+            return None
+        plain, both = self.tokens.within(plain, self.runs, rank), self.tokens.within(both, self.runs, rank)
+        if plain is None or both is None:
+            return None
+        made = cast("Iterator[Step]", iter(steps_from_codes(plain, IDLE)))
+        halves_made = cast("Iterator[Action]", iter(steps_from_codes(both, IDLE)))
+        return [Overlap((next(halves_made), next(halves_made))) if p else next(made) for p in paired]
 
     # -- the careful path: one cell at a time, every problem located ------------------------
     def action(self, cell: str, column: int) -> Action:
@@ -226,7 +259,8 @@ def _read(text: str, path: str, dialect: str | None, whole_runs: bool) -> Progra
             made.append(())
         else:
             try:
-                made.append(tuple(reader.careful_row(line_no - 1, line)))
+                paired = reader.paired_row(line_no - 1, line) if "(" in line else None
+                made.append(tuple(paired if paired is not None else reader.careful_row(line_no - 1, line)))
             except _Located as err:
                 bad.extend(_error(path, line_no, err.column, err.message, err.help, err.code).diagnostics)
                 if len(bad) >= MAX_REPORTED_ERRORS:

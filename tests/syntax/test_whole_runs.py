@@ -190,3 +190,37 @@ def test_a_set_aside_run_past_the_step_limit_is_underlined_whole() -> None:
     assert careful == whole
     assert isinstance(whole, list) and whole[0]["code"] == "PPS015"
     assert (whole[0]["line"], whole[0]["column"], whole[0]["end_column"]) == (2, 9, 9 + len(run))
+
+
+# CSV rows with overlapped pairs as PyTorch writes DualPipeV's (`(0F1;1B0)OVERLAP_F_B`): the
+# pair rows read in two whole runs give what the careful path makes of them, cell by cell, or
+# the same diagnostics; and pairs written any other way go the careful way.
+pair = st.builds(lambda a, b: f"({a};{b})OVERLAP_F_B", canonical, canonical)
+odd_pair = st.sampled_from(["(0F1; 1B0)OVERLAP_F_B", "(0F1;1B0)", "(0F1;1B0;2W0)OVERLAP_F_B", "(0F1)OVERLAP_F_B",
+                            "(0F{0..1};1B0)OVERLAP_F_B", "(01F1;1B0)OVERLAP_F_B", "(0F1;_)OVERLAP_F_B",
+                            "(0F1;1B0)OVERLAP_F_BX", "(0UNSHARD;1B0)OVERLAP_F_B", "(;)OVERLAP_F_B", "("])
+csv_cell = st.one_of(canonical, canonical, st.just(""), pair, pair, odd_pair)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(csv_cell, min_size=1, max_size=8), min_size=1, max_size=4),
+       st.sampled_from([None, "current", "legacy"]))
+def test_a_csv_row_with_pairs_read_whole_is_the_row_read_cell_by_cell(rows: list[list[str]], dialect: str | None) -> None:
+    text = "".join(",".join(cells) + "\n" for cells in rows)
+
+    def read(whole_runs: bool) -> Program | list[object]:
+        try:
+            return read_csv(text, "p.csv", dialect, whole_runs=whole_runs)
+        except PpsError as err:
+            return [d.as_json() for d in err.diagnostics]
+    same_program(read(False), read(True))
+
+
+def test_dualpipev_pairs_are_read_in_whole_runs() -> None:
+    text = "0F0,0F1,(0F2;1B0)OVERLAP_F_B,,0B1\n1F0,1B0,(1F1;0B0)OVERLAP_F_B,1B1,0B2\n"
+    reader = _Reader(CurrentDialect)
+    steps = reader.paired_row(0, text.split("\n")[0])
+    assert steps is not None and [str(s) for s in steps] == ["0F0", "0F1", "(0F2;1B0)", "_", "0B1"]
+    assert reader.paired_row(0, "0F0,(0F1; 1B0)OVERLAP_F_B") is None  # a blank inside: cell by cell
+    assert reader.paired_row(0, "0F0,(0F1;1SEND_B0)OVERLAP_F_B") is None  # not a compute action
