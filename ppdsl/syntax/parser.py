@@ -30,7 +30,7 @@ from .grammar import lark_parser
 from .handoff import Unexpanded as Unexpanded, UseLine as UseLine, Value as Value
 from .header import HEADER_OPTIONS as HEADER_OPTIONS, HeaderReader
 from .reporting import Fail
-from .rows import RowReader
+from .rows import PairedRowRefused, RowReader
 
 
 class _Builder(RowReader, HeaderReader):
@@ -110,9 +110,10 @@ class _Builder(RowReader, HeaderReader):
         """Put back the real text of line `index` where Lark was given a stand-in for its run:
         what follows the run on its line (a stray `\\r`) stands at other columns there."""
         aside = self.set_aside.get(index + 1)
-        if aside is None or aside[2] is None or index >= len(lines):
+        if aside is None or (aside[2] is None and index + 1 not in self.paired) or index >= len(lines):
             return False
         del self.set_aside[index + 1]
+        self.paired.pop(index + 1, None)
         if self.real_lines is None:
             self.real_lines = self.text.split("\n")
         lines[index] = self.real_lines[index]
@@ -257,8 +258,10 @@ def read(text: str, path: str = "<input>", steps_limit: int | None = None, whole
     if not text.endswith("\n"):
         text += "\n"
     limit = min(DEFAULT_MAX_STEPS if steps_limit is None else steps_limit, MAX_ACTIONS)
-    builder = _Builder(text, path, limit, whole_runs)
     # Hundreds of thousands of small immutable objects: generational GC would rescan them all
     # several times over for nothing.
     with no_gc():
-        return builder.build()
+        try:
+            return _Builder(text, path, limit, whole_runs).build()
+        except PairedRowRefused:  # a row read as plain words and pairs has something to tell
+            return _Builder(text, path, limit, whole_runs, paired_rows=False).build()

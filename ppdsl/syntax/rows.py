@@ -15,16 +15,73 @@ from collections.abc import Iterator
 from lark import Token, Tree
 
 from .. import placement as placement_mod
-from ..ir import IDLE, KIND_BY_NAME, Batch, LazyRows, Overlap, RowCodes, Rows, Segment, Span, Step, steps_from_codes
+from ..ir import (IDLE, KIND_BY_NAME, KIND_MASK, Batch, Kind, LazyRows, Overlap, RowCodes, Rows, Segment, Span, Step,
+                  steps_from_codes)
 from ..limits import MAX_REPORTED_ERRORS, MAX_STAGES
 from . import scan
 from .reporting import Fail, Reporter
 
 
+class PairedRowRefused(Exception):
+    """A row set aside with overlapped pairs (`PairedRun`) that the builder cannot take as it
+    was read (a number past the header's bounds, the step limit reached in it): the file is
+    read again without setting such rows aside, and the careful way says what is wrong."""
+
+
+class PairedRun:
+    """A row's first line that is plain words and overlapped pairs of two plain words, one
+    blank between each (`0F0 0SEND_F0 (0F1;3B0) 0SEND_F1`, what `expand --comms` writes for
+    DualPipeV), read before Lark in two whole runs: its plain words, and its pairs' halves.
+    `items` are the row's items as Lark would lex them, (column offset in the run, the text of
+    a run of plain words or None for a pair, its word count)."""
+
+    __slots__ = ("column", "text", "plain", "halves", "items")
+
+    def __init__(self, column: int, text: str, plain: RowCodes, halves: RowCodes, items: list[tuple[int, str | None, int]]):
+        self.column, self.text, self.plain, self.halves, self.items = column, text, plain, halves, items
+
+    @classmethod
+    def read(cls, column: int, text: str, runs: scan.PlainRuns) -> PairedRun | None:
+        """The run as plain words and pairs, or None when it is anything else (Lark reads it)."""
+        words = text.split(" ")
+        plain: list[str] = []
+        halves: list[str] = []
+        items: list[tuple[int, str | None, int]] = []
+        offset = start = 0  # where the word, and the run of plain words it is in, start
+        count = 0  # plain words in the run being gathered
+        for word in words:
+            if word[:1] == "(":
+                if count:
+                    items.append((start, text[start:offset - 1], count))
+                    count = 0
+                if word[-1:] != ")" or word.count(";") != 1:
+                    return None
+                halves += word[1:-1].split(";")
+                items.append((offset, None, 1))
+            else:
+                if not count:
+                    start = offset
+                count += 1
+                plain.append(word)
+            offset += len(word) + 1
+        if count:
+            items.append((start, text[start:], count))
+        both = runs.read(" ".join(halves)) if halves else None
+        if both is None or None in both[1] or any(sk is None or sk & KIND_MASK > Kind.B for sk in set(both[0])):
+            return None  # a half that is idle, stage-only, not a compute action, or no plain word
+        codes = runs.read(" ".join(plain)) if plain else ([], [])
+        if codes is None:
+            return None
+        return cls(column, text, codes, both, items)
+
+
 class RowReader(Reporter):
-    def __init__(self, text: str, path: str, steps_limit: int, whole_runs: bool = True):
+    def __init__(self, text: str, path: str, steps_limit: int, whole_runs: bool = True, paired_rows: bool = True):
         super().__init__(text, path, steps_limit)
         self.whole_runs = whole_runs
+        # line -> a row's first line of plain words and pairs, read before Lark (`PairedRun`).
+        self.paired_rows = paired_rows and whole_runs
+        self.paired: dict[int, PairedRun] = {}
         self.tokens: scan.TokenReader | None = None  # made by rows() for the header's bounds
         # The row being read, as the reader's integers, while every item of it is a plain run
         # read by `tokens` (None once one is not, and its steps are made): see ir.LazyRows.
@@ -63,7 +120,11 @@ class RowReader(Reporter):
             counted = start
             codes = self.runs.read(run)
             self.set_aside[line] = (start - m.start() + 1, run, codes)
-            if codes is not None:
+            paired = PairedRun.read(start - m.start() + 1, run, self.runs) if (
+                codes is None and self.paired_rows and "(" in run) else None
+            if paired is not None:
+                self.paired[line] = paired
+            if codes is not None or paired is not None:
                 out.append(text[copied:start])
                 out.append(_STAND_IN)
                 copied = start + len(run)
@@ -130,6 +191,8 @@ class RowReader(Reporter):
                 # Checked per item, not per row: one row of ranges can ask for any number of
                 # steps. Past the limit the rest is counted, not made, for the exact count.
                 so_far = total + len(steps) + (len(self.known[0]) if self.known else 0)
+                if so_far > self.steps_limit and isinstance(item, Token) and self.paired_at(item):
+                    raise PairedRowRefused()  # where in the row the limit is reached: the careful way tells
                 if so_far > self.steps_limit:
                     rest, short = self.steps_after(rows, row_index, item_index, bounds)
                     raise self.too_many(self.real(item), "the rows make", so_far + rest, short)
@@ -152,9 +215,36 @@ class RowReader(Reporter):
         """The token as the real text has it, where Lark was given a stand-in (set_aside_runs)."""
         if isinstance(item, Token) and item.type == "ACTIONS":
             aside = self.set_aside.get(item.line or 0)
-            if aside is not None and aside[0] == item.column and aside[2] is not None:
+            if aside is not None and aside[0] == item.column and (aside[2] is not None or self.paired_at(item)):
                 return Token.new_borrow_pos("ACTIONS", aside[1], item)
         return item
+
+    def paired_at(self, item: Token) -> PairedRun | None:
+        """The row read as plain words and pairs that `item` stands in for, if it is one."""
+        paired = self.paired.get(item.line or 0) if self.paired else None
+        return paired if paired is not None and paired.column == item.column else None
+
+    def paired_steps(self, paired: PairedRun, line: int, steps: list[Step], pos: list[Segment]) -> None:
+        """The steps and positions of a row read as plain words and pairs: those Lark's items
+        (a run of plain words, a pair each) would make, made in bulk."""
+        assert self.tokens is not None
+        plain = self.tokens.within(paired.plain, self.runs) if paired.plain[0] else paired.plain
+        halves = self.tokens.within(paired.halves, self.runs)
+        if plain is None or halves is None:
+            raise PairedRowRefused()
+        self.make_steps(steps)
+        made, parts = steps_from_codes(plain, IDLE), steps_from_codes(halves, IDLE)
+        at = half = 0
+        col = paired.column
+        for offset, text, count in paired.items:
+            if text is None:
+                pos.append(Segment(len(steps), line, col + offset))
+                steps.append(Overlap((parts[half], parts[half + 1])))  # type: ignore[arg-type]
+                half += 2
+            else:
+                pos.append(Segment(len(steps), line, col + offset, text))
+                steps.extend(made[at:at + count])  # type: ignore[arg-type]
+                at += count
 
     def item(self, item: Tree[Token] | Token, bounds: scan.Bounds, steps: list[Step], pos: list[Segment]) -> None:
         if isinstance(item, Tree):  # zip
@@ -164,6 +254,10 @@ class RowReader(Reporter):
         line, col = item.line or 1, item.column or 1
         try:
             if item.type == "ACTIONS":
+                paired = self.paired_at(item)
+                if paired is not None:
+                    self.paired_steps(paired, line, steps, pos)
+                    return
                 self.plain_run(item, line, col, bounds, steps, pos)
                 return
             self.make_steps(steps)  # a range, an overlapped pair or a batch: the row is made of steps

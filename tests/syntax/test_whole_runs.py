@@ -224,3 +224,57 @@ def test_dualpipev_pairs_are_read_in_whole_runs() -> None:
     assert steps is not None and [str(s) for s in steps] == ["0F0", "0F1", "(0F2;1B0)", "_", "0B1"]
     assert reader.paired_row(0, "0F0,(0F1; 1B0)OVERLAP_F_B") is None  # a blank inside: cell by cell
     assert reader.paired_row(0, "0F0,(0F1;1SEND_B0)OVERLAP_F_B") is None  # not a compute action
+
+
+# `.pps` rows of plain words and pairs, as `expand --comms` writes DualPipeV's: read before Lark
+# in two whole runs (`rows.PairedRun`), they give the careful program, positions and
+# diagnostics (a pair out of bounds or past the step limit is read again the careful way).
+inbound = st.builds(lambda s, k, m: f"{s}{k.name}{'' if k.stage_only else m}",
+                    st.integers(0, STAGES - 1), st.sampled_from(list(Kind)), st.integers(0, MICROBATCHES - 1))
+compute = st.builds(lambda s, k, m: f"{s}{k.name}{m}", st.integers(0, STAGES - 1),
+                    st.sampled_from([Kind.F, Kind.B, Kind.I, Kind.W]), st.integers(0, MICROBATCHES - 1))
+pps_pair = st.one_of(st.builds(lambda a, b: f"({a};{b})", compute, compute),
+                     st.builds(lambda a, b: f"({a};{b})", canonical, canonical))
+odd_pps_pair = st.sampled_from(["(0F1; 1B0)", "(0F1;1B0;2W0)", "(0F1)", "(0F{0..1};1B{0..1})", "(01F1;1B0)",
+                                "(0F1;_)", "(0F1;1B0)x", "(0UNSHARD;1B0)", "(;)", "(", "(0F1;1SEND_B0)", "(0F9;1B0)"])
+clean_pair = st.builds(lambda a, b: f"({a};{b})", compute, compute)
+# Mostly rows that are all in bounds (read before Lark), some with anything in them.
+pps_row = st.one_of(st.lists(st.one_of(inbound, inbound, inbound, st.just("_"), clean_pair), min_size=1, max_size=30),
+                    st.lists(st.one_of(inbound, inbound, canonical, st.just("_"), pps_pair, odd_pps_pair),
+                             min_size=1, max_size=12))
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(st.lists(pps_row, min_size=1, max_size=2), st.booleans(),
+       st.sampled_from([None, 0, 4, 8]))
+def test_a_pps_row_with_pairs_read_whole_is_the_row_read_carefully(rows: list[list[str]], stages: bool,
+                                                                   over: int | None) -> None:
+    shape = f" stages={STAGES} placement=loop" if stages else ""
+    text = f"pipeline ranks={len(rows)} microbatches={MICROBATCHES}{shape}\n" + "".join(
+        f"rank {r}: {' '.join(words)}\n" for r, words in enumerate(rows))
+    # A rank counts as 16 steps against the limit: `over` steps past that, the rows may cross it.
+    same_program(*careful_and_whole(text, steps_limit=None if over is None else 16 * len(rows) + over))
+
+
+def test_a_pps_row_with_pairs_is_read_before_lark() -> None:
+    from ppdsl.syntax.rows import PairedRun
+
+    runs_ = scan.PlainRuns(KIND_BY_NAME, " ", "_")
+    paired = PairedRun.read(9, "0F0 0SEND_F0 (0F1;3B0) _ 0B1 (0F2;3B1)", runs_)
+    assert paired is not None and paired.items == [(0, "0F0 0SEND_F0", 2), (13, None, 1), (23, "_ 0B1", 2), (29, None, 1)]
+    for refused in ("0F0 (0F1; 3B0)", "0F0  (0F1;3B0)", "(0F1;3SEND_B0)", "(0UNSHARD;3B0)", "(0F1;_)", "(0F1;3B0)x"):
+        assert PairedRun.read(9, refused, runs_) is None, refused
+    text = "pipeline ranks=2 microbatches=2 stages=4 placement=v\nrank 0: 0F0 (0F1;3B0) 3F1 3B1 0B0 0B1\n" \
+           "rank 1: 1F0 2F0 2B0 1B0 1F1 2F1 2B1 1B1\n"
+    careful, whole = careful_and_whole(text)
+    same_program(careful, whole)
+    # Past the step limit inside such a row: underlined where the careful way underlines it.
+    words = " ".join(["0F0 0F1 (0F2;0B0) 0F3 0F4 (0B1;0B2) 0B3 0B4"] * 3)
+    careful, whole = careful_and_whole(f"pipeline ranks=1 microbatches=5\nrank 0: {words}\n", steps_limit=17)
+    same_program(careful, whole)
+    assert isinstance(whole, list) and (whole[0]["code"], whole[0]["column"]) == ("PPS015", 89)
+    # A number past the header's bounds inside such a row: told at its token, as carefully.
+    careful, whole = careful_and_whole("pipeline ranks=1 microbatches=2\nrank 0: 0F0 (0F1;0B0) 0B1 (0F7;0B9)\n")
+    same_program(careful, whole)
+    assert isinstance(whole, list) and whole[0]["code"] == "PPS014"
