@@ -299,7 +299,6 @@ def trailing_idle(rows: Sequence[Sequence[Step]], rank: int) -> int:
     return trailing
 
 
-_JUST_ACTIONS: Final = frozenset((Action,))
 
 Mode = Literal["train", "inference"]
 
@@ -449,17 +448,26 @@ class Program:
                 if codes is not None:
                     total += len(codes[0]) - codes[0].count(None)
                 else:
-                    total += sum(len(actions_of(s)) for s in rows[rank])
+                    total += _actions_in(rows[rank])
             return total
-        for row in rows:
-            if set(map(type, row)) <= _JUST_ACTIONS:  # the usual row: one action a step, in C
-                total += len(row)
-            else:
-                total += sum(len(actions_of(s)) for s in row)
-        return total
+        return sum(map(_actions_in, rows))
 
     def evolve(self, **changes: object) -> Program:
         return attrs.evolve(self, **changes)  # type: ignore[arg-type]
+
+
+def _actions_in(row: Sequence[Step]) -> int:
+    """The actions a row of steps performs, counted by the steps' types in C: one a plain step,
+    none an idle one, and the members of each pair or batch."""
+    types = list(map(type, row))
+    total = len(types) - types.count(Idle)
+    if types.count(Action) + types.count(Idle) < len(types):  # pairs or batches
+        grouped = list(compress(row, map(_GROUPED.__contains__, types)))
+        total += sum(map(len, map(actions_of, grouped))) - len(grouped)
+    return total
+
+
+_GROUPED = frozenset((Overlap, Batch))
 
 
 def require_program(value: object) -> None:

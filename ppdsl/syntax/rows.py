@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from itertools import accumulate, compress, repeat
+from operator import add, not_
 
 from lark import Token, Tree
 
@@ -31,48 +33,38 @@ class PairedRowRefused(Exception):
 class PairedRun:
     """A row's first line that is plain words and overlapped pairs of two plain words, one
     blank between each (`0F0 0SEND_F0 (0F1;3B0) 0SEND_F1`, what `expand --comms` writes for
-    DualPipeV), read before Lark in two whole runs: its plain words, and its pairs' halves.
-    `items` are the row's items as Lark would lex them, (column offset in the run, the text of
-    a run of plain words or None for a pair, its word count)."""
+    DualPipeV), read before Lark in two whole runs: its plain words, and its pairs' halves, by
+    C-level passes over its words. `pairs` are the word indices of the pairs, `offsets` where
+    each word starts in `text` (and one past the end): Lark's items are the runs of plain
+    words between the pairs, and the pairs."""
 
-    __slots__ = ("column", "text", "plain", "halves", "items")
+    __slots__ = ("column", "text", "plain", "halves", "pairs", "offsets")
 
-    def __init__(self, column: int, text: str, plain: RowCodes, halves: RowCodes, items: list[tuple[int, str | None, int]]):
-        self.column, self.text, self.plain, self.halves, self.items = column, text, plain, halves, items
+    def __init__(self, column: int, text: str, plain: RowCodes, halves: RowCodes, pairs: list[int],
+                 offsets: list[int]):
+        self.column, self.text, self.plain, self.halves = column, text, plain, halves
+        self.pairs, self.offsets = pairs, offsets
 
     @classmethod
     def read(cls, column: int, text: str, runs: scan.PlainRuns) -> PairedRun | None:
         """The run as plain words and pairs, or None when it is anything else (Lark reads it)."""
         words = text.split(" ")
-        plain: list[str] = []
-        halves: list[str] = []
-        items: list[tuple[int, str | None, int]] = []
-        offset = start = 0  # where the word, and the run of plain words it is in, start
-        count = 0  # plain words in the run being gathered
-        for word in words:
-            if word[:1] == "(":
-                if count:
-                    items.append((start, text[start:offset - 1], count))
-                    count = 0
-                if word[-1:] != ")" or word.count(";") != 1:
-                    return None
-                halves += word[1:-1].split(";")
-                items.append((offset, None, 1))
-            else:
-                if not count:
-                    start = offset
-                count += 1
-                plain.append(word)
-            offset += len(word) + 1
-        if count:
-            items.append((start, text[start:], count))
-        both = runs.read(" ".join(halves)) if halves else None
+        is_pair = list(map(str.startswith, words, repeat("(")))
+        pairs = list(compress(words, is_pair))
+        if not pairs or not all(map(str.endswith, pairs, repeat(")"))) or {*map(str.count, pairs, repeat(";"))} != {1}:
+            return None
+        joined = " ".join(pairs)
+        if joined.count("(") != len(pairs) or joined.count(")") != len(pairs):
+            return None  # a bracket inside a pair
+        both = runs.read(joined.replace("(", "").replace(")", "").replace(";", " "))
         if both is None or None in both[1] or any(sk is None or sk & KIND_MASK > Kind.B for sk in set(both[0])):
-            return None  # a half that is idle, stage-only, not a compute action, or no plain word
+            return None  # a half that is idle, stage-only or not a compute action
+        plain = list(compress(words, map(not_, is_pair)))
         codes = runs.read(" ".join(plain)) if plain else ([], [])
         if codes is None:
             return None
-        return cls(column, text, codes, both, items)
+        offsets = list(map(add, accumulate(map(len, words), initial=0), range(len(words) + 1)))
+        return cls(column, text, codes, both, list(compress(range(len(words)), is_pair)), offsets)
 
 
 class RowReader(Reporter):
@@ -234,17 +226,18 @@ class RowReader(Reporter):
             raise PairedRowRefused()
         self.make_steps(steps)
         made, parts = steps_from_codes(plain, IDLE), steps_from_codes(halves, IDLE)
-        at = half = 0
-        col = paired.column
-        for offset, text, count in paired.items:
-            if text is None:
-                pos.append(Segment(len(steps), line, col + offset))
+        col, text, offsets = paired.column, paired.text, paired.offsets
+        first = at = half = 0  # the run's first word, the plain steps and halves made so far
+        for p in [*paired.pairs, len(offsets) - 1]:  # each pair, then the row's end
+            if p > first:  # the run of plain words before it
+                pos.append(Segment(len(steps), line, col + offsets[first], text[offsets[first]:offsets[p] - 1]))
+                steps.extend(made[at:at + p - first])  # type: ignore[arg-type]
+                at += p - first
+            if p < len(offsets) - 1:
+                pos.append(Segment(len(steps), line, col + offsets[p]))
                 steps.append(Overlap((parts[half], parts[half + 1])))  # type: ignore[arg-type]
                 half += 2
-            else:
-                pos.append(Segment(len(steps), line, col + offset, text))
-                steps.extend(made[at:at + count])  # type: ignore[arg-type]
-                at += count
+            first = p + 1
 
     def item(self, item: Tree[Token] | Token, bounds: scan.Bounds, steps: list[Step], pos: list[Segment]) -> None:
         if isinstance(item, Tree):  # zip

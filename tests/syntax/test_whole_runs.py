@@ -262,7 +262,7 @@ def test_a_pps_row_with_pairs_is_read_before_lark() -> None:
 
     runs_ = scan.PlainRuns(KIND_BY_NAME, " ", "_")
     paired = PairedRun.read(9, "0F0 0SEND_F0 (0F1;3B0) _ 0B1 (0F2;3B1)", runs_)
-    assert paired is not None and paired.items == [(0, "0F0 0SEND_F0", 2), (13, None, 1), (23, "_ 0B1", 2), (29, None, 1)]
+    assert paired is not None and (paired.pairs, paired.offsets) == ([2, 5], [0, 4, 13, 23, 25, 29, 39])
     for refused in ("0F0 (0F1; 3B0)", "0F0  (0F1;3B0)", "(0F1;3SEND_B0)", "(0UNSHARD;3B0)", "(0F1;_)", "(0F1;3B0)x"):
         assert PairedRun.read(9, refused, runs_) is None, refused
     text = "pipeline ranks=2 microbatches=2 stages=4 placement=v\nrank 0: 0F0 (0F1;3B0) 3F1 3B1 0B0 0B1\n" \
