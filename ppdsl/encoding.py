@@ -189,8 +189,9 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
                 out.append((list(map(add, gather(prefix, sks), gather(micro_or_none, mbs))), steps, seen))
             else:
                 out.append((list(map(add, gather(prefix, sks), gather(micro, mbs))), steps, seen))
-        except (IndexError, KeyError):
-            # Out of range (a reader gives no negative number): the careful encoder says where.
+        except (IndexError, KeyError, TypeError):
+            # Out of range (a reader gives no negative number), or no microbatch where one is
+            # needed: the careful encoder says where.
             out.append(None)
     return out
 

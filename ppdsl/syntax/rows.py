@@ -4,7 +4,9 @@ for runs of plain tokens, kept as the reader's integers (`ir.LazyRows`).
 A row's line that is one plain run of canonical tokens is read whole (`scan.PlainRuns`) before
 Lark runs, and Lark is given a one-character stand-in for it (`RowReader.set_aside_runs`);
 other runs go through one `scan.TokenReader`; a run either refuses has an error, which
-`scan.locate_run` says where. Ranges, zips, overlapped pairs and batches are made as steps.
+`scan.locate_run` says where. Ranges, zips, overlapped pairs and batches are made as steps; a
+row's line of plain words and pairs is read before Lark too (`PairedRun`), and made into the
+steps and positions Lark's items would give.
 """
 
 from __future__ import annotations
