@@ -183,12 +183,12 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
             # `compress` by the one mask, not a lookup per kept step: no call per element.
             sks, mbs = compress(sk_row, kept), compress(mb_row, kept)
         try:
+            table: Sequence[int] | dict[int | None, int] = micro
             if any(sk is not None and sk & KIND_MASK >= Kind.UNSHARD for sk in seen):
                 if micro_or_none is None:
                     micro_or_none = {None: 0, **dict(enumerate(micro))}
-                out.append((list(map(add, gather(prefix, sks), gather(micro_or_none, mbs))), steps, seen))
-            else:
-                out.append((list(map(add, gather(prefix, sks), gather(micro, mbs))), steps, seen))
+                table = micro_or_none
+            out.append((list(map(add, gather(prefix, sks), gather(table, mbs))), steps, seen))
         except (IndexError, KeyError, TypeError):
             # Out of range (a reader gives no negative number), or no microbatch where one is
             # needed: the careful encoder says where.

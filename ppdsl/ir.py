@@ -299,7 +299,6 @@ def trailing_idle(rows: Sequence[Sequence[Step]], rank: int) -> int:
     return trailing
 
 
-
 Mode = Literal["train", "inference"]
 
 

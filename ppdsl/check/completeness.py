@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
-from ..encoding import COMM_KINDS, RECV_B, B, F, I, W, kind_of, sm_code
+from ..encoding import COMM_KINDS, RECV_B, B, F, I, W, kind_of, sm_code, sm_of
 from .context import LOW, SHIFT, Context, mb_ranges
 
 FAMILY = "completeness"
@@ -87,23 +87,19 @@ def _stray_last_microbatch(ctx: Context) -> list[Diagnostic]:
     source, S, M = ctx.program.source, ctx.S, ctx.M
     if source is None or source.format != "csv" or M < 2 or S < 2:
         return []
-    last = [ctx.pos[sm_code(s * M + M - 1, k)] for s in range(S) for k in (F, B, I, W)]
-    having = {s for s in range(S) for k in range(4) if last[s * 4 + k] >= 0}
+    codes = [c for s in range(S) for k in (F, B, I, W) if ctx.pos[c := sm_code(s * M + M - 1, k)] >= 0]
+    having = {sm_of(c) // M for c in codes}  # the stages that have it
     if not having or 2 * len(having) >= S:
         return []
     others = [s for s in range(S) if s not in having]
     out = []
-    for s in sorted(having):
-        for k in (F, B, I, W):
-            code = sm_code(s * M + M - 1, k)
-            if ctx.pos[code] < 0:
-                continue
-            rank, step = ctx.locate(ctx.pos[code])
-            out.append(ctx.diag(
-                "PPS103", f"{ctx.text(code)} is of microbatch {M - 1}, which stage{'s' * (len(others) > 1)} "
-                f"{mb_ranges(others)} {'have' if len(others) > 1 else 'has'} no action of: this CSV's microbatch "
-                f"count, {M}, is read from its largest microbatch", rank, step,
-                help=f"number it within 0..{M - 2}, as the other stages' are (is it one past where it should be?)"))
+    for code in codes:
+        rank, step = ctx.locate(ctx.pos[code])
+        out.append(ctx.diag(
+            "PPS103", f"{ctx.text(code)} is of microbatch {M - 1}, which stage{'s' * (len(others) > 1)} "
+            f"{mb_ranges(others)} {'have' if len(others) > 1 else 'has'} no action of: this CSV's microbatch "
+            f"count, {M}, is read from its largest microbatch", rank, step,
+            help=f"number it within 0..{M - 2}, as the other stages' are (is it one past where it should be?)"))
     return out
 
 

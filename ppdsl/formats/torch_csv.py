@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from itertools import compress, islice
-from operator import not_
+from itertools import islice
 from typing import ClassVar, cast
 
 from ..diagnostics import Diagnostic, PpsError, Severity
 from ..encoding import read_rows
 from ..wording import plural
-from ..ir import (IDLE, KIND_BY_NAME, KIND_MASK, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment,
+from ..ir import (IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment,
                   SourceMap, Span, Step, actions_of, make_action, steps_from_codes)
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS, MAX_STAGES
@@ -122,26 +121,15 @@ class _Reader:
         then says which). Positions need nothing of this: a CSV step is its cell."""
         if not self.whole_runs:
             return None
-        cells = line.split(",")
-        paired = [cell[:1] == "(" for cell in cells]
-        pairs = list(compress(cells, paired))
-        halves: list[str] = []
-        for cell in pairs:
-            if not cell.endswith(_PAIR_END) or cell.count(";") != 1:
-                return None
-            halves += cell[1:-len(_PAIR_END)].split(";")
-        plain = self.runs.read(",".join(compress(cells, map(not_, paired))))
-        both = self.runs.read(",".join(halves))
-        if plain is None or both is None or None in both[1]:
+        read = self.runs.read_pairs(line.split(","), _PAIR_END)
+        if read is None:
             return None
-        # Each half a compute action: F, I, W or B.
-        if any(sk is None or sk & KIND_MASK > Kind.B for sk in set(both[0])):
+        paired, plain, halves = read
+        plain_in, halves_in = self.tokens.within(plain, self.runs, rank), self.tokens.within(halves, self.runs, rank)
+        if plain_in is None or halves_in is None:
             return None
-        plain, both = self.tokens.within(plain, self.runs, rank), self.tokens.within(both, self.runs, rank)
-        if plain is None or both is None:
-            return None
-        made = cast("Iterator[Step]", iter(steps_from_codes(plain, IDLE)))
-        halves_made = cast("Iterator[Action]", iter(steps_from_codes(both, IDLE)))
+        made = cast("Iterator[Step]", iter(steps_from_codes(plain_in, IDLE)))
+        halves_made = cast("Iterator[Action]", iter(steps_from_codes(halves_in, IDLE)))
         return [Overlap((next(halves_made), next(halves_made))) if p else next(made) for p in paired]
 
     # -- the careful path: one cell at a time, every problem located ------------------------

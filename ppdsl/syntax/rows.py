@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from itertools import accumulate, compress, repeat
-from operator import add, not_
+from itertools import accumulate, compress
+from operator import add
 
 from lark import Token, Tree
 
 from .. import placement as placement_mod
-from ..ir import (IDLE, KIND_BY_NAME, KIND_MASK, Batch, Kind, LazyRows, Overlap, RowCodes, Rows, Segment, Span, Step,
-                  steps_from_codes)
+from ..ir import IDLE, KIND_BY_NAME, Batch, LazyRows, Overlap, RowCodes, Rows, Segment, Span, Step, steps_from_codes
 from ..limits import MAX_REPORTED_ERRORS, MAX_STAGES
 from . import scan
 from .reporting import Fail, Reporter
@@ -38,7 +37,7 @@ class PairedRun:
     DualPipeV), read before Lark in two whole runs: its plain words, and its pairs' halves, by
     C-level passes over its words. `pairs` are the word indices of the pairs, `offsets` where
     each word starts in `text` (and one past the end): Lark's items are the runs of plain
-    words between the pairs, and the pairs."""
+    words between the pairs, and the pairs (`scan.PlainRuns.read_pairs`)."""
 
     __slots__ = ("column", "text", "plain", "halves", "pairs", "offsets")
 
@@ -51,22 +50,12 @@ class PairedRun:
     def read(cls, column: int, text: str, runs: scan.PlainRuns) -> PairedRun | None:
         """The run as plain words and pairs, or None when it is anything else (Lark reads it)."""
         words = text.split(" ")
-        is_pair = list(map(str.startswith, words, repeat("(")))
-        pairs = list(compress(words, is_pair))
-        if not pairs or not all(map(str.endswith, pairs, repeat(")"))) or {*map(str.count, pairs, repeat(";"))} != {1}:
+        read = runs.read_pairs(words, ")")
+        if read is None:
             return None
-        joined = " ".join(pairs)
-        if joined.count("(") != len(pairs) or joined.count(")") != len(pairs):
-            return None  # a bracket inside a pair
-        both = runs.read(joined.replace("(", "").replace(")", "").replace(";", " "))
-        if both is None or None in both[1] or any(sk is None or sk & KIND_MASK > Kind.B for sk in set(both[0])):
-            return None  # a half that is idle, stage-only or not a compute action
-        plain = list(compress(words, map(not_, is_pair)))
-        codes = runs.read(" ".join(plain)) if plain else ([], [])
-        if codes is None:
-            return None
+        is_pair, codes, halves = read
         offsets = list(map(add, accumulate(map(len, words), initial=0), range(len(words) + 1)))
-        return cls(column, text, codes, both, list(compress(range(len(words)), is_pair)), offsets)
+        return cls(column, text, codes, halves, list(compress(range(len(words)), is_pair)), offsets)
 
 
 class RowReader(Reporter):

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from itertools import repeat
-from operator import is_
+from itertools import compress, repeat
+from operator import is_, not_
 from typing import TypeVar, cast
 
 from ..gather import gather
-from ..ir import KIND_BITS, KIND_BY_NAME, Action, Kind, RowCodes, make_action, steps_from_codes
+from ..ir import KIND_BITS, KIND_BY_NAME, KIND_MASK, Action, Kind, RowCodes, make_action, steps_from_codes
 from ..limits import MAX_MICROBATCHES, MAX_STAGES
 
 # The token syntax, stated once: [stage][kind][microbatch], the microbatch left out for a
@@ -354,6 +354,27 @@ class PlainRuns:
         elif idle and mbs.count(None) != idle:
             return None
         return sks, mbs
+
+
+    def read_pairs(self, words: list[str], end: str) -> tuple[list[bool], RowCodes, RowCodes] | None:
+        """A run of plain words and overlapped pairs (`(0F1;3B0)` + `end`: `)` in `.pps`,
+        `)OVERLAP_F_B` in a CSV), read in two whole runs with C-level passes over its words:
+        (which words are pairs, the plain words' integers, the pairs' halves', two a pair).
+        None when it has no pair, a pair written otherwise (a bracket or `;` more, a blank),
+        or a half that is idle, stage-only or not a compute action (F, I, W, B)."""
+        is_pair = list(map(str.startswith, words, repeat("(")))
+        pairs = list(compress(words, is_pair))
+        if not pairs or not all(map(str.endswith, pairs, repeat(end))) or {*map(str.count, pairs, repeat(";"))} != {1}:
+            return None
+        joined = self.separator.join(pairs)
+        if joined.count("(") != len(pairs) or joined.count(")") != len(pairs):
+            return None  # a bracket inside a pair
+        halves = self.read(joined.replace(end, "").replace("(", "").replace(";", self.separator))
+        if halves is None or None in halves[1] or any(sk is None or sk & KIND_MASK > Kind.B for sk in set(halves[0])):
+            return None
+        plain = list(compress(words, map(not_, is_pair)))
+        codes = self.read(self.separator.join(plain)) if plain else ([], [])
+        return None if codes is None else (is_pair, codes, halves)
 
 
 # Stands for an idle word in `PlainRuns.read`: a character no token has (a run holding one is
