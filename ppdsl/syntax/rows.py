@@ -211,7 +211,7 @@ class RowReader(Reporter):
         """The steps and positions of a row read as plain words and pairs: those Lark's items
         (a run of plain words, a pair each) would make, made in bulk."""
         assert self.tokens is not None
-        plain = self.tokens.within(paired.plain, self.runs) if paired.plain[0] else paired.plain
+        plain = self.tokens.within(paired.plain, self.runs)
         halves = self.tokens.within(paired.halves, self.runs)
         if plain is None or halves is None:
             raise PairedRowRefused()
