@@ -5,14 +5,15 @@
 The model is `examples/wide_linear.py` (each rank: 2 x Linear(768) + GELU, float32), 8
 microbatches of `--rows` rows. In the same two processes it builds, from the same weights:
 ppdsl's `1f1b`, `zb1p` (with the split backward), `zb1p` with `split_backward=False` (the old
-`paddle.grad` + second backward), `gpipe`, and Paddle's own `ScheduleFThenB` (the same order as
-gpipe; Paddle's Schedule1F1B deadlocks on gloo). Rounds alternate between them so machine
+`paddle.grad` + second backward), `gpipe`, Paddle's own `ScheduleFThenB` (the same order as
+gpipe; Paddle's Schedule1F1B deadlocks on gloo), and `zb1p` with `grad_guard=False`. Rounds alternate between them so machine
 noise hits all alike; a round's time is the slower rank's, and a ratio is the median over
 rounds of the two sides' times within a round (load that drifts between rounds cancels). Per-action times come from
 separate profiled steps (stage 1 is rank 1's stage). Prints:
 
 - median `I + W` of stage 1 over median `B` of stage 1 (goal <= 1.10);
 - median zb1p step over median 1f1b step (goal <= 0.97);
+- zb1p over zb1p without the guard against lost gradients (its cost; goal <= 1.02);
 - gpipe over Paddle's ScheduleFThenB (as benchmarks/bench_runtime.py), and the others too;
 - the machine's core count and the intra-op threads each rank ran with.
 """
@@ -33,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from rounds import parse_options  # noqa: E402  (beside this file)
 
 MODEL = str(ROOT / "examples" / "wide_linear.py")
-SIDES = ("1f1b", "zb1p", "zb1p_unsplit", "gpipe", "paddle")
+SIDES = ("1f1b", "zb1p", "zb1p_unsplit", "gpipe", "paddle", "zb1p_unguarded")
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -75,11 +76,11 @@ def worker(args: argparse.Namespace) -> None:
     layers: dict[str, Any] = {}
     steps: dict[str, Any] = {}
     for name, gen, split in (("1f1b", "1f1b", True), ("zb1p", "zb1p", True), ("zb1p_unsplit", "zb1p", False),
-                             ("gpipe", "gpipe", True)):
+                             ("gpipe", "gpipe", True), ("zb1p_unguarded", "zb1p", True)):
         program = prepare(parse(f"pipeline ranks=2 microbatches={M}\nuse {gen}()\n", "<bench>"), CommModel.RENDEZVOUS)
         layers[name] = layer()
         sched = PipelineSchedule(program, {rank: layers[name]}, loss_fn, rank=rank, scale_grads=False, timeout=120,
-                                 split_backward=split)
+                                 split_backward=split, grad_guard=name != "zb1p_unguarded")
         steps[name] = (lambda s: lambda: s.step(x, target=y, losses=[]))(sched)
         layers[name + "/sched"] = sched
     layers["paddle"] = layer()
@@ -122,6 +123,8 @@ def main() -> int:
     rounds.print_split()
     print(f"ratio ppdsl gpipe / Paddle ScheduleFThenB: {rounds.ratio('gpipe', 'paddle'):.3f}  (same order; goal <= 1.05); "
           f"1f1b / FThenB {rounds.ratio('1f1b', 'paddle'):.3f}; zb1p / FThenB {rounds.ratio('zb1p', 'paddle'):.3f}")
+    print(f"ratio zb1p / zb1p without the gradient guard: {rounds.ratio('zb1p', 'zb1p_unguarded'):.3f}  "
+          "(the guard's cost; goal <= 1.02)")
     rounds.print_diff()
     return 0
 

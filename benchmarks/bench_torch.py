@@ -6,8 +6,9 @@ Two local ranks on gloo, one float32 stage per rank: `--blocks` x (Linear(`--wid
 8 microbatches of `--rows` rows, mean squared error, gradients averaged over the microbatches
 (torch's default). In the same two processes, each side built from the same weights:
 
-- ppdsl's `gpipe`, `1f1b` and `zb1p` (the split backward), and `zb1p` with
-  `split_backward=False` (I by `torch.autograd.grad`, W by a second backward);
+- ppdsl's `gpipe`, `1f1b` and `zb1p` (the split backward), `zb1p` with
+  `split_backward=False` (I by `torch.autograd.grad`, W by a second backward), and `zb1p` with
+  `grad_guard=False` (the guard against lost gradients off: its cost);
 - torch's `ScheduleGPipe` and `Schedule1F1B` on `PipelineStage`s, and torch's CSV runtime
   (`_PipelineScheduleRuntime._load_csv`) running the zb1p order that `ppdsl convert` writes.
 
@@ -37,7 +38,7 @@ from rounds import parse_options  # noqa: E402  (beside this file)
 M = 8  # microbatches
 ORDERS = ("gpipe", "1f1b", "zb1p")
 # Sides that are compared stand next to each other, so a ratio compares steps close in time.
-SIDES = ("gpipe", "torch_gpipe", "torch_1f1b", "1f1b", "zb1p", "torch_zb1p", "zb1p_unsplit")
+SIDES = ("gpipe", "torch_gpipe", "torch_1f1b", "1f1b", "zb1p", "torch_zb1p", "zb1p_unsplit", "zb1p_unguarded")
 
 
 def _program_text(order: str) -> str:
@@ -94,11 +95,12 @@ def worker(args: argparse.Namespace) -> None:
     steps: dict[str, Any] = {}
     ours: dict[str, PipelineSchedule] = {}
     for name, order, split in (("gpipe", "gpipe", True), ("1f1b", "1f1b", True), ("zb1p", "zb1p", True),
-                               ("zb1p_unsplit", "zb1p", False)):
+                               ("zb1p_unsplit", "zb1p", False), ("zb1p_unguarded", "zb1p", True)):
         program = prepare(parse(_program_text(order), "<bench>"), CommModel.RENDEZVOUS)
         layers[name] = layer()
         ours[name] = PipelineSchedule(program, {rank: layers[name]}, loss_fn, rank=rank, scale_grads=True,
-                                      timeout=120, split_backward=split, framework="torch")
+                                      timeout=120, split_backward=split, framework="torch",
+                                      grad_guard=name != "zb1p_unguarded")
         steps[name] = (lambda s: lambda: s.step(x, target=y, losses=[]))(ours[name])
     csv_file = Path(tempfile.mkdtemp(prefix="ppdsl-bench-torch-")) / "zb1p.csv"
     csv_file.write_text(_torch_csv("zb1p"))
@@ -167,6 +169,8 @@ def main() -> int:
         print(f"ratio ppdsl / torch {order:5s}: {rounds.ratio(order, 'torch_' + order):.3f}  (goal <= 1.05)")
     rounds.print_split()
     print(f"ratio torch's zb1p / torch's 1f1b: {rounds.ratio('torch_zb1p', 'torch_1f1b'):.3f}")
+    print(f"ratio zb1p / zb1p without the gradient guard: {rounds.ratio('zb1p', 'zb1p_unguarded'):.3f}  "
+          "(the guard's cost; goal <= 1.02)")
     rounds.print_diff()
     return 0
 

@@ -64,6 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-split-backward", action="store_true",
                    help="run I as paddle.grad with the graph kept and W as a second backward, instead of "
                         "deferring the Linear layers' weight gradients to W")
+    p.add_argument("--no-grad-guard", action="store_true",
+                   help="do not check that every parameter a stage's forward used ends the step with a gradient")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="each rank says which path each of its stages' weight gradients takes (split or whole)")
     p.add_argument("--blocking-sends", action="store_true",
                    help="on gloo, make each send wait for its receive (the rendezvous model) instead of "
                         "sending in the background beside compute (the buffered model)")
@@ -284,7 +288,7 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
         if value is not None:
             argv += [f"--{name}", value]
     for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads"), ("--no-split-backward", "no_split_backward"),
-                       ("--blocking-sends", "blocking_sends")):
+                       ("--blocking-sends", "blocking_sends"), ("--no-grad-guard", "no_grad_guard"), ("--verbose", "verbose")):
         if getattr(args, name):
             argv.append(flag)
     return argv

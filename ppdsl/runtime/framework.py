@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import importlib
 import importlib.util
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -121,6 +122,10 @@ class Framework(abc.ABC):
     @abc.abstractmethod
     def no_grad(self) -> AbstractContextManager[Any]: ...
 
+    @abc.abstractmethod
+    def used_parameters(self, outputs: list[Any], params: Sequence[Any]) -> list[bool]:
+        """For each of `params`, whether the autograd graph of `outputs` reaches it."""
+
     # --- layers --------------------------------------------------------------------------
     @abc.abstractmethod
     def is_layer(self, obj: Any) -> bool: ...
@@ -156,6 +161,11 @@ class Framework(abc.ABC):
     def split_forward(self, linear: Any, store: Any) -> Callable[[Any], Any]:
         """A forward for `linear` whose backward defers its weight gradient to `store`."""
         return self.split.split_forward(linear, store)  # type: ignore[no-any-return]
+
+    def unsplittable(self, stage: Any, name: str, linear: Any) -> str:
+        """Why the Linear `linear` (named `name` inside `stage`) keeps the framework's own
+        backward (its gradient must be whole when `I` ends), or "" when it may be switched."""
+        return self.split.unsplittable(stage, name, linear)  # type: ignore[no-any-return]
 
     def accumulate_weight_grad(self, weight: Any, x: Any, dy: Any) -> None:
         """`weight.grad += ` the weight gradient of `y = linear(x, weight)` given `dy`."""
@@ -289,7 +299,25 @@ def get_framework(name: str = PADDLE) -> Framework:
     return made
 
 
-def framework_of(obj: Any) -> Framework:
-    """The framework a layer or tensor belongs to, from its class's top-level module."""
-    top = type(obj).__module__.split(".")[0]
-    return get_framework(TORCH if top == TORCH else PADDLE)
+def framework_name_of(obj: Any) -> str | None:
+    """`torch` for a `torch.nn.Module` or `torch.Tensor`, `paddle` for a `paddle.nn.Layer` or
+    `paddle.Tensor`, whoever defined the class; None for anything else. Decided by type: an
+    object of a framework's class means that framework is already imported."""
+    torch = sys.modules.get(TORCH)
+    if torch is not None and isinstance(obj, (torch.nn.Module, torch.Tensor)):
+        return TORCH
+    paddle = sys.modules.get(PADDLE)
+    if paddle is not None and isinstance(obj, (paddle.nn.Layer, paddle.Tensor)):
+        return PADDLE
+    return None
+
+
+def framework_of(obj: Any, what: str = "a stage") -> Framework:
+    """The adapter of the framework `obj` belongs to; a TypeError naming `obj`'s type when it
+    belongs to neither."""
+    name = framework_name_of(obj)
+    if name is None:
+        cls = type(obj)
+        raise TypeError(f"{what} must be a torch.nn.Module or a paddle.nn.Layer, got "
+                        f"{cls.__module__}.{cls.__qualname__}")
+    return get_framework(name)

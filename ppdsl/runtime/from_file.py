@@ -15,7 +15,9 @@ averages them instead, as torch's schedules do by default: pass it for a torch s
 
 `stages` is what the rank holds: one `PipelineStage` or a list of them (their `stage_index`
 says which stage each is), or plain `paddle.nn.Layer`s / `torch.nn.Module`s (in the order of the
-file's stages on this rank), or a dict {stage index: layer}. Only each stage's layer is used
+file's stages on this rank), or a dict {stage index: layer}. The framework is read from their
+type (any subclass of `torch.nn.Module` means PyTorch, of `paddle.nn.Layer` Paddle), or named
+with `framework="torch"` / `"paddle"`. Only each stage's layer is used
 (Paddle's `sublayer`, torch's `submod`): ppdsl does its own
 shape exchange and communication (one 2-rank group per pair of ranks that talk).
 """
@@ -28,7 +30,7 @@ from typing import Any
 
 from ..wording import plural
 from ..ir import Program
-from .framework import framework_of
+from .framework import framework_of, get_framework
 from .schedule import PipelineSchedule, SetupError
 
 # Paddle's own options that change how a batch is chunked or merged; ppdsl has one way.
@@ -74,7 +76,8 @@ class ScheduleFromFile:
     def __init__(self, path_or_program: str | os.PathLike[str] | Program,
                  stages: Any, loss_fn: Callable[[Any, Any], Any] | None = None,
                  n_microbatches: int | None = None, *, scale_grads: bool = False, timeout: float = 60.0,
-                 rank: int | None = None, backend: str | None = None, **paddle_options: Any):
+                 rank: int | None = None, backend: str | None = None, framework: str | None = None,
+                 split_backward: bool = True, grad_guard: bool = True, **paddle_options: Any):
         for name in _UNSUPPORTED:
             if paddle_options.pop(name, None) is not None:
                 raise SetupError(f"{name} is not supported: ppdsl splits every tensor argument along "
@@ -92,14 +95,16 @@ class ScheduleFromFile:
                              f"microbatches={program.microbatches}")
         first = next(iter(stages.values())) if isinstance(stages, Mapping) else \
             (list(stages)[0] if isinstance(stages, (list, tuple)) and stages else stages)
-        fw = framework_of(_layer_of(first) if _is_pipeline_stage(first) else first)
+        fw = get_framework(framework) if framework is not None else \
+            framework_of(_layer_of(first) if _is_pipeline_stage(first) else first)
         world = fw.world_size() if fw.is_initialized() else 1
         if world != program.ranks:
             raise SetupError(f"the schedule file has ranks={program.ranks}, but {world} processes run")
         rank = (fw.rank() if fw.is_initialized() else 0) if rank is None else rank
         self.program = program
         self._schedule = PipelineSchedule(program, stage_layers(stages, program, rank), loss_fn, rank=rank,
-                                          timeout=timeout, scale_grads=scale_grads, backend=backend, framework=fw)
+                                          timeout=timeout, scale_grads=scale_grads, backend=backend, framework=fw,
+                                          split_backward=split_backward, grad_guard=grad_guard)
 
     @property
     def schedule(self) -> PipelineSchedule:

@@ -347,6 +347,11 @@ def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[i
         if message not in outcome.warnings:  # once per layer, however many files run
             outcome.warnings.append(message)
             print(f"ppdsl run: warning: {message}", file=sys.stderr, flush=True)
+    elif kind == "info":
+        message = f"rank {rank}: {e.get('message')}"
+        if message not in outcome.warnings:
+            outcome.warnings.append(message)
+            print(f"ppdsl run: {message}", file=sys.stderr, flush=True)
     elif kind == "exit":
         outcome.exits[rank] = int(e.get("code", 0))
 

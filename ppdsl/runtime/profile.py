@@ -95,6 +95,7 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
     memory = {"rank": rank, "peak_microbatches": sched.memory.peak_graphs,
               "predicted_microbatches": peak_stage_activations(sched.program)[rank],
               "peak_bytes": sched.memory.peak_bytes, "state_bytes": sum(st for _, _, st in sizes.values()),
+              "weight_gradients": {str(s): path for s, path in sorted(sched.split_paths.items())},
               "_sizes": sizes}
     # The CPU has no allocator peak to read; a GPU's is the framework's own count.
     allocator = sched.fw.allocator_peak_bytes() if sched.fw.device.is_gpu else None

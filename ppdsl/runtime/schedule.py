@@ -40,8 +40,8 @@ from ..wording import plural
 from ..gcpause import no_gc
 from ..ir import Kind, Program
 from ..semantics import CommModel
-from .plan import (B, BATCH, F, I, NOOP, OVERLAP, RECV_B, RECV_F, SEND_B, SEND_F, W, Op, Plan, compile_rank,
-                   last_backward)
+from .plan import (B, BACKWARD, BATCH, F, I, NOOP, OVERLAP, RECV_B, RECV_F, SEND_B, SEND_F, W, Op, Plan,
+                   compile_rank, last_backward)
 from . import values
 from .background import JobFailed
 from .comm import PeerError, Transport, comm_model_of, gather_objects
@@ -51,7 +51,8 @@ from .memory import LiveMemory
 from .preflight import lint, prepare
 from .process_layout import Layout
 from .reduction import GradientReducer
-from .split_backward import DeferredGrads, switch_linears
+from .grad_guard import GradGuard
+from .split_backward import DeferredGrads, SplitLinears
 from .watchdog import Reporter, Watchdog
 from .wire import Exchange, Wire
 
@@ -69,9 +70,13 @@ class PipelineSchedule:
     order). `loss_fn(output, target)` must return a scalar. With `scale_grads` (default) each
     microbatch's loss is divided by the number of microbatches before its backward, so the
     gradients are those of the mean loss; Paddle's own schedules leave them summed.
-    With `split_backward` (default) and a program that has `I`/`W` actions, every plain
-    Linear (`paddle.nn.Linear`, `torch.nn.Linear`) of the stage layers is switched to the split matmul (same parameters,
-    numerics and state dict); `split_warnings` names any Linear that could not be.
+    With `split_backward` (default) and a program that has `I`/`W` actions, every eligible
+    Linear (`paddle.nn.Linear`, `torch.nn.Linear`) of the stage layers computes through the split
+    matmul while a step runs (same parameters and numerics; the modules are left as they were
+    between steps); `split_warnings` names any Linear that is not, and why, and `split_paths`
+    says per stage which path its weight gradients take. With `grad_guard` (default) a
+    parameter the stage's forward used that ends a step with no gradient, or a `W` that computed
+    nothing for a forward that deferred to it, is a `StepError` (`grad_guard.py`).
     `profile=True` fills `timings` (per action label) and `memory` (live microbatches and bytes).
 
     `check=False` skips the checker (and so its refusal of a program that would hang): the
@@ -94,7 +99,8 @@ class PipelineSchedule:
                  timeout: float = 60.0, scale_grads: bool = True, watchdog: Watchdog | None = None,
                  backend: str | None = None, profile: bool = False, split_backward: bool = True,
                  check: bool = True, pause_gc: bool = True, framework: str | Framework | None = None,
-                 background_sends: bool = True, layout: Layout | None = None, _guard: bool = True,
+                 background_sends: bool = True, layout: Layout | None = None, grad_guard: bool = True,
+                 _guard: bool = True,
                  _transport: Transport | None = None):
         fw = self.fw = _framework(framework, stages)
         self.layout = _layout(fw, program, rank, layout)
@@ -126,9 +132,15 @@ class PipelineSchedule:
         if profile:
             self.memory.parameters = {fw.data_ptr(p) for layer in self.layers.values() for _, p in fw.named_parameters(layer)}
         self.deferred: DeferredGrads | None = None
+        self.split: SplitLinears | None = None
         self.split_warnings: list[str] = []
         if split_backward and self.plan.training and _has_split_backward(self.plan):
             self._switch_layers()
+        #: Per local stage, which path its weight gradients take (`--verbose`, the profile).
+        self.split_paths: dict[int, str] = self.split.report() if self.split is not None else {
+            s: "whole: no I/W in this program, or split_backward=False" for s in self.layers}
+        self.grad_guard = GradGuard(fw, self.layers, _last_backward_labels(self.plan), self.global_rank) \
+            if grad_guard and self.plan.training else None
         self.guard = _guard
         self._agree_on_program()
         if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend \
@@ -150,8 +162,10 @@ class PipelineSchedule:
         self._loss_checked = False
         split = self.deferred is not None
         self._handlers: dict[int, Callable[[Op], None]] = {
-            F: self._forward, B: self._backward,
-            I: self._input_grad if split else self._backward_input,
+            # Split: F and I run under their (stage, microbatch) key: what I defers goes to that
+            # key's W, and the key's W knows its forward ran layers with deferred gradients.
+            F: self._keyed(self._forward) if split else self._forward, B: self._backward,
+            I: self._keyed(self._backward) if split else self._backward_input,
             W: self._deferred_weight_grad if split else self._backward_weight,
             SEND_F: self._message, RECV_F: self._message, SEND_B: self._message, RECV_B: self._message,
             NOOP: self._noop, OVERLAP: self._overlap, BATCH: self._batch,
@@ -163,11 +177,10 @@ class PipelineSchedule:
     # --- set-up -----------------------------------------------------------------------------
     def _switch_layers(self) -> None:
         self.deferred = DeferredGrads(self.fw)
-        for s, layer in sorted(self.layers.items()):
-            _, kept = switch_linears(layer, self.deferred)
-            for name in kept:
-                message = (f"stage {s}: layer {name} overrides Linear.forward, so its weight gradient "
-                           "cannot be deferred to W; it is computed with the input gradient in I")
+        self.split = SplitLinears(self.layers, self.deferred)
+        for s, kept in sorted(self.split.kept.items()):
+            for entry in kept:
+                message = f"stage {s}: {entry}"
                 self.split_warnings.append(message)
                 warnings.warn(message, stacklevel=3)
 
@@ -243,7 +256,8 @@ class PipelineSchedule:
         # pauses of up to tens of ms (a full pass over Paddle's ~130k objects), which delay
         # every rank waiting on that one. Paused, its work moves to the end of the step.
         try:
-            with no_gc(promote=False) if self.pause_gc else nullcontext():
+            with no_gc(promote=False) if self.pause_gc else nullcontext(), \
+                    self.split.active() if self.split is not None else nullcontext():
                 if self.profile or self.mark is not None:
                     timings = self.timings if self.profile else None
                     started = self.started
@@ -281,6 +295,8 @@ class PipelineSchedule:
                 self.transport.flush()
             if self.reducer is not None:
                 self.reducer.wait()
+            if self.grad_guard is not None:
+                self.grad_guard.check(self.step_index)
         except StepError:
             raise
         except JobFailed as exc:  # a send or a reduction that ran in the background, named by its action
@@ -345,6 +361,22 @@ class PipelineSchedule:
         if s > 0 and plan.training:
             self._x[(s, m)] = values.grad_members(self.fw, x)
         self._y[(s, m)] = y
+        if self.grad_guard is not None and self.step_index == 0:
+            self.grad_guard.learn(s, self._differentiated(s, y))
+
+    def _keyed(self, handler: Callable[[Op], None]) -> Callable[[Op], None]:
+        """`handler` run with the split matmul's store keyed by the action's (stage, microbatch)."""
+        deferred = self.deferred
+        assert deferred is not None
+
+        def run(op: Op) -> None:
+            deferred.key = (op.stage, op.microbatch)
+            try:
+                handler(op)
+            finally:
+                deferred.key = None
+
+        return run
 
     def _stage_forward(self, s: int, m: int, x: Any) -> Any:
         """The stage's output, or at the last stage when training the (scaled) loss."""
@@ -390,18 +422,17 @@ class PipelineSchedule:
             leaves = self._x.pop((s, m))
             self._dx[(s, m)] = self._input_grads(leaves, [self.fw.grad_of(x) for x in leaves])
 
-    def _input_grad(self, op: Op) -> None:
-        """`I` with the split matmul: one backward (the graph is freed), weight grads deferred."""
-        assert self.deferred is not None
-        self.deferred.key = (op.stage, op.microbatch)
-        try:
-            self._backward(op)
-        finally:
-            self.deferred.key = None
-
     def _deferred_weight_grad(self, op: Op) -> None:
-        assert self.deferred is not None
-        self.deferred.run((op.stage, op.microbatch))
+        deferred = self.deferred
+        assert deferred is not None
+        key = (op.stage, op.microbatch)
+        expected = deferred.expects(key)
+        if not deferred.run(key) and expected and self.grad_guard is not None:
+            raise StepError(self.global_rank, self.step_index, op.label,
+                            f"{op.label} computed no weight gradient, though the forward of stage {op.stage} on "
+                            f"microbatch {op.microbatch} ran layers whose weight gradients are deferred to it: "
+                            "their gradients were lost. Run with split_backward=False (--no-split-backward); "
+                            "grad_guard=False (--no-grad-guard) turns this check off")
 
     def _backward_input(self, op: Op) -> None:
         s, m = op.stage, op.microbatch
@@ -454,6 +485,16 @@ class PipelineSchedule:
 
     def _batch(self, op: Op) -> None:
         self.wire.run_batch([self._exchange(part) for part in op.parts], op.label)
+
+
+def _last_backward_labels(plan: Plan) -> dict[int, str]:
+    """stage -> the label of its last backward action of the step on this rank."""
+    labels: dict[int, str] = {}
+    for op in plan.ops:
+        for part in op.parts or (op,):
+            if part.code in BACKWARD:
+                labels[part.stage] = part.label
+    return labels
 
 
 def _has_split_backward(plan: Plan) -> bool:

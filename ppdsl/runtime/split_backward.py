@@ -1,19 +1,27 @@
 """A backward split in two without doing any work twice: `I` now, the weight gradients at `W`.
 
-Every plain Linear of a stage (`paddle.nn.Linear`, `torch.nn.Linear`) is switched to a matmul
-with its own backward (a Paddle `PyLayer`, a torch `autograd.Function`: each framework's
-adapter holds its own). That backward returns the
-input gradient (and the bias gradient) at once and, instead of computing the weight gradient,
-leaves the two tensors that make it (the layer's input and the gradient of its output) in a
+While a step runs, every eligible Linear of a stage (`paddle.nn.Linear`, `torch.nn.Linear`)
+computes through a matmul with its own backward (a Paddle `PyLayer`, a torch
+`autograd.Function`: each framework's adapter holds its own). That backward returns the input
+gradient (and the bias gradient) at once and, instead of computing the weight gradient, leaves
+the two tensors that make it (the layer's input and the gradient of its output) in a
 `DeferredGrads` store under the (stage, microbatch) the interpreter is running. `W(s,m)` later
-runs exactly that key's weight gradients (`weight.grad +=` the product, the way the framework's
-own backward accumulates it) and drops the tensors.
+runs exactly that key's weight gradients (`weight.grad +=` the product, the way the
+framework's own backward accumulates it) and drops the tensors. With no key set (a fused `B`)
+the weight gradient is computed on the spot.
 
-So `I(s,m)` is one ordinary backward over the stage (it frees the graph) that also yields the
-gradients of parameters that are not deferred (biases, norms, embeddings); `W(s,m)` is the
-matmuls the backward left out. With no key set (a fused `B`, or autograd outside a schedule)
-the weight gradient is computed on the spot, so a switched layer always gives the gradient
-an unswitched one would (to float rounding): the parameters and the state dict do not change.
+The switch is made when a step starts and undone when it ends (`SplitLinears.active`), so
+between steps, after `close()` and in the user's own code the modules are exactly theirs:
+they pickle, their `state_dict` and their forward are unchanged.
+
+The deferred product is the one the framework's Linear backward computes, in every context a
+Linear meets: the gradient goes to the layer's parameter object itself (a checkpoint's
+recomputation saves a detached copy of the weight, which must not decide anything), under
+autocast the product is taken in the autocast dtype and cast back as autograd's cast node
+would, and a call whose weight is not a leaf parameter or needs no gradient runs the plain
+Linear. A layer whose gradient something else must see when `I` ends (a DTensor weight, so
+FSDP2 or tensor parallelism; a module under FSDP) is not switched: its weight gradient comes
+with `I`, exact, just not deferred. `SplitLinears.report()` says which path each stage took.
 
 Paddle's own zero-bubble code (`fleet/meta_parallel/zero_bubble_utils.py`) keeps one global
 queue of closures popped in order; a schedule's `W`s need not come in the order of its `I`s
@@ -22,15 +30,14 @@ and several stages share a process, hence the keyed store, one per `PipelineSche
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from .framework import Framework
 
 Key = tuple[int, int]
-
-_SWITCHED = "_ppdsl_split_backward"  # set on a Linear whose forward was switched
 
 
 class DeferredGrads:
@@ -44,16 +51,28 @@ class DeferredGrads:
         self.framework = framework
         self.key: Key | None = None  # what the running backward defers under; None: compute now
         self._pending: dict[Key, list[tuple[Any, Any, Any]]] = {}
+        self._forwarded: set[Key] = set()  # keys whose forward ran a switched layer
 
     def defer(self, weight: Any, x: Any, dy: Any) -> None:
+        """`weight` is the layer's parameter itself, never a saved copy of it."""
         if self.key is None:
             self.framework.accumulate_weight_grad(weight, x, dy)
         else:
             self._pending.setdefault(self.key, []).append((weight, x, dy))
 
+    def forwarded(self) -> None:
+        """A switched layer ran under the current key: its `W` must find work."""
+        if self.key is not None:
+            self._forwarded.add(self.key)
+
+    def expects(self, key: Key) -> bool:
+        """Whether the forward of `key` ran a switched layer (so its `W` has work to do)."""
+        return key in self._forwarded
+
     def run(self, key: Key) -> int:
         """The weight gradients deferred under `key`, then forget their tensors; how many ran."""
         work = self._pending.pop(key, ())
+        self._forwarded.discard(key)
         for weight, x, dy in work:
             self.framework.accumulate_weight_grad(weight, x, dy)
         return len(work)
@@ -74,40 +93,76 @@ class DeferredGrads:
 
     def clear(self) -> None:
         self._pending.clear()
+        self._forwarded.clear()
         self.key = None
 
 
+class SplitLinears:
+    """The Linears of a rank's stages whose weight gradients are deferred to `W`.
+
+    Chosen once, when the schedule is built; switched in only inside `active()`. `kept` names,
+    per stage, each Linear left as it is and why."""
+
+    def __init__(self, layers: Mapping[int, Any], store: DeferredGrads) -> None:
+        self.store = store
+        self.switched: dict[int, list[tuple[str, Any]]] = {}
+        self.kept: dict[int, list[str]] = {}
+        fw = store.framework
+        for s, stage in sorted(layers.items()):
+            switched, kept = self.switched.setdefault(s, []), self.kept.setdefault(s, [])
+            for name, sub, reason in eligible_linears(fw, stage):
+                label = name or "(the stage itself)"
+                if reason:
+                    kept.append(f"layer {label} ({type(sub).__name__}) {reason}")
+                else:
+                    switched.append((label, sub))
+        self._forwards = [(sub, fw.split_forward(sub, store)) for subs in self.switched.values() for _, sub in subs]
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """The switched forwards in place for the duration; the modules' own afterwards."""
+        done: list[Any] = []
+        try:
+            for sub, forward in self._forwards:
+                object.__setattr__(sub, "forward", forward)
+                done.append(sub)
+            yield
+        finally:
+            for sub in done:
+                vars(sub).pop("forward", None)
+
+    def report(self) -> dict[int, str]:
+        """Per stage, in words: which path its weight gradients take."""
+        out = {}
+        for s, switched in self.switched.items():
+            kept = self.kept[s]
+            if switched and not kept:
+                out[s] = f"split: the weight gradients of {_count(switched, 'Linear')} deferred to W"
+            elif switched:
+                out[s] = (f"split: {_count(switched, 'Linear')} deferred to W; {len(kept)} computed in I "
+                          f"({'; '.join(kept)})")
+            elif kept:
+                out[s] = f"whole: every weight gradient computed in I ({'; '.join(kept)})"
+            else:
+                out[s] = "whole: no Linear to defer; every weight gradient computed in I"
+        return out
 
 
-def switch_linears(stage: Any, store: DeferredGrads) -> tuple[list[str], list[str]]:
-    """Switch every plain Linear inside `stage` to the split backward.
+def _count(items: list[Any], noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
-    Returns (names switched, names left as they were). A subclass that overrides `forward`
-    computes something the split matmul does not know: it keeps its own forward, and its
-    weight gradient comes with the input gradient in `I` (correct, just not deferred).
-    """
-    fw = store.framework
+
+OVERRIDES = ("overrides Linear.forward, so its weight gradient cannot be deferred to W; it is computed with the "
+             "input gradient in I")
+
+
+def eligible_linears(fw: Framework, stage: Any) -> Iterator[tuple[str, Any, str]]:
+    """(name, layer, why it is kept or "") for each Linear inside `stage`."""
     linear = fw.linear_class()
-    switched: list[str] = []
-    kept: list[str] = []
     for name, sub in fw.sublayers(stage):
         if not isinstance(sub, linear):
             continue
-        label = name or "(the stage itself)"
-        if type(sub).forward is not linear.forward or ("forward" in vars(sub) and not getattr(sub, _SWITCHED, False)):
-            kept.append(f"{label} ({type(sub).__name__})")
+        if type(sub).forward is not linear.forward or "forward" in vars(sub):
+            yield name, sub, OVERRIDES
             continue
-        object.__setattr__(sub, "forward", fw.split_forward(sub, store))
-        object.__setattr__(sub, _SWITCHED, True)
-        switched.append(label)
-    return switched, kept
-
-
-def restore_linears(stage: Any) -> None:
-    """Undo `switch_linears`: every switched Linear gets its class's forward back."""
-    from .framework import framework_of
-
-    for _, sub in framework_of(stage).sublayers(stage):
-        if getattr(sub, _SWITCHED, False):
-            del sub.__dict__["forward"]
-            object.__setattr__(sub, _SWITCHED, False)
+        yield name, sub, fw.unsplittable(stage, name, sub)

@@ -36,7 +36,7 @@ class Reporter:
     def send(self, event: str, **fields: Any) -> None:
         record = {"event": event, "rank": self.rank, **fields}
         if self.fd is None:
-            if event in ("error", "timeout"):
+            if event in ("error", "timeout", "info"):
                 print(f"ppdsl run: rank {self.rank}: {fields.get('message', '')}", file=sys.stderr, flush=True)
             return
         data = (json.dumps(record) + "\n").encode()

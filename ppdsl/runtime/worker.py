@@ -58,6 +58,8 @@ class RunConfig:
     scale_grads: bool = True
     warmup: int = 1
     split_backward: bool = True
+    grad_guard: bool = True  # a used parameter without a gradient at the end of a step is an error
+    verbose: bool = False  # each rank says which path its stages' weight gradients take
     framework: str = PADDLE
     background_sends: bool = True  # gloo: sends beside compute (`buffered`), else each waits (`rendezvous`)
     device: str = AUTO  # devices.REQUESTS; ppdsl's launcher passes the one it resolved
@@ -244,9 +246,13 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
     assert layout is not None
     sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, watchdog=watchdog, layout=layout,
                              backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile),
-                             split_backward=cfg.split_backward, framework=fw, background_sends=cfg.background_sends)
+                             split_backward=cfg.split_backward, framework=fw, background_sends=cfg.background_sends,
+                             grad_guard=cfg.grad_guard)
     for message in sched.split_warnings:
         reporter.send("warning", file=index, message=message)
+    if cfg.verbose:
+        for s, path in sorted(sched.split_paths.items()):
+            reporter.send("info", file=index, message=f"stage {s}: weight gradients: {path}")
     params = [p for s in sorted(setup.layers) for _, p in fw.named_parameters(setup.layers[s])]
     optimizer = make_optimizer(cfg.optimizer, cfg.lr, params, fw) if params else None
     verifier = None
@@ -338,6 +344,7 @@ def run_from_args(args: Any) -> int:
                     optimizer=args.optimizer, lr=args.lr, seed=args.seed, timeout=args.timeout,
                     verify=args.verify, rtol=args.rtol, profile=args.profile, scale_grads=not args.sum_grads,
                     split_backward=not args.no_split_backward, framework=getattr(args, "framework", PADDLE),
+                    grad_guard=not getattr(args, "no_grad_guard", False), verbose=getattr(args, "verbose", False),
                     background_sends=not getattr(args, "blocking_sends", False), device=getattr(args, "device", AUTO),
                     data_parallel=getattr(args, "data_parallel", 1))
     code = main(cfg)

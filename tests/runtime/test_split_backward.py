@@ -10,7 +10,7 @@ paddle = pytest.importorskip("paddle")
 
 import numpy as np  # noqa: E402  # after the skip: numpy comes with the paddle extra
 
-from ppdsl.runtime.split_backward import DeferredGrads, restore_linears, switch_linears  # noqa: E402
+from ppdsl.runtime.split_backward import DeferredGrads, SplitLinears  # noqa: E402
 
 WIDTH = 6
 
@@ -49,14 +49,15 @@ def float64() -> Any:
 def test_switching_keeps_parameters_and_state_dict() -> None:
     plain, split = _stage(1), _stage(1)
     params = [id(p) for p in split.parameters()]
-    switched, kept = switch_linears(split, DeferredGrads())
-    assert switched == ["0", "2"] and kept == []
-    assert [id(p) for p in split.parameters()] == params
-    assert split.state_dict().keys() == plain.state_dict().keys()
-    for k, v in plain.state_dict().items():
-        assert np.array_equal(v.numpy(), split.state_dict()[k].numpy())
-    restore_linears(split)
-    assert "forward" not in vars(split[0])
+    linears = SplitLinears({0: split}, DeferredGrads())
+    assert [name for name, _ in linears.switched[0]] == ["0", "2"] and linears.kept[0] == []
+    with linears.active():
+        assert "forward" in vars(split[0])
+        assert [id(p) for p in split.parameters()] == params
+        assert split.state_dict().keys() == plain.state_dict().keys()
+        for k, v in plain.state_dict().items():
+            assert np.array_equal(v.numpy(), split.state_dict()[k].numpy())
+    assert "forward" not in vars(split[0]) and "forward" not in vars(split[2])
 
 
 @pytest.mark.parametrize("gemm", [True, False], ids=["add inside the GEMM", "matmul then add_"])
@@ -69,7 +70,8 @@ def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order(monke
     monkeypatch.setattr(sb, "accumulate_product", lambda *a: fused.append(real(*a)) or fused[-1])
     plain, split = _stage(2), _stage(2)
     store = DeferredGrads()
-    switch_linears(split, store)
+    switched = SplitLinears({0: split}, store).active()
+    switched.__enter__()  # left switched: the stage is dropped with the test
     want_dx = [_backward(plain, m).numpy() for m in range(3)]
     for m in range(3):  # I(0, m): input, bias and LayerNorm gradients now; Linear weights kept
         store.key = (0, m)
@@ -96,9 +98,9 @@ def test_input_gradient_now_weight_gradients_at_their_own_key_in_any_order(monke
 def test_without_a_key_the_weight_gradient_comes_at_once() -> None:
     plain, split = _stage(3), _stage(3)
     store = DeferredGrads()
-    switch_linears(split, store)
     _backward(plain, 0)
-    _backward(split, 0)  # a fused B: store.key is None
+    with SplitLinears({0: split}, store).active():
+        _backward(split, 0)  # a fused B: store.key is None
     assert list(store.keys()) == []
     for name, want in _grads(plain).items():
         np.testing.assert_allclose(_grads(split)[name], want, rtol=1e-12, atol=0)
@@ -110,8 +112,10 @@ def test_a_linear_with_its_own_forward_is_left_alone() -> None:
             return super().forward(x) * 2.0
 
     stage = paddle.nn.Sequential(paddle.nn.Linear(WIDTH, WIDTH), Scaled(WIDTH, WIDTH))
-    switched, kept = switch_linears(stage, DeferredGrads())
-    assert switched == ["0"] and kept == ["1 (Scaled)"]
+    linears = SplitLinears({0: stage}, DeferredGrads())
+    assert [name for name, _ in linears.switched[0]] == ["0"]
+    assert linears.kept[0] == ["layer 1 (Scaled) overrides Linear.forward, so its weight gradient cannot be deferred "
+                               "to W; it is computed with the input gradient in I"]
 
 
 class _SeesTheCollector(paddle.nn.Layer):  # type: ignore[misc]  # paddle is untyped

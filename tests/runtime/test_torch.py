@@ -87,11 +87,14 @@ def test_split_backward_defers_the_weight_gradients_and_equals_the_unsplit_backw
     import torch
 
     from ppdsl.runtime.framework import get_framework
-    from ppdsl.runtime.split_backward import DeferredGrads, restore_linears, switch_linears
+    from ppdsl.runtime.split_backward import DeferredGrads, SplitLinears
 
     plain, split = _stage(0), _stage(0)
     store = DeferredGrads(get_framework("torch"))
-    assert switch_linears(split, store) == (["0", "3"], [])
+    linears = SplitLinears({0: split}, store)
+    assert [name for name, _ in linears.switched[0]] == ["0", "3"] and linears.kept[0] == []
+    switched = linears.active()
+    switched.__enter__()
     xs = [torch.randn(5, 8, dtype=torch.float32, generator=torch.Generator().manual_seed(m)) for m in range(3)]
     dxs = []
     for m, x in enumerate(xs):
@@ -114,7 +117,8 @@ def test_split_backward_defers_the_weight_gradients_and_equals_the_unsplit_backw
     for name in want:
         # The same products as autograd's Linear backward, summed in the same order: exact.
         assert torch.equal(got[name], want[name]) or _summed_in_another_order(got[name], want[name]), name
-    restore_linears(split)
+    assert "forward" in vars(split[0])
+    switched.__exit__(None, None, None)
     assert "forward" not in vars(split[0])
 
 
@@ -129,11 +133,19 @@ def test_split_backward_in_microbatch_order_is_bit_identical() -> None:
     import torch
 
     from ppdsl.runtime.framework import get_framework
-    from ppdsl.runtime.split_backward import DeferredGrads, switch_linears
+    from ppdsl.runtime.split_backward import DeferredGrads, SplitLinears
 
     plain, split = _stage(1), _stage(1)
     store = DeferredGrads(get_framework("torch"))
-    switch_linears(split, store)
+    with SplitLinears({0: split}, store).active():
+        _backward_in_microbatch_order(plain, split, store)
+    want, got = _grads(plain), _grads(split)
+    assert all(torch.equal(got[n], want[n]) for n in want)
+
+
+def _backward_in_microbatch_order(plain: Any, split: Any, store: Any) -> None:
+    import torch
+
     for m in range(3):
         x = torch.randn(4, 8, generator=torch.Generator().manual_seed(10 + m))
         plain(x.clone().requires_grad_(True)).sum().backward()
@@ -141,8 +153,6 @@ def test_split_backward_in_microbatch_order_is_bit_identical() -> None:
         split(x.clone().requires_grad_(True)).sum().backward()
         store.key = None
         store.run((0, m))
-    want, got = _grads(plain), _grads(split)
-    assert all(torch.equal(got[n], want[n]) for n in want)
 
 
 def test_one_rank_two_stages_in_a_plain_process() -> None:

@@ -98,6 +98,23 @@ class PaddleFramework(Framework):
     def no_grad(self) -> AbstractContextManager[Any]:
         return paddle.no_grad()  # type: ignore[no-any-return]
 
+    def used_parameters(self, outputs: list[Any], params: Sequence[Any]) -> list[bool]:
+        # Paddle's accumulation nodes do not name their tensor; a leaf's own `grad_fn` is
+        # that node, so the two are matched by the node's address.
+        leaves: set[int] = set()
+        seen: set[int] = set()
+        todo = [t.grad_fn for t in outputs if isinstance(t, paddle.Tensor) and t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            ptr = node.node_ptr()
+            if ptr in seen:
+                continue
+            seen.add(ptr)
+            if node.name() == "GradNodeAccumulation":
+                leaves.add(ptr)
+            todo.extend(n for n in node.next_functions if n is not None)
+        return [p.grad_fn is not None and p.grad_fn.node_ptr() in leaves for p in params]
+
     # --- layers --------------------------------------------------------------------------
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, paddle.nn.Layer)

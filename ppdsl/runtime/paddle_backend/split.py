@@ -1,5 +1,6 @@
-"""Paddle's split backward: every `paddle.nn.Linear` switched to a `PyLayer` matmul whose
-backward defers the weight gradient to a `DeferredGrads` store (`split_backward.py`)."""
+"""Paddle's split backward: a switched `paddle.nn.Linear` computes through a `PyLayer` matmul whose
+backward defers the weight gradient to a `DeferredGrads` store (`split_backward.py`), to be
+accumulated into the layer's parameter itself."""
 
 from __future__ import annotations
 
@@ -45,7 +46,12 @@ def _split_matmul() -> Any:
         @staticmethod
         def forward(ctx: Any, x: Any, weight: Any, bias: Any, store: DeferredGrads) -> Any:
             ctx.save_for_backward(x, weight)
+            # The parameter itself: a recompute's second forward saves a detached weight.
+            ctx.weight = weight
             ctx.store = store
+            store.forwarded()
+            # Read now: the tensors a recompute hands back are new ones with stop_gradient set.
+            ctx.input_grad = not x.stop_gradient
             ctx.has_bias = bias is not None
             ctx.bias_grad = bias is not None and not bias.stop_gradient
             return paddle.nn.functional.linear(x, weight, bias)
@@ -53,8 +59,8 @@ def _split_matmul() -> Any:
         @staticmethod
         def backward(ctx: Any, dy: Any) -> Any:
             x, weight = ctx.saved_tensor()
-            ctx.store.defer(weight, x, dy)
-            dx = None if x.stop_gradient else paddle.matmul(dy, weight, transpose_y=True)
+            ctx.store.defer(ctx.weight, x, dy)
+            dx = paddle.matmul(dy, weight, transpose_y=True) if ctx.input_grad else None
             if not ctx.has_bias:
                 return dx, None
             return dx, None, paddle.sum(_rows(dy), axis=0) if ctx.bias_grad else None
@@ -65,8 +71,20 @@ def _split_matmul() -> Any:
 def split_forward(layer: Any, store: DeferredGrads) -> Any:
     """The forward of a switched `paddle.nn.Linear`."""
     matmul = _split_matmul()
+    paddle = _paddle()
+    linear = paddle.nn.functional.linear
 
     def forward(x: Any) -> Any:
-        return matmul.apply(x, layer.weight, layer.bias, store)
+        weight = layer.weight
+        if not weight.stop_gradient and weight.is_leaf and paddle.is_grad_enabled():
+            return matmul.apply(x, weight, layer.bias, store)
+        return linear(x, weight, layer.bias)
 
     return forward
+
+
+def unsplittable(stage: Any, name: str, layer: Any) -> str:
+    """Why `layer` must keep Paddle's own backward, or ""."""
+    if not isinstance(layer._parameters.get("weight"), _paddle().base.framework.EagerParamBase):
+        return "has a computed weight, so its weight gradient comes with the input gradient in I"
+    return ""

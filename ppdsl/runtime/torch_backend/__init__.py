@@ -93,6 +93,21 @@ class TorchFramework(Framework):
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()  # type: ignore[no-any-return]
 
+    def used_parameters(self, outputs: list[Any], params: Sequence[Any]) -> list[bool]:
+        leaves: set[int] = set()
+        seen: set[Any] = set()
+        todo = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            variable = getattr(node, "variable", None)  # an AccumulateGrad: a leaf
+            if variable is not None:
+                leaves.add(id(variable))
+            todo.extend(n for n, _ in node.next_functions if n is not None)
+        return [id(p) in leaves for p in params]
+
     # --- layers --------------------------------------------------------------------------
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, torch.nn.Module)

@@ -1,28 +1,61 @@
-"""PyTorch's split backward: every `torch.nn.Linear` switched to an `autograd.Function` whose
-backward returns the input and bias gradients and leaves the weight gradient to `W`
+"""PyTorch's split backward: a switched `torch.nn.Linear` computes through an `autograd.Function`
+whose backward returns the input and bias gradients and leaves the weight gradient to `W`
 (`split_backward.py`). Each product is the one autograd's own Linear backward computes
-(`dy @ weight`, `dy^T @ x`, `dy.sum(0)`), accumulated as autograd accumulates, so the
-gradients equal an unsplit backward's bit for bit."""
+(`dy @ weight`, `dy^T @ x`, `dy.sum(0)`), in the dtype the forward ran in, accumulated into the
+parameter as autograd accumulates."""
 
 from __future__ import annotations
 
 import functools
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
 from ..split_backward import DeferredGrads
 
+
 def _rows(t: Any) -> Any:
     """[..., n] -> [rows, n]: the weight gradient of a matmul over any leading dimensions."""
     return t.reshape(-1, t.shape[-1]) if t.dim() > 2 else t
 
 
+def autocast_dtype(device_type: str) -> Any:
+    """The dtype autocast gives a Linear on `device_type` now, or None when it is off."""
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 asks per device kind
+        enabled = torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+    if not enabled:
+        return None
+    try:
+        return torch.get_autocast_dtype(device_type)
+    except AttributeError:  # torch < 2.4
+        return torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
+
+
+def _autocast_off(device_type: str) -> AbstractContextManager[Any]:
+    """Products taken in the dtypes of their operands, as autograd's backward takes them."""
+    if autocast_dtype(device_type) is None:
+        return nullcontext()
+    off: AbstractContextManager[Any] = torch.autocast(device_type, enabled=False)
+    return off
+
+
+def _cast(t: Any, dtype: Any) -> Any:
+    """Autocast's rule for a lower-precision op: floating tensors but float64 take its dtype."""
+    if t is None or not t.is_floating_point() or t.dtype == torch.float64 or t.dtype == dtype:
+        return t
+    return t.to(dtype)
+
+
 def accumulate_weight_grad(weight: Any, x: Any, dy: Any) -> None:
     if not weight.requires_grad:
         return
-    with torch.no_grad():
+    with torch.no_grad(), _autocast_off(x.device.type):
         product = _rows(dy).t().mm(_rows(x))
+        if product.dtype != weight.dtype:  # autocast's cast node hands the gradient back so
+            product = product.to(weight.dtype)
         if weight.grad is None:
             weight.grad = product
         else:
@@ -36,29 +69,87 @@ def _split_linear() -> Any:
     class SplitLinear(base):  # type: ignore[misc]  # subclassing Any: torch's Function is generic
         @staticmethod
         def forward(ctx: Any, x: Any, weight: Any, bias: Any, store: DeferredGrads) -> Any:
-            ctx.save_for_backward(x, weight)
+            device_type = x.device.type
+            dtype = autocast_dtype(device_type)
+            if dtype is not None:  # what autocast would do to F.linear's operands
+                x, weight_used, bias = _cast(x, dtype), _cast(weight, dtype), _cast(bias, dtype)
+                with torch.autocast(device_type, enabled=False):
+                    y = torch.nn.functional.linear(x, weight_used, bias)
+            else:
+                weight_used = weight
+                y = torch.nn.functional.linear(x, weight, bias)
+            ctx.save_for_backward(x, weight_used)
+            # The parameter itself: a checkpoint's recomputation saves a detached weight.
+            ctx.weight = weight
             ctx.store = store
             ctx.has_bias = bias is not None
-            return torch.nn.functional.linear(x, weight, bias)
+            store.forwarded()
+            return y
 
         @staticmethod
         def backward(ctx: Any, dy: Any) -> Any:
             x, weight = ctx.saved_tensors
-            ctx.store.defer(weight, x, dy)
-            dx = None
-            if ctx.needs_input_grad[0]:
-                dx = dy.mm(weight) if dy.dim() == 2 else dy.matmul(weight)
-            db = _rows(dy).sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+            ctx.store.defer(ctx.weight, x, dy)
+            dx = db = None
+            with _autocast_off(dy.device.type):
+                if ctx.needs_input_grad[0]:  # autograd casts it to the input's dtype
+                    dx = dy.mm(weight) if dy.dim() == 2 else dy.matmul(weight)
+                if ctx.has_bias and ctx.needs_input_grad[2]:
+                    db = _rows(dy).sum(0)
             return dx, None, db, None
 
     return SplitLinear
 
 
 def split_forward(layer: Any, store: DeferredGrads) -> Any:
-    """The forward of a switched `torch.nn.Linear`."""
+    """The forward of a switched `torch.nn.Linear`: the split matmul where its weight is a
+    parameter that takes a gradient, the plain Linear otherwise."""
     function = _split_linear()
+    linear = torch.nn.functional.linear
 
     def forward(x: Any) -> Any:
-        return function.apply(x, layer.weight, layer.bias, store)
+        weight = layer.weight
+        if weight.requires_grad and weight.is_leaf and torch.is_grad_enabled():
+            return function.apply(x, weight, layer.bias, store)
+        return linear(x, weight, layer.bias)
 
     return forward
+
+
+def unsplittable(stage: Any, name: str, layer: Any) -> str:
+    """Why `layer` (named `name` inside `stage`) must keep autograd's own backward, or ""."""
+    weight = layer._parameters.get("weight")
+    if not isinstance(weight, torch.nn.Parameter):
+        return "has a computed weight (a parametrization), so its weight gradient comes with the input gradient in I"
+    if _is_dtensor(weight):
+        return ("has a DTensor weight (FSDP2 or tensor parallelism), whose gradient is reduced when I ends: "
+                "it is computed in I")
+    if any(_is_fsdp(m) for m in _ancestors(stage, name)):
+        return "is inside an FSDP module, which reduces its gradient when I ends: it is computed in I"
+    return ""
+
+
+def _ancestors(stage: Any, name: str) -> list[Any]:
+    out = [stage]
+    parts = name.split(".") if name else []
+    module = stage
+    for part in parts:
+        module = getattr(module, part)
+        out.append(module)
+    return out
+
+
+def _is_dtensor(t: Any) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return False
+    return isinstance(t, DTensor) or isinstance(getattr(t, "data", None), DTensor)
+
+
+def _is_fsdp(module: Any) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    except ImportError:  # pragma: no cover - torch < 2.6 or without distributed
+        return False
+    return isinstance(module, (FSDPModule, FullyShardedDataParallel))
