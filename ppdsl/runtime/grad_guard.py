@@ -8,8 +8,9 @@ the stage and the stage's last backward action. A `W` whose forward ran a split 
 computed nothing is refused where it runs (`schedule.py`).
 
 What the graph does not show is not checked: parameters behind a reentrant checkpoint (its
-node hides the graph inside) and those a wrapper swaps in for the forward only (FSDP2's
-unsharded parameters). A gradient zeroed in place (`zero_grad(set_to_none=False)`) still
+node hides the graph inside). Parameters are named by their place in the stage and looked up
+again at the check, so a wrapper that swaps parameter objects between the forward and the end
+of the step (FSDP2: unsharded, then sharded) is checked on the ones the optimizer sees. A gradient zeroed in place (`zero_grad(set_to_none=False)`) still
 counts as one, so after the first step the check sees gradients that vanished, not zeros. Its
 cost is one graph walk per stage on the first step and one attribute read per parameter each
 step (`benchmarks/bench_split_backward.py` times zb1p with and without it); `PipelineSchedule(grad_guard=False)` and
@@ -31,7 +32,7 @@ class GradGuard:
         self.layers = layers
         self.last_backward = last_backward  # stage -> the label of its last backward action
         self.rank = rank
-        self._used: dict[int, list[tuple[str, Any]]] = {}  # stage -> (name, parameter) its forward used
+        self._used: dict[int, set[str]] = {}  # stage -> the names of the parameters its forward used
 
     def learn(self, stage: int, outputs: list[Any]) -> None:
         """Read which parameters a forward of `stage` used from its graph (once per stage)."""
@@ -39,12 +40,15 @@ class GradGuard:
             return
         named = [(n, p) for n, p in self.fw.named_parameters(self.layers[stage]) if self.fw.needs_grad(p)]
         used = self.fw.used_parameters(outputs, [p for _, p in named])
-        self._used[stage] = [(n, p) for (n, p), u in zip(named, used) if u]
+        self._used[stage] = {n for (n, _), u in zip(named, used) if u}
 
     def check(self, step: int) -> None:
         """A `StepError` for the first used parameter that ended the step without a gradient."""
         for stage, used in sorted(self._used.items()):
-            missing = [name for name, p in used if self.fw.grad_of(p) is None]
+            # Looked up by name now: a wrapper may hold other parameter objects during the
+            # forward than after the step (FSDP2's unsharded ones, then the sharded ones).
+            missing = [name for name, p in self.fw.named_parameters(self.layers[stage])
+                       if name in used and self.fw.grad_of(p) is None]
             if missing:
                 label = self.last_backward[stage]
                 shown = ", ".join(f"`{n}`" for n in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4

@@ -178,11 +178,9 @@ class PipelineSchedule:
     def _switch_layers(self) -> None:
         self.deferred = DeferredGrads(self.fw)
         self.split = SplitLinears(self.layers, self.deferred)
-        for s, kept in sorted(self.split.kept.items()):
-            for entry in kept:
-                message = f"stage {s}: {entry}"
-                self.split_warnings.append(message)
-                warnings.warn(message, stacklevel=3)
+        for message in self.split.warnings():
+            self.split_warnings.append(message)
+            warnings.warn(message, stacklevel=3)
 
     def _agree_on_program(self) -> None:
         """All ranks compare the digest of the program they hold, and fail together."""

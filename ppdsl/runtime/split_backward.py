@@ -100,20 +100,20 @@ class DeferredGrads:
 class SplitLinears:
     """The Linears of a rank's stages whose weight gradients are deferred to `W`.
 
-    Chosen once, when the schedule is built; switched in only inside `active()`. `kept` names,
-    per stage, each Linear left as it is and why."""
+    Chosen once, when the schedule is built; switched in only inside `active()`. `kept` holds,
+    per stage, the Linears left as they are, grouped by why."""
 
     def __init__(self, layers: Mapping[int, Any], store: DeferredGrads) -> None:
         self.store = store
         self.switched: dict[int, list[tuple[str, Any]]] = {}
-        self.kept: dict[int, list[str]] = {}
+        self.kept: dict[int, dict[str, list[str]]] = {}  # stage -> reason -> "name (Class)"
         fw = store.framework
         for s, stage in sorted(layers.items()):
-            switched, kept = self.switched.setdefault(s, []), self.kept.setdefault(s, [])
+            switched, kept = self.switched.setdefault(s, []), self.kept.setdefault(s, {})
             for name, sub, reason in eligible_linears(fw, stage):
                 label = name or "(the stage itself)"
                 if reason:
-                    kept.append(f"layer {label} ({type(sub).__name__}) {reason}")
+                    kept.setdefault(reason, []).append(f"{label} ({type(sub).__name__})")
                 else:
                     switched.append((label, sub))
         self._forwards = [(sub, fw.split_forward(sub, store)) for subs in self.switched.values() for _, sub in subs]
@@ -131,21 +131,37 @@ class SplitLinears:
             for sub in done:
                 vars(sub).pop("forward", None)
 
+    def warnings(self) -> list[str]:
+        """One line per stage and reason a Linear is kept."""
+        return [f"stage {s}: {_kept(labels, reason)}" for s, kept in sorted(self.kept.items())
+                for reason, labels in kept.items()]
+
     def report(self) -> dict[int, str]:
         """Per stage, in words: which path its weight gradients take."""
         out = {}
         for s, switched in self.switched.items():
-            kept = self.kept[s]
-            if switched and not kept:
+            kept = "; ".join(_kept(labels, reason) for reason, labels in self.kept[s].items())
+            if switched:
                 out[s] = f"split: the weight gradients of {_count(switched, 'Linear')} deferred to W"
-            elif switched:
-                out[s] = (f"split: {_count(switched, 'Linear')} deferred to W; {len(kept)} computed in I "
-                          f"({'; '.join(kept)})")
-            elif kept:
-                out[s] = f"whole: every weight gradient computed in I ({'; '.join(kept)})"
+                out[s] += f"; {kept}" if kept else ""
             else:
-                out[s] = "whole: no Linear to defer; every weight gradient computed in I"
+                out[s] = f"whole: every weight gradient computed in I{f' ({kept})' if kept else ', no Linear to defer'}"
         return out
+
+
+def _kept(labels: list[str], reason: str) -> str:
+    if len(labels) == 1:
+        return f"layer {labels[0]} {reason}"
+    return f"layers {', '.join(labels)} {_plural_reason(reason)}"
+
+
+def _plural_reason(reason: str) -> str:
+    """The reason as said of several layers."""
+    for one, many in (("overrides", "override"), ("has a", "have a"), ("is inside", "are inside"),
+                      ("its weight gradient", "their weight gradients"), ("its gradient", "their gradients"),
+                      ("whose gradient is", "whose gradients are"), ("it is computed", "they are computed")):
+        reason = reason.replace(one, many)
+    return reason
 
 
 def _count(items: list[Any], noun: str) -> str:

@@ -50,7 +50,7 @@ def test_switching_keeps_parameters_and_state_dict() -> None:
     plain, split = _stage(1), _stage(1)
     params = [id(p) for p in split.parameters()]
     linears = SplitLinears({0: split}, DeferredGrads())
-    assert [name for name, _ in linears.switched[0]] == ["0", "2"] and linears.kept[0] == []
+    assert [name for name, _ in linears.switched[0]] == ["0", "2"] and linears.kept[0] == {}
     with linears.active():
         assert "forward" in vars(split[0])
         assert [id(p) for p in split.parameters()] == params
@@ -114,7 +114,7 @@ def test_a_linear_with_its_own_forward_is_left_alone() -> None:
     stage = paddle.nn.Sequential(paddle.nn.Linear(WIDTH, WIDTH), Scaled(WIDTH, WIDTH))
     linears = SplitLinears({0: stage}, DeferredGrads())
     assert [name for name, _ in linears.switched[0]] == ["0"]
-    assert linears.kept[0] == ["layer 1 (Scaled) overrides Linear.forward, so its weight gradient cannot be deferred "
+    assert linears.warnings() == ["stage 0: layer 1 (Scaled) overrides Linear.forward, so its weight gradient cannot be deferred "
                                "to W; it is computed with the input gradient in I"]
 
 

@@ -92,7 +92,7 @@ def test_split_backward_defers_the_weight_gradients_and_equals_the_unsplit_backw
     plain, split = _stage(0), _stage(0)
     store = DeferredGrads(get_framework("torch"))
     linears = SplitLinears({0: split}, store)
-    assert [name for name, _ in linears.switched[0]] == ["0", "3"] and linears.kept[0] == []
+    assert [name for name, _ in linears.switched[0]] == ["0", "3"] and linears.kept[0] == {}
     switched = linears.active()
     switched.__enter__()
     xs = [torch.randn(5, 8, dtype=torch.float32, generator=torch.Generator().manual_seed(m)) for m in range(3)]

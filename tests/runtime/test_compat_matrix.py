@@ -1,0 +1,176 @@
+"""Exact on a model the user brings: the compatibility matrix (`benchmarks/compat_matrix.py`) in
+one process, each cell against the unpipelined model; the user's class in torch's
+`PipelineStage` and FSDP2 stages across real gloo processes; the guard against lost
+gradients; the framework read from types."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ppdsl.load import load_program
+from ppdsl.runtime.framework import installed
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(HERE))
+import compat_matrix  # noqa: E402
+from procs import rank_result  # noqa: E402
+
+needs_torch = pytest.mark.skipif(not installed("torch"), reason="PyTorch is not installed")
+needs_paddle = pytest.mark.skipif(not installed("paddle"), reason="PaddlePaddle is not installed")
+
+
+@needs_torch
+@pytest.mark.parametrize(("schedule", "setting"), compat_matrix.cells("torch"))
+def test_torch_cell_is_exact_and_leaves_the_modules_as_they_were(schedule: str, setting: str) -> None:
+    r = compat_matrix.run_cell("torch", schedule, setting)
+    assert not r["missing"], f"no gradient: {r['missing']}"
+    assert not r["left"], r["left"]
+    assert r["worst"] <= compat_matrix.tolerance(setting) and r["loss"] <= compat_matrix.tolerance(setting), r
+
+
+@needs_paddle
+@pytest.mark.parametrize(("schedule", "setting"), compat_matrix.cells("paddle"))
+def test_paddle_cell_is_exact_and_leaves_the_modules_as_they_were(schedule: str, setting: str) -> None:
+    r = compat_matrix.run_cell("paddle", schedule, setting)
+    assert not r["missing"], f"no gradient: {r['missing']}"
+    assert not r["left"], r["left"]
+    assert r["worst"] <= compat_matrix.tolerance(setting) and r["loss"] <= compat_matrix.tolerance(setting), r
+
+
+@needs_torch
+def test_checkpointed_layers_defer_their_weight_gradients_to_w() -> None:
+    """Exact is not enough: the recomputed Linears' weight gradients must wait for W."""
+    r = compat_matrix.run_cell("torch", "zbv", "checkpoint")
+    assert r["paths"] == {0: "split: the weight gradients of 3 Linears deferred to W",
+                          1: "split: the weight gradients of 4 Linears deferred to W"}
+
+
+def _planted_loss(monkeypatch: pytest.MonkeyPatch, where: str) -> Any:
+    import torch
+
+    from ppdsl.expansion import parse
+    from ppdsl.runtime import PipelineSchedule
+    from ppdsl.runtime.split_backward import DeferredGrads
+    from ppdsl.runtime.torch_backend import split
+
+    if where == "accumulate":  # W runs its work but adds nothing
+        monkeypatch.setattr(split, "accumulate_weight_grad", lambda *a: None)
+    else:  # I defers nothing
+        monkeypatch.setattr(DeferredGrads, "defer", lambda self, *a: None)
+    program = parse("pipeline ranks=1 microbatches=2\nuse zb1p()\n", "<t>")
+    torch.manual_seed(0)
+    stage = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
+    return PipelineSchedule(program, [stage], lambda y, t: ((y - t) ** 2).mean(), rank=0), torch.randn(4, 4)
+
+
+@needs_torch
+def test_a_used_parameter_without_a_gradient_is_named_with_its_stage_and_action(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ppdsl.runtime import StepError
+
+    sched, x = _planted_loss(monkeypatch, "accumulate")
+    with pytest.raises(StepError) as caught:
+        sched.step(x, target=x)
+    assert caught.value.action == "0W1"
+    assert "stage 0's forward used `0.weight`, `2.weight` but they have no gradient after 0W1" in str(caught.value)
+
+
+@needs_torch
+def test_a_w_that_computes_nothing_for_its_forward_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ppdsl.runtime import StepError
+
+    sched, x = _planted_loss(monkeypatch, "defer")
+    with pytest.raises(StepError, match="0W0 computed no weight gradient, though the forward of stage 0 on microbatch 0"):
+        sched.step(x, target=x)
+
+
+@needs_torch
+def test_the_guard_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from ppdsl.expansion import parse
+    from ppdsl.runtime import PipelineSchedule
+    from ppdsl.runtime.torch_backend import split
+
+    monkeypatch.setattr(split, "accumulate_weight_grad", lambda *a: None)
+    stage = torch.nn.Linear(4, 4)
+    sched = PipelineSchedule(parse("pipeline ranks=1 microbatches=2\nuse zb1p()\n", "<t>"), [stage],
+                             lambda y, t: ((y - t) ** 2).mean(), rank=0, grad_guard=False)
+    sched.step(torch.randn(4, 4), target=torch.randn(4, 4))
+    assert stage.weight.grad is None and stage.bias.grad is not None  # what the guard is for
+
+
+@needs_torch
+def test_the_framework_is_read_from_the_type_whoever_defined_the_class() -> None:
+    import torch
+
+    from ppdsl.runtime.framework import framework_of
+
+    class Mine(torch.nn.Module):
+        pass
+
+    assert Mine.__module__ != "torch" and framework_of(Mine()).name == "torch"
+    with pytest.raises(TypeError, match="a stage must be a torch.nn.Module or a paddle.nn.Layer, got "
+                                        "builtins.object"):
+        framework_of(object())
+
+
+@needs_torch
+def test_schedule_from_file_takes_a_users_class_and_a_named_framework(tmp_path: Path) -> None:
+    import torch
+    from compat_torch_models import Block
+
+    from ppdsl.runtime import ScheduleFromFile
+
+    f = tmp_path / "s.pps"
+    f.write_text("pipeline ranks=1 microbatches=2\nuse zb1p()\n")
+    for framework in (None, "torch"):
+        stage = Block(True, "checkpoint").double()
+        sched = ScheduleFromFile(str(f), stage, lambda y, t: ((y - t) ** 2).mean(), framework=framework)
+        sched.step(torch.randn(4, 3, 8, dtype=torch.float64), target=torch.randn(4, 3, 8, dtype=torch.float64))
+        assert all(p.grad is not None for p in stage.parameters())
+    with pytest.raises(TypeError, match="got builtins.str"):
+        ScheduleFromFile(str(f), "not a stage", None)
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize(("order", "setting"), [("1f1b()", "own_class"), ("zb1p()", "checkpoint"),
+                                                ("zbv()", "checkpoint"), ("zb1p()", "autocast_bf16"),
+                                                ("zbv()", "checkpoint_reentrant")])
+def test_a_users_class_in_torchs_pipeline_stage_across_two_ranks(order: str, setting: str, tmp_path: Path) -> None:
+    from ppdsl.runtime.launcher import launch
+
+    f = tmp_path / "s.pps"
+    f.write_text(f"pipeline ranks=2 microbatches=4\nuse {order}\n")
+    outcome = launch([load_program(str(f))], [str(f), setting], steps=0, timeout=60, quiet=True,
+                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "user_model_pair.py")])
+    assert outcome.code == 0, outcome.failure
+    for rank in (0, 1):
+        record = rank_result(tmp_path, rank)
+        assert record["left"] == []
+        assert record["worst"] <= compat_matrix.tolerance(setting), (rank, record)
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("generator", ["zb1p", "zbv"])
+def test_fsdp2_stages_are_exact_with_their_weight_gradients_whole_in_i(generator: str, tmp_path: Path) -> None:
+    from ppdsl.runtime.launcher import launch
+
+    f = tmp_path / "count.pps"  # two processes: the launcher counts them from a 2-rank file
+    f.write_text("pipeline ranks=2 microbatches=4\nuse 1f1b()\n")
+    outcome = launch([load_program(str(f))], [generator], steps=0, timeout=60, quiet=True,
+                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "fsdp_stages.py")])
+    assert outcome.code == 0, outcome.failure
+    for rank in (0, 1):
+        record = rank_result(tmp_path, rank)
+        assert record["worst"] <= 1e-12, record
+        assert all(path.startswith("whole: every weight gradient computed in I (layers inp (Linear)")
+                   and "have a DTensor weight" in path for path in record["paths"].values())
