@@ -7,11 +7,11 @@ generator's program for one rank (`1f1b` and `zb1p` hold one stage there; `zbv`,
 `interleaved_1f1b` and `dualpipev` two, so the stage-to-stage hand-over, the V placement and
 overlapped pairs all run), 4 microbatches; the model is built from the classes below, which
 stand for a user's own (`nn.Module` / `paddle.nn.Layer` subclasses, a LayerNorm, an MLP, a head
-on the last stage). Each cell builds the stages once, copies them for the reference, runs one
+on the last stage, and in one setting an `autograd.Function` of the user's with a weight). Each cell builds the stages once, copies them for the reference, runs one
 `PipelineSchedule.step` on one copy and the same microbatches through the other unpipelined
 (forward, loss / microbatches, backward, in microbatch order), and compares every parameter's
-gradient and each microbatch loss: float64 to 1e-9 relative, bfloat16 (autocast or parameters)
-to 1e-2. It also checks that nothing of ppdsl is left on the modules after the step and after
+gradient and each microbatch loss: float64 to 1e-9 relative, half precision (bf16 or fp16
+autocast, bf16 parameters) to 1e-2. It also checks that nothing of ppdsl is left on the modules after the step and after
 `close()`: they pickle, their state_dict keys and classes are unchanged, no instance forward.
 
 The tests run every CPU cell (`tests/runtime/test_compat_matrix.py`); `gpu_check.py` runs the
@@ -35,9 +35,10 @@ for _path in (ROOT, ROOT / "benchmarks"):
 
 SCHEDULES = ("1f1b", "zb1p", "zbv", "interleaved_1f1b", "dualpipev")
 TORCH_SETTINGS = ("own_class", "checkpoint", "checkpoint_reentrant", "checkpoint_sequential", "autocast_bf16",
-                  "bf16_params", "tied_on_one_rank", "embedding_conv1d")
+                  "autocast_fp16", "bf16_params", "tied_on_one_rank", "embedding_conv1d", "own_function")
 PADDLE_SETTINGS = ("own_class", "recompute", "recompute_reentrant", "tied_on_one_rank", "embedding_conv1d")
-LOW_PRECISION = ("autocast_bf16", "bf16_params")
+LOW_PRECISION = ("autocast_bf16", "autocast_fp16", "bf16_params")
+AUTOCAST = {"autocast_bf16": "bfloat16", "autocast_fp16": "float16"}
 M, ROWS, SEQ, WIDTH, VOCAB = 4, 2, 3, 8, 11  # WIDTH, VOCAB: as compat_torch_models
 
 
@@ -63,17 +64,20 @@ def torch_stages(setting: str, stages: int, device: str) -> list[Any]:
         built = [Block(s == stages - 1, setting) for s in range(stages)]
     if setting == "tied_on_one_rank":  # GPT-2's tie: the last stage's head is the first stage's input weight
         built[-1].head.weight = built[0].inp.weight
-    dtype = torch.bfloat16 if setting == "bf16_params" else torch.float32 if setting == "autocast_bf16" \
-        else torch.float64
-    return [b.to(device=device, dtype=dtype) for b in built]
+    return [b.to(device=device, dtype=_torch_dtype(setting)) for b in built]
+
+
+def _torch_dtype(setting: str) -> Any:
+    import torch
+
+    return torch.bfloat16 if setting == "bf16_params" else torch.float32 if setting in AUTOCAST else torch.float64
 
 
 def torch_data(setting: str, device: str) -> tuple[Any, Any]:
     import torch
 
     g = torch.Generator().manual_seed(1)
-    dtype = torch.bfloat16 if setting == "bf16_params" else torch.float32 if setting == "autocast_bf16" \
-        else torch.float64
+    dtype = _torch_dtype(setting)
     if setting == "embedding_conv1d":
         x = torch.randint(0, VOCAB, (M * ROWS, SEQ), generator=g)
     else:
@@ -87,7 +91,8 @@ def _torch_context(setting: str, device: str) -> Any:
 
     import torch
 
-    return torch.autocast(device, dtype=torch.bfloat16) if setting == "autocast_bf16" else contextlib.nullcontext()
+    return torch.autocast(device, dtype=getattr(torch, AUTOCAST[setting])) if setting in AUTOCAST \
+        else contextlib.nullcontext()
 
 
 def _torch_loss(y: Any, t: Any) -> Any:
@@ -155,7 +160,8 @@ def _paddle_loss(y: Any, t: Any) -> Any:
 
 
 # --- one cell -------------------------------------------------------------------------------------
-def run_cell(framework: str, schedule: str, setting: str, device: str = "cpu") -> dict[str, Any]:
+def run_cell(framework: str, schedule: str, setting: str, device: str = "cpu",
+             split_backward: bool = True) -> dict[str, Any]:
     """One step of `schedule` under `setting` against the unpipelined model; the verdict."""
     from ppdsl.runtime import PipelineSchedule
 
@@ -195,7 +201,7 @@ def run_cell(framework: str, schedule: str, setting: str, device: str = "cpu") -
             loss = loss_fn(h, tm)
             want_losses.append(float(loss.detach()))
             (loss / M).backward()
-    sched = PipelineSchedule(prog, stages, loss_fn, rank=0, framework=framework)
+    sched = PipelineSchedule(prog, stages, loss_fn, rank=0, framework=framework, split_backward=split_backward)
     losses: list[Any] = []
     with context:
         sched.step(x, target=t, losses=losses)

@@ -11,6 +11,20 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 WIDTH, VOCAB = 8, 11
 
 
+class Gain(torch.autograd.Function):
+    """A user's own autograd Function with a weight: y = x * gain, per feature."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, gain: Any) -> Any:
+        ctx.save_for_backward(x, gain)
+        return x * gain
+
+    @staticmethod
+    def backward(ctx: Any, dy: Any) -> Any:
+        x, gain = ctx.saved_tensors
+        return dy * gain, (dy * x).reshape(-1, x.shape[-1]).sum(0)
+
+
 class Block(torch.nn.Module):
     """A user's block: a Linear in, a pre-norm MLP with a residual (checkpointed as `setting`
     says), a head on the last stage."""
@@ -22,9 +36,12 @@ class Block(torch.nn.Module):
         self.mlp = torch.nn.Sequential(torch.nn.LayerNorm(WIDTH), torch.nn.Linear(WIDTH, 2 * WIDTH),
                                        torch.nn.GELU(), torch.nn.Linear(2 * WIDTH, WIDTH))
         self.head = torch.nn.Linear(WIDTH, WIDTH, bias=False) if last else None
+        self.gain = torch.nn.Parameter(torch.linspace(0.5, 1.5, WIDTH)) if setting == "own_function" else None
 
     def forward(self, x: Any) -> Any:
         h = self.inp(x)
+        if self.gain is not None:
+            h = Gain.apply(h, self.gain)
         if self.setting == "checkpoint":
             h = h + checkpoint(self.mlp, h, use_reentrant=False)
         elif self.setting == "checkpoint_reentrant":

@@ -27,6 +27,11 @@ _INSTALL = {PADDLE: "pip install 'ppdsl[paddle]' (CPU), or paddlepaddle-gpu from
             TORCH: "pip install 'ppdsl[torch]' (or torch from pytorch.org for your CUDA)"}
 
 
+class GradRefused(RuntimeError):
+    """The graph cannot give the gradients of some of its leaves alone (torch's reentrant
+    checkpoint refuses `.grad()`): only a whole backward runs on it."""
+
+
 class Framework(abc.ABC):
     """Tensors, autograd, collectives and point-to-point messages of one framework."""
 
@@ -113,7 +118,8 @@ class Framework(abc.ABC):
 
     @abc.abstractmethod
     def grad(self, outputs: list[Any], inputs: list[Any], grads: list[Any] | None) -> list[Any | None]:
-        """Gradients of `outputs` w.r.t. `inputs`, the graph kept, unused inputs None."""
+        """Gradients of `outputs` w.r.t. `inputs`, the graph kept, unused inputs None;
+        `GradRefused` where the graph allows only a whole backward."""
 
     def grad_of(self, t: Any) -> Any | None:
         """The accumulated `.grad` of a leaf or parameter (None before any backward)."""

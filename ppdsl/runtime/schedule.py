@@ -46,7 +46,7 @@ from . import values
 from .background import JobFailed
 from .comm import PeerError, Transport, comm_model_of, gather_objects
 from .errors import MessageOrderError, SetupError, StepError
-from .framework import Framework, framework_of, get_framework
+from .framework import Framework, GradRefused, framework_of, get_framework
 from .memory import LiveMemory
 from .preflight import lint, prepare
 from .process_layout import Layout
@@ -205,6 +205,7 @@ class PipelineSchedule:
         self._dx: dict[Key, list[Any]] = {}  # gradients of those input members, to hand down
         self._dy: dict[Key, list[Any]] = {}  # gradients of the output members that need one, received
         self._kept_dy: dict[Key, Any] = {}  # between a retained I and its W (split_backward=False)
+        self._whole: set[Key] = set()  # an I that ran the whole backward (the graph refused less)
         self._recv_x: dict[Key, Any] = {}
         self._losses: dict[int, Any] = {}
         self._outputs: dict[int, Any] = {}  # the last stage's outputs, for return_output
@@ -443,12 +444,21 @@ class PipelineSchedule:
             # w.r.t. the input alone returns a wrong input gradient through `nn.LayerNorm` once
             # its weight is no longer all ones (paddle 3.3.1, checked against finite differences).
             params = self.fw.trainable(self.layers[s])
-            grads = self.fw.grad(outs, leaves + params, g) \
-                if outs and leaves else [None] * len(leaves)
+            try:
+                grads = self.fw.grad(outs, leaves + params, g) \
+                    if outs and leaves else [None] * len(leaves)
+            except GradRefused:  # e.g. a reentrant checkpoint: the whole backward now, W has nothing left
+                del self._kept_dy[(s, m)]
+                self._whole.add((s, m))
+                self._backward(op)
+                return
             self._dx[(s, m)] = self._input_grads(leaves, grads[:len(leaves)])
 
     def _backward_weight(self, op: Op) -> None:
         key = (op.stage, op.microbatch)
+        if key in self._whole:
+            self._whole.discard(key)
+            return
         y = self._y.pop(key)
         g = self._kept_dy.pop(key)
         self._x.pop(key, None)

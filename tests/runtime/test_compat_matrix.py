@@ -43,6 +43,22 @@ def test_paddle_cell_is_exact_and_leaves_the_modules_as_they_were(schedule: str,
     assert r["worst"] <= compat_matrix.tolerance(setting) and r["loss"] <= compat_matrix.tolerance(setting), r
 
 
+UNSPLIT = [pytest.param(framework, schedule, setting, marks=needs)
+           for framework, settings, needs in (("torch", ("checkpoint", "checkpoint_reentrant", "autocast_bf16"), needs_torch),
+                                              ("paddle", ("recompute", "recompute_reentrant"), needs_paddle))
+           for setting in settings for schedule in ("zb1p", "zbv")]
+
+
+@pytest.mark.parametrize(("framework", "schedule", "setting"), UNSPLIT)
+def test_without_the_split_backward_too(framework: str, schedule: str, setting: str) -> None:
+    """`split_backward=False`: I by the framework's grad with the graph kept, W a second
+    backward; where the graph allows only a whole backward (a reentrant checkpoint or
+    recompute), I runs it whole and W has nothing left."""
+    r = compat_matrix.run_cell(framework, schedule, setting, split_backward=False)
+    assert not r["missing"] and not r["left"], r
+    assert r["worst"] <= compat_matrix.tolerance(setting) and r["loss"] <= compat_matrix.tolerance(setting), r
+
+
 @needs_torch
 def test_checkpointed_layers_defer_their_weight_gradients_to_w() -> None:
     """Exact is not enough: the recomputed Linears' weight gradients must wait for W."""

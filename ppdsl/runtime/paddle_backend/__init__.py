@@ -14,7 +14,7 @@ import paddle
 import paddle.distributed as dist
 
 from ..devices import PADDLE_SELECTED, Device
-from ..framework import PADDLE, Framework
+from ..framework import PADDLE, Framework, GradRefused
 from . import rendezvous, split
 
 
@@ -93,6 +93,12 @@ class PaddleFramework(Framework):
         paddle.autograd.backward(outputs, grads)
 
     def grad(self, outputs: list[Any], inputs: list[Any], grads: list[Any] | None) -> list[Any | None]:
+        # Paddle's reentrant recompute runs a whole backward inside its node, into the
+        # parameters' `.grad`, whatever `paddle.grad` was asked: a later backward would add
+        # those gradients twice.
+        if any(node.name() == _REENTRANT_RECOMPUTE for node in _graph(outputs)):
+            raise GradRefused("a reentrant recompute (fleet.utils.recompute(..., use_reentrant=True)) accumulates "
+                              "its parameters' gradients inside any backward through it")
         return list(paddle.grad(outputs, inputs, grad_outputs=grads, retain_graph=True, allow_unused=True))
 
     def no_grad(self) -> AbstractContextManager[Any]:
@@ -101,18 +107,7 @@ class PaddleFramework(Framework):
     def used_parameters(self, outputs: list[Any], params: Sequence[Any]) -> list[bool]:
         # Paddle's accumulation nodes do not name their tensor; a leaf's own `grad_fn` is
         # that node, so the two are matched by the node's address.
-        leaves: set[int] = set()
-        seen: set[int] = set()
-        todo = [t.grad_fn for t in outputs if isinstance(t, paddle.Tensor) and t.grad_fn is not None]
-        while todo:
-            node = todo.pop()
-            ptr = node.node_ptr()
-            if ptr in seen:
-                continue
-            seen.add(ptr)
-            if node.name() == "GradNodeAccumulation":
-                leaves.add(ptr)
-            todo.extend(n for n in node.next_functions if n is not None)
+        leaves = {node.node_ptr() for node in _graph(outputs) if node.name() == "GradNodeAccumulation"}
         return [p.grad_fn is not None and p.grad_fn.node_ptr() in leaves for p in params]
 
     # --- layers --------------------------------------------------------------------------
@@ -264,6 +259,23 @@ class PaddleFramework(Framework):
         p2p = [dist.P2POp(dist.isend if is_send else dist.irecv, t, peer, group) for is_send, t, peer, group in ops]
         for task in dist.batch_isend_irecv(p2p):
             task.wait()
+
+
+_REENTRANT_RECOMPUTE = "GradNodePyLayer_RecomputeFunction"
+
+
+def _graph(outputs: list[Any]) -> Iterator[Any]:
+    """Every node of the autograd graph behind `outputs`, once each."""
+    seen: set[int] = set()
+    todo = [t.grad_fn for t in outputs if isinstance(t, paddle.Tensor) and t.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        ptr = node.node_ptr()
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        yield node
+        todo.extend(n for n in node.next_functions if n is not None)
 
 
 ADAPTER = PaddleFramework

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ..devices import Device
-from ..framework import TORCH, Framework
+from ..framework import TORCH, Framework, GradRefused
 from . import split
 
 
@@ -88,7 +88,13 @@ class TorchFramework(Framework):
         torch.autograd.backward(outputs, grads)
 
     def grad(self, outputs: list[Any], inputs: list[Any], grads: list[Any] | None) -> list[Any | None]:
-        return list(torch.autograd.grad(outputs, inputs, grad_outputs=grads, retain_graph=True, allow_unused=True))
+        try:
+            return list(torch.autograd.grad(outputs, inputs, grad_outputs=grads, retain_graph=True,
+                                            allow_unused=True))
+        except RuntimeError as exc:
+            if "use_reentrant=True" in str(exc):  # torch.utils.checkpoint's own refusal
+                raise GradRefused(str(exc)) from None
+            raise
 
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()  # type: ignore[no-any-return]
