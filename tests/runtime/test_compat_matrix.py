@@ -190,3 +190,17 @@ def test_fsdp2_stages_are_exact_with_their_weight_gradients_whole_in_i(generator
         assert record["worst"] <= 1e-12, record
         assert all(path.startswith("whole: every weight gradient computed in I (layers inp (Linear)")
                    and "have a DTensor weight" in path for path in record["paths"].values())
+
+
+@needs_torch
+@pytest.mark.slow
+def test_the_gpu_check_runs_on_the_cpu_as_it_is() -> None:
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--quick"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert out.count("| exact |") == len(compat_matrix.cells("torch")) and f"all {len(compat_matrix.cells('torch'))} cells exact" in out
+    for setting in ("plain", "checkpoint", "autocast_bf16"):
+        assert f"    {setting}" in out and "gradients zb1p vs 1f1b 0.0e+00" in out

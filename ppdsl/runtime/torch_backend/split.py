@@ -7,7 +7,8 @@ parameter as autograd accumulates."""
 from __future__ import annotations
 
 import functools
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -20,8 +21,15 @@ def _rows(t: Any) -> Any:
     return t.reshape(-1, t.shape[-1]) if t.dim() > 2 else t
 
 
+# One C call that says whether autocast is on for any device: the split Linear runs on every
+# Linear of every microbatch, and asking per device builds a device object each time.
+_any_autocast: Callable[[], bool] = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+
+
 def autocast_dtype(device_type: str) -> Any:
     """The dtype autocast gives a Linear on `device_type` now, or None when it is off."""
+    if not _any_autocast():
+        return None
     try:
         enabled = torch.is_autocast_enabled(device_type)
     except TypeError:  # torch < 2.4 asks per device kind
@@ -36,10 +44,17 @@ def autocast_dtype(device_type: str) -> Any:
 
 def _autocast_off(device_type: str) -> AbstractContextManager[Any]:
     """Products taken in the dtypes of their operands, as autograd's backward takes them."""
-    if autocast_dtype(device_type) is None:
-        return nullcontext()
     off: AbstractContextManager[Any] = torch.autocast(device_type, enabled=False)
     return off
+
+
+def _would_recast(t: Any) -> bool:
+    """Autocast is on and would cast `t` (its dtype is not autocast's): a product of it must be
+    taken with autocast off. Entering that context costs more than the check, so only then."""
+    if not _any_autocast():
+        return False
+    dtype = autocast_dtype(t.device.type)
+    return dtype is not None and t.dtype != dtype and t.dtype != torch.float64 and t.is_floating_point()
 
 
 def _cast(t: Any, dtype: Any) -> Any:
@@ -52,7 +67,15 @@ def _cast(t: Any, dtype: Any) -> Any:
 def accumulate_weight_grad(weight: Any, x: Any, dy: Any) -> None:
     if not weight.requires_grad:
         return
-    with torch.no_grad(), _autocast_off(x.device.type):
+    if _would_recast(x) or _would_recast(dy):
+        with _autocast_off(x.device.type):
+            _accumulate(weight, x, dy)
+    else:
+        _accumulate(weight, x, dy)
+
+
+def _accumulate(weight: Any, x: Any, dy: Any) -> None:
+    with torch.no_grad():
         product = _rows(dy).t().mm(_rows(x))
         if product.dtype != weight.dtype:  # autocast's cast node hands the gradient back so
             product = product.to(weight.dtype)
@@ -69,12 +92,10 @@ def _split_linear() -> Any:
     class SplitLinear(base):  # type: ignore[misc]  # subclassing Any: torch's Function is generic
         @staticmethod
         def forward(ctx: Any, x: Any, weight: Any, bias: Any, store: DeferredGrads) -> Any:
-            device_type = x.device.type
-            dtype = autocast_dtype(device_type)
-            if dtype is not None:  # what autocast would do to F.linear's operands
+            dtype = autocast_dtype(x.device.type) if _any_autocast() else None
+            if dtype is not None:  # what autocast would do to F.linear's operands (it leaves them so)
                 x, weight_used, bias = _cast(x, dtype), _cast(weight, dtype), _cast(bias, dtype)
-                with torch.autocast(device_type, enabled=False):
-                    y = torch.nn.functional.linear(x, weight_used, bias)
+                y = torch.nn.functional.linear(x, weight_used, bias)
             else:
                 weight_used = weight
                 y = torch.nn.functional.linear(x, weight, bias)
@@ -90,28 +111,38 @@ def _split_linear() -> Any:
         def backward(ctx: Any, dy: Any) -> Any:
             x, weight = ctx.saved_tensors
             ctx.store.defer(ctx.weight, x, dy)
-            dx = db = None
-            with _autocast_off(dy.device.type):
-                if ctx.needs_input_grad[0]:  # autograd casts it to the input's dtype
-                    dx = dy.mm(weight) if dy.dim() == 2 else dy.matmul(weight)
-                if ctx.has_bias and ctx.needs_input_grad[2]:
-                    db = _rows(dy).sum(0)
-            return dx, None, db, None
+            if _any_autocast() and (_would_recast(dy) or _would_recast(weight)):
+                with _autocast_off(dy.device.type):
+                    return _input_and_bias_grads(ctx, dy, weight)
+            needs = ctx.needs_input_grad
+            dx = (dy.mm(weight) if dy.dim() == 2 else dy.matmul(weight)) if needs[0] else None  # autograd casts dx
+            return dx, None, _rows(dy).sum(0) if ctx.has_bias and needs[2] else None, None
 
     return SplitLinear
+
+
+def _input_and_bias_grads(ctx: Any, dy: Any, weight: Any) -> tuple[Any, None, Any, None]:
+    needs = ctx.needs_input_grad
+    dx = (dy.mm(weight) if dy.dim() == 2 else dy.matmul(weight)) if needs[0] else None  # autograd casts dx
+    db = _rows(dy).sum(0) if ctx.has_bias and needs[2] else None
+    return dx, None, db, None
 
 
 def split_forward(layer: Any, store: DeferredGrads) -> Any:
     """The forward of a switched `torch.nn.Linear`: the split matmul where its weight is a
     parameter that takes a gradient, the plain Linear otherwise."""
-    function = _split_linear()
+    apply = _split_linear().apply
     linear = torch.nn.functional.linear
+    grad_enabled = torch.is_grad_enabled
+    # Read at each call, as Linear.forward reads them (a wrapper may swap them between calls),
+    # from the dict itself: Module.__getattr__ costs more than the rest of this check.
+    parameters = layer._parameters
 
     def forward(x: Any) -> Any:
-        weight = layer.weight
-        if weight.requires_grad and weight.is_leaf and torch.is_grad_enabled():
-            return function.apply(x, weight, layer.bias, store)
-        return linear(x, weight, layer.bias)
+        weight = parameters["weight"]
+        if weight.requires_grad and weight.is_leaf and grad_enabled():
+            return apply(x, weight, parameters["bias"], store)
+        return linear(x, weight, parameters["bias"])
 
     return forward
 
