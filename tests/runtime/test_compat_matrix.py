@@ -21,6 +21,7 @@ sys.path.insert(0, str(HERE))
 import compat_matrix  # noqa: E402
 from procs import rank_result  # noqa: E402
 
+DOC = (ROOT / "docs" / "runtime.md").read_text()
 needs_torch = pytest.mark.skipif(not installed("torch"), reason="PyTorch is not installed")
 needs_paddle = pytest.mark.skipif(not installed("paddle"), reason="PaddlePaddle is not installed")
 
@@ -95,6 +96,7 @@ def test_a_used_parameter_without_a_gradient_is_named_with_its_stage_and_action(
         sched.step(x, target=x)
     assert caught.value.action == "0W1"
     assert "stage 0's forward used `0.weight`, `2.weight` but they have no gradient after 0W1" in str(caught.value)
+    assert f"\n{caught.value}\n" in DOC  # docs/runtime.md shows this very message
 
 
 @needs_torch
@@ -204,3 +206,27 @@ def test_the_gpu_check_runs_on_the_cpu_as_it_is() -> None:
     assert out.count("| exact |") == len(compat_matrix.cells("torch")) and f"all {len(compat_matrix.cells('torch'))} cells exact" in out
     for setting in ("plain", "checkpoint", "autocast_bf16"):
         assert f"    {setting}" in out and "gradients zb1p vs 1f1b 0.0e+00" in out
+
+
+@pytest.mark.parametrize("framework", ["torch", "paddle"])
+def test_the_documented_matrix_is_the_one_the_tests_run(framework: str) -> None:
+    title = "| PyTorch |" if framework == "torch" else "| Paddle |"
+    table = DOC[DOC.index(title):].split("\n\n")[0].splitlines()
+    assert table[0] == f"{title} {' | '.join(compat_matrix.SCHEDULES)} |"
+    rows = [line.strip("| ").split(" | ") for line in table[2:]]
+    assert [row[0] for row in rows] == list(compat_matrix.TORCH_SETTINGS if framework == "torch"
+                                             else compat_matrix.PADDLE_SETTINGS)
+    assert all(row[1:] == ["exact"] * len(compat_matrix.SCHEDULES) for row in rows)
+
+
+@needs_torch
+@pytest.mark.slow
+def test_verbose_says_which_path_each_stage_takes(tmp_path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "ppdsl", "run", "schedules/zb1p.pps", "--framework", "torch",
+                           "--steps", "1", "--verbose"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = "ppdsl run: rank 0: stage 0: weight gradients: split: the weight gradients of 2 Linears deferred to W"
+    assert line in done.stderr.splitlines() and f"\n{line}\n" in DOC
+    assert sum("weight gradients: split:" in x for x in done.stderr.splitlines()) == 4  # one line a rank
