@@ -59,6 +59,18 @@ def stage_actions(schedules: dict[str, Any], rank: int) -> dict[str, list[float]
     return actions
 
 
+def guard_seconds(schedule: Any, step: Callable[[], None], calls: int = 2000) -> float:
+    """Seconds one end-of-step check of `schedule`'s guard against lost gradients takes (its
+    whole per-step work; the graph walk of the first step is once per run), timed right after
+    `step()` (which runs one step of `schedule`), while the step's gradients are there."""
+    guard = schedule.grad_guard
+    step()
+    start = time.perf_counter()
+    for _ in range(calls):
+        guard.check(0)
+    return (time.perf_counter() - start) / calls
+
+
 class Rounds:
     """The ranks' gathered results: a round's time is the slower rank's."""
 
@@ -88,6 +100,13 @@ class Rounds:
         print(f"ratio zb1p / 1f1b step:       {self.ratio('zb1p', '1f1b'):.3f}  (goal <= 0.97; ratio of medians "
               f"{self.median['zb1p'] / self.median['1f1b']:.3f})")
         print(f"ratio zb1p without the split / 1f1b: {self.ratio('zb1p_unsplit', '1f1b'):.3f}  (the old I/W)")
+
+    def print_guard(self) -> None:
+        """The guard against lost gradients: zb1p with and without it, and its own check's time."""
+        check = max(r["guard"] for r in self.results)
+        print(f"ratio zb1p / zb1p without the gradient guard: {self.ratio('zb1p', 'zb1p_unguarded'):.3f}; the guard's "
+              f"check: {check * 1e6:.1f} us a step, {check / self.median['zb1p']:.2%} of zb1p's median step "
+              "(goal <= 2%)")
 
     def print_diff(self) -> None:
         print(f"same gradients after one step (all sides against ppdsl 1f1b): max relative difference "

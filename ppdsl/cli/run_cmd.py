@@ -3,7 +3,7 @@
 With no other argument, starts one local CPU process per rank (gloo over loopback), builds a
 small built-in MLP cut into the schedule's stages, trains a few steps on synthetic data and
 prints each step's loss. Your own model: --model/--data/--loss (see docs/runtime.md).
-Under `python -m paddle.distributed.launch` (or `torchrun` with `--framework torch`) it uses
+Under `python -m paddle.distributed.launch` (or `torchrun`) it uses
 the launcher's processes instead.
 
 The file is linted first under the communication model of the transport the run has (on
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..diagnostics import UsageError
@@ -37,8 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", nargs="+",
                    help="a .pps or .csv schedule; several run one after another in the same processes")
     p.add_argument("--steps", type=whole_number(1, MAX_STEPS), default=20, help="training steps (default 20)")
-    p.add_argument("--framework", choices=FRAMEWORKS, default=PADDLE,
-                   help="run the stages with PaddlePaddle (default) or PyTorch")
+    p.add_argument("--framework", choices=FRAMEWORKS, default=None,
+                   help="run the stages with PaddlePaddle or PyTorch (default: the one a --model module "
+                        "imports; under torchrun PyTorch; else Paddle where it is installed, else PyTorch)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="where each rank's stages, messages and optimizer state live: auto (default: a GPU per "
                         "local rank when the framework has CUDA and there are enough, else the CPU), cpu, or gpu")
@@ -79,6 +81,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_max_steps(p, DEFAULT_MAX_LOWERED_STEPS)
     p.add_argument("--logs", metavar="DIR", help="keep each rank's log in DIR")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+
+
+def _chosen_framework(model: str | None, env: Mapping[str, str]) -> str:
+    """The framework a run without `--framework` uses: the launcher's (Paddle's launcher sets
+    PADDLE_TRAINER_ID, torchrun TORCHELASTIC_RUN_ID), else the one a `--model` module imports,
+    else the one installed (Paddle when both are)."""
+    from ..runtime.framework import TORCH, default_framework
+    from ..runtime.models import framework_of_model
+
+    if "PADDLE_TRAINER_ID" in env:
+        return PADDLE
+    if "TORCHELASTIC_RUN_ID" in env:
+        return TORCH
+    return (framework_of_model(model) if model else None) or default_framework()
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -134,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ..runtime.framework import require
 
+    if args.framework is None:
+        args.framework = _chosen_framework(args.model, os.environ)
     _check_args(args)
     # Importing a framework (the user's model does) sets OMP_NUM_THREADS in this process: the
     # user's own value, or its absence, is what chooses the ranks' threads.

@@ -292,6 +292,14 @@ def require(name: str) -> None:
         raise UsageError(f"{what} is not installed: {_INSTALL[name]}")
 
 
+def default_framework() -> str:
+    """Paddle where it is installed, else PyTorch where that is, else Paddle (whose absence
+    `require` then says how to mend)."""
+    if installed(PADDLE) or not installed(TORCH):
+        return PADDLE
+    return TORCH
+
+
 _MADE: dict[str, Framework] = {}
 
 

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from ..diagnostics import UsageError
 from ..wording import plural
-from .framework import FRAMEWORKS, PADDLE, Framework, get_framework
+from .framework import FRAMEWORKS, PADDLE, Framework, get_framework, require
 
 BUILTIN = "ppdsl.runtime.models"
 # `--optimizer` names (each framework's adapter maps them to its optimizer classes).
@@ -96,17 +96,34 @@ def check_contract(model: str | None, data: str | None, loss: str | None, optimi
     return model, data, loss
 
 
-def _check_framework(spec: str, module: Any, framework: str) -> None:
-    """A model module that imports only the other framework would fail on every rank after
-    they start: said before, with the option that runs it."""
+def frameworks_imported(module: Any) -> set[str]:
+    """The frameworks (of `FRAMEWORKS`) whose modules or objects a model module holds."""
     used = set()
     for value in vars(module).values():
         name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
         if isinstance(name, str):
             used.add(name.partition(".")[0])
+    return used & set(FRAMEWORKS)
+
+
+def framework_of_model(model: str) -> str | None:
+    """The one framework `--model MODEL`'s module imports, or None (neither, both, or a module
+    that does not import: the contract check says why later)."""
+    try:
+        module = module_of(model) if ":" in model else _import(model, "model")
+    except UsageError:
+        return None
+    used = frameworks_imported(module)
+    return used.pop() if len(used) == 1 else None
+
+
+def _check_framework(spec: str, module: Any, framework: str) -> None:
+    """A model module that imports only the other framework would fail on every rank after
+    they start: said before, with the option that runs it."""
+    used = frameworks_imported(module)
     other = next((f for f in FRAMEWORKS if f != framework), framework)
     if other in used and framework not in used:
-        flag = f"--framework {other}" + (" (the default)" if other == PADDLE else "")
+        flag = f"--framework {other}"
         raise UsageError(f"--model {spec}: the module imports {other}, not {framework}: run it with {flag}")
 
 
@@ -184,7 +201,11 @@ def _import(module_name: str, what: str) -> Any:
                 raise UsageError(f"--{what} {module_name}: Python cannot load this file; {_contract(what)}")
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]  # as Python's own import does: the next import tries again
+                raise
             return module
         if "" not in sys.path and "." not in sys.path:
             sys.path.insert(0, "")  # the user's own package in the working directory
@@ -192,6 +213,11 @@ def _import(module_name: str, what: str) -> Any:
     except UsageError:
         raise
     except ModuleNotFoundError as exc:
+        if exc.name in FRAMEWORKS:  # the model's framework is missing: say how to install it
+            try:
+                require(exc.name)
+            except UsageError as missing:
+                raise UsageError(f"--{what} {module_name} imports {exc.name}: {missing}") from None
         raise UsageError(f"--{what}: cannot import `{module_name}`: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the user's module failed while importing
         raise UsageError(f"--{what}: importing `{module_name}` failed: {type(exc).__name__}: {exc}") from None
