@@ -157,11 +157,27 @@ def test_schedule_from_file_takes_a_users_class_and_a_named_framework(tmp_path: 
         ScheduleFromFile(str(f), "not a stage", None)
 
 
+@needs_paddle
+def test_schedule_from_file_takes_a_users_paddle_layer(tmp_path: Path) -> None:
+    from ppdsl.runtime import ScheduleFromFile
+
+    f = tmp_path / "s.pps"
+    f.write_text("pipeline ranks=1 microbatches=4\nuse zb1p()\n")
+    stage = compat_matrix.paddle_stages("recompute", 1)[0]  # a user's paddle.nn.Layer subclass
+    assert type(stage).__module__ == "compat_matrix"
+    x, t = compat_matrix.paddle_data("recompute")
+    sched = ScheduleFromFile(str(f), stage, compat_matrix._paddle_loss)
+    sched.step(x, target=t)
+    assert sched.schedule.fw.name == "paddle"
+    assert all(p.grad is not None for p in stage.parameters())
+
+
 @needs_torch
 @pytest.mark.slow
 @pytest.mark.parametrize(("order", "setting"), [("1f1b()", "own_class"), ("zb1p()", "checkpoint"),
                                                 ("zbv()", "checkpoint"), ("zb1p()", "autocast_bf16"),
-                                                ("zbv()", "checkpoint_reentrant")])
+                                                ("zbv()", "checkpoint_reentrant"), ("interleaved_1f1b()", "checkpoint"),
+                                                ("dualpipev()", "autocast_bf16")])
 def test_a_users_class_in_torchs_pipeline_stage_across_two_ranks(order: str, setting: str, tmp_path: Path) -> None:
     from ppdsl.runtime.launcher import launch
 
