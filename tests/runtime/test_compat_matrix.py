@@ -26,19 +26,14 @@ needs_torch = pytest.mark.skipif(not installed("torch"), reason="PyTorch is not 
 needs_paddle = pytest.mark.skipif(not installed("paddle"), reason="PaddlePaddle is not installed")
 
 
-@needs_torch
-@pytest.mark.parametrize(("schedule", "setting"), compat_matrix.cells("torch"))
-def test_torch_cell_is_exact_and_leaves_the_modules_as_they_were(schedule: str, setting: str) -> None:
-    r = compat_matrix.run_cell("torch", schedule, setting)
-    assert not r["missing"], f"no gradient: {r['missing']}"
-    assert not r["left"], r["left"]
-    assert r["worst"] <= compat_matrix.tolerance(setting) and r["loss"] <= compat_matrix.tolerance(setting), r
+CELLS = [pytest.param(framework, schedule, setting, marks=needs)
+         for framework, needs in (("torch", needs_torch), ("paddle", needs_paddle))
+         for schedule, setting in compat_matrix.cells(framework)]
 
 
-@needs_paddle
-@pytest.mark.parametrize(("schedule", "setting"), compat_matrix.cells("paddle"))
-def test_paddle_cell_is_exact_and_leaves_the_modules_as_they_were(schedule: str, setting: str) -> None:
-    r = compat_matrix.run_cell("paddle", schedule, setting)
+@pytest.mark.parametrize(("framework", "schedule", "setting"), CELLS)
+def test_cell_is_exact_and_leaves_the_modules_as_they_were(framework: str, schedule: str, setting: str) -> None:
+    r = compat_matrix.run_cell(framework, schedule, setting)
     assert not r["missing"], f"no gradient: {r['missing']}"
     assert not r["left"], r["left"]
     assert r["worst"] <= compat_matrix.tolerance(setting) and r["loss"] <= compat_matrix.tolerance(setting), r
