@@ -10,11 +10,12 @@ computed nothing is refused where it runs (`schedule.py`).
 What the graph does not show is not checked: parameters behind a reentrant checkpoint (its
 node hides the graph inside). Parameters are named by their place in the stage and looked up
 again at the check, so a wrapper that swaps parameter objects between the forward and the end
-of the step (FSDP2: unsharded, then sharded) is checked on the ones the optimizer sees. A gradient zeroed in place (`zero_grad(set_to_none=False)`) still
-counts as one, so after the first step the check sees gradients that vanished, not zeros. Its
-cost is one graph walk per stage on the first step and one attribute read per parameter each
-step (`benchmarks/bench_split_backward.py` times zb1p with and without it); `PipelineSchedule(grad_guard=False)` and
-`ppdsl run --no-grad-guard` turn it off.
+of the step (FSDP2: unsharded, then sharded) is checked on the ones the optimizer sees. A
+gradient zeroed in place (`zero_grad(set_to_none=False)`) still counts as one, so after the
+first step the check sees gradients that vanished, not zeros. Its cost is one graph walk per
+stage on the first step and one look at each parameter after every step
+(`benchmarks/bench_split_backward.py` and `bench_torch.py` time it);
+`PipelineSchedule(grad_guard=False)` and `ppdsl run --no-grad-guard` turn it off.
 """
 
 from __future__ import annotations

@@ -72,23 +72,20 @@ def split_forward(layer: Any, store: DeferredGrads) -> Any:
     """The forward of a switched `paddle.nn.Linear`."""
     matmul = _split_matmul()
     paddle = _paddle()
+    from paddle.base import core, framework
+
     linear = paddle.nn.functional.linear
+    tracer, amp_off = framework._dygraph_tracer, core.AmpLevel.O0
 
     def forward(x: Any) -> Any:
         weight = layer.weight
         # Under amp the plain Linear: Paddle casts its operands, which the PyLayer would not
         # (the CPU build ignores amp, so this path has not been measured on a GPU).
-        if not weight.stop_gradient and weight.is_leaf and paddle.is_grad_enabled() and not _amp_on(paddle):
+        if not weight.stop_gradient and weight.is_leaf and paddle.is_grad_enabled() and tracer()._amp_level == amp_off:
             return matmul.apply(x, weight, layer.bias, store)
         return linear(x, weight, layer.bias)
 
     return forward
-
-
-def _amp_on(paddle: Any) -> bool:
-    from paddle.base import core, framework
-
-    return bool(framework._dygraph_tracer()._amp_level != core.AmpLevel.O0)
 
 
 def unsplittable(stage: Any, name: str, layer: Any) -> str:
