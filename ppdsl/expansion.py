@@ -50,8 +50,9 @@ def _generator_error(file: Unexpanded, err: GeneratorError) -> PpsError:
 
 
 def _too_many(file: Unexpanded, count: int) -> PpsError:
-    return _at(file, file.use.span, "PPS015", f"`{file.use.name}` makes {count:,} steps, more than the limit of "
-               f"{file.steps_limit:,}", help=steps_help(count))
+    limit = file.limit_words or f"the limit of {file.steps_limit:,}"
+    return _at(file, file.use.span, "PPS015", f"`{file.use.name}` makes {count:,} steps, more than {limit}",
+               help=steps_help(count))
 
 
 def expand(file: Unexpanded) -> Program:

@@ -24,6 +24,11 @@ MAX_FILE_BYTES: Final = 512 * 1024 * 1024
 # stages; `show` draws 15-35 us a step; a command that lowers the program first (`expand
 # --comms`, `simulate` with measured messages, `run`) adds two steps a step and costs 5 us a step.
 DEFAULT_MAX_STEPS: Final = 500_000
+# What a file writes out costs it bytes: `0F0` and a separator are 4. A file may hold one step
+# for every WRITTEN_STEP_BYTES of its bytes beyond its command's limit, so a file written out
+# action by action is read whatever its size (its cost is linear in bytes the user already has),
+# and the limit bounds only what a few bytes make (a `use` line, a range, a zip).
+WRITTEN_STEP_BYTES: Final = 4
 DEFAULT_MAX_PICTURE_STEPS: Final = 1 << 18
 DEFAULT_MAX_LOWERED_STEPS: Final = 1 << 18
 # A rank costs the commands about as much as this many steps whatever it holds (its tables,
@@ -32,12 +37,23 @@ DEFAULT_MAX_LOWERED_STEPS: Final = 1 << 18
 STEPS_PER_RANK: Final = 16
 
 
-def ranks_past(ranks: int, limit: int) -> str | None:
-    """What to say when `ranks` alone count as more steps than `limit` (None when they do not)."""
+def file_limit(limit: int, size: int) -> tuple[int, str]:
+    """The steps a file of `size` characters may hold under a command's `limit`, and the words
+    that say so in an error: the limit, and what the file's own bytes can write out."""
+    written = size // WRITTEN_STEP_BYTES
+    steps = min(limit + written, MAX_ACTIONS)
+    if steps == MAX_ACTIONS or not written:
+        return steps, f"the limit of {steps:,}"
+    return steps, f"the limit of {limit:,} beyond the {written:,} its {size:,} bytes can write out"
+
+
+def ranks_past(ranks: int, limit: int, limit_words: str | None = None) -> str | None:
+    """What to say when `ranks` alone count as more steps than `limit` (None when they do not);
+    `limit_words` says the limit (`file_limit`'s words), by default its number."""
     if STEPS_PER_RANK * ranks <= limit:
         return None
     return (f"{ranks:,} ranks count as {STEPS_PER_RANK * ranks:,} steps ({STEPS_PER_RANK} a rank: each has its "
-            f"tables, lane and lines), more than the limit of {limit:,}")
+            f"tables, lane and lines), more than {limit_words or f'the limit of {limit:,}'}")
 
 
 def steps_help(count: int) -> str:

@@ -8,7 +8,7 @@ from .diagnostics import Diagnostic, PpsError
 from .wording import plural
 from .files import read_text
 from .ir import Program
-from .limits import DEFAULT_MAX_STEPS, MAX_ACTIONS, MAX_SPARSE_SLOTS, STEPS_PER_RANK, ranks_past, steps_help
+from .limits import DEFAULT_MAX_STEPS, MAX_SPARSE_SLOTS, STEPS_PER_RANK, file_limit, ranks_past, steps_help
 
 FORMATS = (".pps", ".csv")
 
@@ -31,7 +31,8 @@ def load_program(path: str, fmt: str | None = None, dialect: str | None = None,
         from .formats.torch_csv import read_csv
 
         program = read_csv(text, path, dialect)  # its cells are bounded by MAX_ACTIONS as it reads
-        check_steps(program, path, DEFAULT_MAX_STEPS if steps_limit is None else steps_limit, "the file holds")
+        check_steps(program, path, DEFAULT_MAX_STEPS if steps_limit is None else steps_limit, "the file holds",
+                    len(text))
         check_slots(program, path)
         return program
     return parse(text, path, steps_limit)
@@ -52,15 +53,16 @@ def parse(text: str, path: str = "<input>", steps_limit: int | None = None) -> P
     return program
 
 
-def check_steps(program: Program, path: str, limit: int, holds: str) -> None:
-    """PPS015 for a program read whole (a CSV) or about to grow (lowered) past `limit` steps."""
-    limit = min(limit, MAX_ACTIONS)
+def check_steps(program: Program, path: str, limit: int, holds: str, size: int = 0) -> None:
+    """PPS015 for a program read whole (a CSV of `size` characters) or about to grow (lowered)
+    past `limit` steps beyond what `size` characters can write out (`limits.file_limit`)."""
+    limit, words = file_limit(limit, size)
     count = program.action_count
     line, column = (program.source.header.line, program.source.header.column) if program.source else (1, 1)
     if count > limit:
-        raise PpsError([Diagnostic("PPS015", f"{holds} {count:,} actions, more than the limit of {limit:,}",
+        raise PpsError([Diagnostic("PPS015", f"{holds} {count:,} actions, more than {words}",
                                    path, line, column, help=steps_help(count))])
-    too_many_ranks = ranks_past(program.ranks, limit)
+    too_many_ranks = ranks_past(program.ranks, limit, words)
     if too_many_ranks is not None:
         raise PpsError([Diagnostic("PPS015", too_many_ranks, path, line, column,
                                    help=steps_help(STEPS_PER_RANK * program.ranks))])

@@ -216,13 +216,19 @@ def test_a_generator_asking_for_millions_of_steps_is_refused_at_once(tmp_path: P
     assert "`--max-steps 12582912` takes them" in out + err
 
 
+# A 44-byte file may make 11 steps beyond any limit (one for each 4 bytes it could write out).
+TINY = "pipeline ranks=1 microbatches=16\nuse 1f1b()\n"  # 32 steps
+TINY_WRITES = len(TINY) // limits.WRITTEN_STEP_BYTES
+
+
 @pytest.mark.parametrize("command", READERS)
 def test_every_command_takes_max_steps(tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    f = _pps(tmp_path, "pipeline ranks=1 microbatches=16\nuse 1f1b()\n")  # 32 steps
-    code, out, err = run(capsys, command, "--max-steps", "31", *_argv(command, f, tmp_path)[1:])
+    f = _pps(tmp_path, TINY)
+    code, out, err = run(capsys, command, "--max-steps", str(31 - TINY_WRITES), *_argv(command, f, tmp_path)[1:])
     assert code == 1, err
-    assert "`1f1b` makes 32 steps, more than the limit of 31" in out + err
-    code, out, err = run(capsys, command, "--max-steps", "32", *_argv(command, f, tmp_path)[1:])
+    assert (f"`1f1b` makes 32 steps, more than the limit of {31 - TINY_WRITES} beyond the {TINY_WRITES} its "
+            f"{len(TINY)} bytes can write out") in out + err
+    code, out, err = run(capsys, command, "--max-steps", str(32 - TINY_WRITES), *_argv(command, f, tmp_path)[1:])
     assert code == 0, out + err
     assert run(capsys, command, "--max-steps", "0", str(f))[0] == 2
     assert run(capsys, command, "--max-steps", str(limits.MAX_ACTIONS + 1), str(f))[0] == 2
@@ -259,10 +265,10 @@ def test_many_ranks_count_as_steps(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_run_takes_max_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The file is refused before any process (or paddle) starts.
-    f = _pps(tmp_path, "pipeline ranks=1 microbatches=16\nuse 1f1b()\n")
-    code, out, err = run(capsys, "run", "--max-steps", "31", str(f))
+    f = _pps(tmp_path, TINY)
+    code, out, err = run(capsys, "run", "--max-steps", str(31 - TINY_WRITES), str(f))
     assert code == 1, err
-    assert "`1f1b` makes 32 steps, more than the limit of 31" in out + err
+    assert f"`1f1b` makes 32 steps, more than the limit of {31 - TINY_WRITES} beyond" in out + err
 
 
 def test_a_trillion_steps_are_refused_at_once_with_the_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -276,12 +282,14 @@ def test_a_trillion_steps_are_refused_at_once_with_the_count(tmp_path: Path, cap
 
 
 def test_a_generator_under_the_limit_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # 16 x 2000 x (F, I, W) = 96,000: refused under a limit of 95,999, taken at 96,000.
-    f = _pps(tmp_path, "pipeline ranks=16 microbatches=2000\nuse zb1p()\n")
-    code, out, _ = run(capsys, "lint", "--max-steps", "95999", str(f))
+    # 16 x 2000 x (F, I, W) = 96,000: refused under a limit one short of that beyond what its
+    # bytes write out, taken at that limit.
+    text = "pipeline ranks=16 microbatches=2000\nuse zb1p()\n"
+    f, writes = _pps(tmp_path, text), len(text) // limits.WRITTEN_STEP_BYTES
+    code, out, _ = run(capsys, "lint", "--max-steps", str(95_999 - writes), str(f))
     assert code == 1
-    assert "error[PPS015]: `zb1p` makes 96,000 steps, more than the limit of 95,999" in out
-    assert run(capsys, "lint", "--max-steps", "96000", str(f))[0] == 0
+    assert f"error[PPS015]: `zb1p` makes 96,000 steps, more than the limit of {95_999 - writes:,} beyond" in out
+    assert run(capsys, "lint", "--max-steps", str(96_000 - writes), str(f))[0] == 0
 
 
 def test_a_range_asking_for_more_than_the_limit_is_refused_where_it_is(tmp_path: Path,
@@ -293,24 +301,28 @@ def test_a_range_asking_for_more_than_the_limit_is_refused_where_it_is(tmp_path:
     assert "`--max-steps 140000` takes them" in out
 
 
-def test_a_written_out_file_needs_the_same_max_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_written_out_file_is_read_whatever_the_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     big = _pps(tmp_path, "pipeline ranks=2 microbatches=20000\nuse 1f1b()\n", "big.pps")  # 80,000 steps
-    assert run(capsys, "expand", "--max-steps", "79999", str(big), "-o", str(tmp_path / "x.pps"))[0] == 1
+    assert run(capsys, "expand", "--max-steps", "79000", str(big), "-o", str(tmp_path / "x.pps"))[0] == 1
     code, _, err = run(capsys, "expand", str(big), "-o", str(tmp_path / "full.pps"))
     assert code == 0, err
-    # Its bytes buy it nothing: the rows are counted (all of them, to the end) as a generator is.
-    code, out, _ = run(capsys, "lint", "--max-steps", "50000", str(tmp_path / "full.pps"))
-    assert code == 1 and "the rows make 80,000 steps, more than the limit of 50,000" in out
-    assert run(capsys, "lint", str(tmp_path / "full.pps"))[0] == 0
+    # Written out, its cost is linear in bytes the user already has: no limit refuses it.
+    for limit in ("16", "50000"):
+        assert run(capsys, "lint", "--max-steps", limit, str(tmp_path / "full.pps"))[0] == 0
+        assert run(capsys, "expand", "--max-steps", limit, str(tmp_path / "full.pps"), "-o",
+                   str(tmp_path / "again.pps"))[0] == 0
+    def rows(name: str) -> list[str]:  # without the comment that names the file it came from
+        return [line for line in (tmp_path / name).read_text().splitlines() if not line.startswith("#")]
+
+    assert rows("again.pps") == rows("full.pps")
 
 
-def test_a_csv_past_the_limit_is_refused_with_its_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_csv_is_written_out_whatever_the_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "big.csv"
     f.write_text("\n".join(",".join(f"{r}{k}{m}" for m in range(251) for k in "FB") for r in (0, 1)) + "\n")
     for command in ("lint", "show", "simulate"):
-        code, out, err = run(capsys, command, "--max-steps", "1000", str(f))
-        assert code == 1, err
-        assert f"{f}:1:1: error[PPS015]: the file holds 1,004 actions, more than the limit of 1,000" in out + err
+        code, out, err = run(capsys, command, "--max-steps", "32", str(f))  # 1,004 actions, every one written
+        assert code == 0, out + err
 
 
 def test_the_limits_example_in_language_md(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -344,7 +356,9 @@ def test_the_public_parse_applies_every_bound() -> None:
     # DEFAULT_MAX_STEPS, or steps_limit.
     with pytest.raises(ppdsl.PpsError) as info:
         ppdsl.parse("pipeline ranks=64 microbatches=16384\nuse 1f1b()\n")
-    assert info.value.diagnostics[0].message == "`1f1b` makes 2,097,152 steps, more than the limit of 500,000"
-    assert ppdsl.parse("pipeline ranks=64 microbatches=1024\nuse 1f1b()\n").action_count == 131_072
+    assert info.value.diagnostics[0].message == ("`1f1b` makes 2,097,152 steps, more than the limit of 500,000 "
+                                                 "beyond the 12 its 48 bytes can write out")
+    text = "pipeline ranks=64 microbatches=1024\nuse 1f1b()\n"
+    assert ppdsl.parse(text).action_count == 131_072
     with pytest.raises(ppdsl.PpsError):
-        ppdsl.parse("pipeline ranks=64 microbatches=1024\nuse 1f1b()\n", steps_limit=131_071)
+        ppdsl.parse(text, steps_limit=131_071 - len(text) // limits.WRITTEN_STEP_BYTES)

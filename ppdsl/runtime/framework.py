@@ -279,7 +279,7 @@ class Framework(abc.ABC):
 def installed(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None
-    except ValueError:  # `sys.modules[name] = None`: marked absent
+    except (ValueError, ImportError):  # `sys.modules[name] = None`, or a finder that refuses it: absent
         return False
 
 

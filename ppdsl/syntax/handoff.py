@@ -50,3 +50,4 @@ class Unexpanded:
     found: tuple[Diagnostic, ...] = ()
     costs_line: Span | None = None  # where the `costs` line starts, when there is one
     cost_spans: dict[str, Span] = field(factory=dict)  # where that line writes each key
+    limit_words: str = ""  # how an error says `steps_limit` (`limits.file_limit`)

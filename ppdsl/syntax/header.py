@@ -69,7 +69,7 @@ class HeaderReader(Reporter):
         microbatches = self.int_option(values, spans, "microbatches", 1, MAX_MICROBATCHES)
         stages = self.int_option(values, spans, "stages", 1, MAX_STAGES)
         assert ranks is not None and microbatches is not None
-        too_many_ranks = ranks_past(ranks, self.steps_limit)
+        too_many_ranks = ranks_past(ranks, self.steps_limit, self.limit_words)
         if too_many_ranks is not None:
             raise Fail(self.at_span(spans["ranks"], "PPS015", too_many_ranks,
                                      help=steps_help(STEPS_PER_RANK * ranks)))

@@ -196,7 +196,8 @@ class _Builder(RowReader, HeaderReader):
             named = h.values.get("placement")
             return Unexpanded(self.path, self.text, h.span, h.spans, h.ranks, h.microbatches, h.stages, h.placement,
                               named if isinstance(named, str) else None, h.mode, h.memory, h.costs, self.use_line(use),
-                              self.steps_limit, costs_line=h.costs_line, cost_spans=h.cost_spans)
+                              self.steps_limit, costs_line=h.costs_line, cost_spans=h.cost_spans,
+                              limit_words=self.limit_words)
         built_rows, step_pos, row_spans = self.rows(rows, h.ranks, h.microbatches, h.stages)
         if self.found:  # the rows' errors are all noted: nothing is made of broken rows
             raise Fail()
@@ -249,8 +250,9 @@ def read(text: str, path: str = "<input>", steps_limit: int | None = None, whole
     `expansion.expand` runs; `expansion.parse` does both). Raises `PpsError` with located
     diagnostics on any problem.
 
-    The program may have at most `steps_limit` steps (default `limits.DEFAULT_MAX_STEPS`; at most
-    `limits.MAX_ACTIONS`). `whole_runs=False` reads every run through Lark and word by word, never
+    The program may have at most `steps_limit` steps (default `limits.DEFAULT_MAX_STEPS`) beyond
+    one for every `limits.WRITTEN_STEP_BYTES` of the text, which a file written out action by
+    action always has; at most `limits.MAX_ACTIONS`. `whole_runs=False` reads every run through Lark and word by word, never
     whole (`scan.PlainRuns`): the same program and the same diagnostics, slower; the tests
     compare the two."""
     # Editors on Windows may start a file with a byte-order mark; columns count from after it.

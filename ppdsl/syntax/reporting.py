@@ -8,7 +8,7 @@ from lark import Token, Tree
 
 from ..diagnostics import Diagnostic, sorted_unique
 from ..ir import Span
-from ..limits import MAX_REPORTED_ERRORS, steps_help
+from ..limits import MAX_REPORTED_ERRORS, file_limit, steps_help
 
 
 class Fail(Exception):
@@ -24,7 +24,9 @@ class Reporter:
     def __init__(self, text: str, path: str, steps_limit: int):
         self.text = text
         self.path = path
-        self.steps_limit = steps_limit
+        # What the file may make under the command's limit: that limit beyond what its own
+        # bytes can write out (`limits.file_limit`), and the words an error says it in.
+        self.steps_limit, self.limit_words = file_limit(steps_limit, len(text))
         # Errors that do not stop reading (a bad row, a bad token): the rest of the file is read
         # for more, so one run tells them all (up to MAX_REPORTED_ERRORS).
         self.found: list[Diagnostic] = []
@@ -64,4 +66,4 @@ class Reporter:
         """PPS015 at `node`: the program makes `count` steps, past the limit; the help gives the
         `--max-steps` that takes them (or says that none does)."""
         return Fail(self.at(node, "PPS015", f"{made} {'at least ' if at_least else ''}{count:,} steps, more than "
-                                             f"the limit of {self.steps_limit:,}", help=steps_help(count)))
+                                             f"{self.limit_words}", help=steps_help(count)))

@@ -155,12 +155,17 @@ def test_too_many_steps_in_one_row_is_refused_while_reading_it() -> None:
             parse(text, "bad.pps", steps_limit=1000)
         return info.value.diagnostics[0]
 
-    d = first("pipeline ranks=1 microbatches=600\nrank 0: 0F{0..599} 0B{0..599} 0F0\n")
+    text = "pipeline ranks=1 microbatches=600\nrank 0: 0F{0..599} 0B{0..599} 0F0\n"
+    d = first(text)
     assert (d.code, d.line, d.column) == ("PPS015", 2, 20)
-    assert d.message == "the rows make 1,201 steps, more than the limit of 1,000"  # counted to the end
-    d = first("pipeline ranks=1 microbatches=600\nrank 0: [0F{0..599} 0B{0..599}]\n")
+    # Counted to the end; the limit is the one given beyond what the file's bytes can write out.
+    assert d.message == (f"the rows make 1,201 steps, more than the limit of 1,000 beyond the {len(text) // 4} its "
+                         f"{len(text)} bytes can write out")
+    text = "pipeline ranks=1 microbatches=600\nrank 0: [0F{0..599} 0B{0..599}]\n"
+    d = first(text)
     assert (d.code, d.line) == ("PPS015", 2)
-    assert d.message == "the zip makes 1,200 steps, more than the limit of 1,000"
+    assert d.message == (f"the zip makes 1,200 steps, more than the limit of 1,000 beyond the {len(text) // 4} its "
+                         f"{len(text)} bytes can write out")
 
 
 # ---- files: PPS000 and unreadable paths -------------------------------------------------

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from ppdsl.diagnostics import PpsError
 from ppdsl.formats.torch_csv import CurrentDialect, LegacyDialect, _Reader, read_csv
 from ppdsl.ir import IDLE, KIND_BY_NAME, Kind, LazyRows, Program
+from ppdsl import limits
 from ppdsl.limits import MAX_MICROBATCHES, MAX_STAGES
 from ppdsl.syntax import scan
 from ppdsl.expansion import parse
@@ -184,12 +185,21 @@ def test_a_csv_row_of_canonical_cells_is_read_whole_and_the_same() -> None:
     assert [list(map(str, r)) for r in rows] == [["0F0", "0F1", "0B0", "0B1"], ["1F0", "_", "1B0"]]
 
 
+def _limit_reached_after(steps: int, text: str) -> int:
+    """The `steps_limit` under which `text` may hold exactly `steps` steps: a file may make that
+    many beyond one for every WRITTEN_STEP_BYTES of its own bytes."""
+    return steps - len(text) // limits.WRITTEN_STEP_BYTES
+
+
 def test_a_set_aside_run_past_the_step_limit_is_underlined_whole() -> None:
-    run = " ".join(f"0F{m}" for m in range(20))  # 20 steps; the limit takes 16 (one rank counts as 16)
-    careful, whole = careful_and_whole(f"pipeline ranks=1 microbatches=20\nrank 0: {run}\n", steps_limit=16)
+    # What a file writes out never passes the limit alone: the range before the run makes 1,000
+    # steps from 10 bytes, and the limit is reached 10 words into the run.
+    run = " ".join(f"0F{m}" for m in range(20))
+    text = f"pipeline ranks=2 microbatches=1000\nrank 1: 1B{{0..999}}\nrank 0: {run}\n"
+    careful, whole = careful_and_whole(text, steps_limit=_limit_reached_after(1010, text))
     assert careful == whole
     assert isinstance(whole, list) and whole[0]["code"] == "PPS015"
-    assert (whole[0]["line"], whole[0]["column"], whole[0]["end_column"]) == (2, 9, 9 + len(run))
+    assert (whole[0]["line"], whole[0]["column"], whole[0]["end_column"]) == (3, 9, 9 + len(run))
 
 
 # CSV rows with overlapped pairs as PyTorch writes DualPipeV's (`(0F1;1B0)OVERLAP_F_B`): the
@@ -271,9 +281,10 @@ def test_a_pps_row_with_pairs_is_read_before_lark() -> None:
     same_program(careful, whole)
     # Past the step limit inside such a row: underlined where the careful way underlines it.
     words = " ".join(["0F0 0F1 (0F2;0B0) 0F3 0F4 (0B1;0B2) 0B3 0B4"] * 3)
-    careful, whole = careful_and_whole(f"pipeline ranks=1 microbatches=5\nrank 0: {words}\n", steps_limit=17)
+    text = f"pipeline ranks=2 microbatches=1000\nrank 1: 1B{{0..999}}\nrank 0: {words}\n"
+    careful, whole = careful_and_whole(text, steps_limit=_limit_reached_after(1017, text))
     same_program(careful, whole)
-    assert isinstance(whole, list) and (whole[0]["code"], whole[0]["column"]) == ("PPS015", 89)
+    assert isinstance(whole, list) and (whole[0]["code"], whole[0]["line"], whole[0]["column"]) == ("PPS015", 3, 89)
     # A number past the header's bounds inside such a row: told at its token, as carefully.
     careful, whole = careful_and_whole("pipeline ranks=1 microbatches=2\nrank 0: 0F0 (0F1;0B0) 0B1 (0F7;0B9)\n")
     same_program(careful, whole)
