@@ -27,9 +27,8 @@ _any_autocast: Callable[[], bool] = getattr(torch._C, "_is_any_autocast_enabled"
 
 
 def autocast_dtype(device_type: str) -> Any:
-    """The dtype autocast gives a Linear on `device_type` now, or None when it is off."""
-    if not _any_autocast():
-        return None
+    """The dtype autocast gives a Linear on `device_type` now, or None when it is off (callers
+    on the hot path ask `_any_autocast()` first: it costs less than naming a device)."""
     try:
         enabled = torch.is_autocast_enabled(device_type)
     except TypeError:  # torch < 2.4 asks per device kind
@@ -111,12 +110,10 @@ def _split_linear() -> Any:
         def backward(ctx: Any, dy: Any) -> Any:
             x, weight = ctx.saved_tensors
             ctx.store.defer(ctx.weight, x, dy)
-            if _any_autocast() and (_would_recast(dy) or _would_recast(weight)):
+            if _would_recast(dy) or _would_recast(weight):
                 with _autocast_off(dy.device.type):
                     return _input_and_bias_grads(ctx, dy, weight)
-            needs = ctx.needs_input_grad
-            dx = (dy.mm(weight) if dy.dim() == 2 else dy.matmul(weight)) if needs[0] else None  # autograd casts dx
-            return dx, None, _rows(dy).sum(0) if ctx.has_bias and needs[2] else None, None
+            return _input_and_bias_grads(ctx, dy, weight)
 
     return SplitLinear
 
