@@ -37,6 +37,12 @@ def named_deltas(M: int) -> list[int]:
     return delta
 
 
+def peer_of(kind: int, stage: int) -> tuple[int, int]:
+    """(kind, stage) of the operation a send or receive of `stage` names as its peer."""
+    step, peer = PEER_OF_KIND[kind]
+    return peer, stage + step
+
+
 def peer_stage(stage: int, kind: int) -> int:
     """The stage on the other end of a send or receive of `stage` (maybe outside the pipeline)."""
     return stage + PEER_OF_KIND[kind][0]

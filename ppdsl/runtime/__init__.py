@@ -11,7 +11,8 @@ The same classes take `torch.nn.Module` stages (or torch's `PipelineStage`s): th
 interpreter is written once against `framework.Framework`, whose Paddle and torch adapters
 (`paddle_backend`, `torch_backend`) are the only modules that import a framework.
 
-See docs/runtime.md. `ppdsl run` is a thin layer over this API (`worker.py`), with a local
+Each action kind runs through a handler (`handlers.py`); `register_handler(kind, fn)` replaces
+or wraps one. `loopback.Loopback` runs a job's ranks as threads of one process. See docs/runtime.md. `ppdsl run` is a thin layer over this API (`worker.py`), with a local
 process launcher (`launcher.py`) that needs no framework itself.
 """
 
@@ -23,9 +24,11 @@ from .process_layout import Layout
 
 if TYPE_CHECKING:  # pragma: no cover
     from .from_file import ScheduleFromFile
+    from .handlers import ActionContext, register_handler
     from .schedule import MessageOrderError, PipelineSchedule, SetupError, StepError
 
-__all__ = ["Layout", "MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError", "init_from_env"]
+__all__ = ["ActionContext", "Layout", "MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError",
+           "init_from_env", "register_handler"]
 
 
 def init_from_env(framework: str = "paddle") -> int:
@@ -43,6 +46,10 @@ def __getattr__(name: str) -> Any:
         from . import schedule
 
         return getattr(schedule, name)
+    if name in ("ActionContext", "register_handler"):
+        from . import handlers
+
+        return getattr(handlers, name)
     if name == "ScheduleFromFile":
         from .from_file import ScheduleFromFile
 

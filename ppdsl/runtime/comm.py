@@ -16,7 +16,7 @@ import functools
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attrs import frozen
 
@@ -66,6 +66,33 @@ def comm_model_of(backend: str, background: bool = False) -> CommModel:
 
 class PeerError(RuntimeError):
     """A send or receive failed (gloo timeout, broken connection)."""
+
+
+class Carrier(Protocol):
+    """What the interpreter sends and receives through: the process groups (`Transport`), or
+    threads in one process (`loopback.Loopback`). Peers are pipeline ranks; a receive fills
+    the tensor it is given."""
+
+    model: CommModel
+    pairs: tuple[tuple[int, int], ...]
+    backend: str
+    layout: Layout
+    data_parallel_group: Any
+    watchdog: Watchdog | None
+
+    def send(self, tensor: Tensor, peer: int, label: str) -> None: ...
+
+    def recv(self, tensor: Tensor, peer: int, label: str) -> None: ...
+
+    def batch(self, ops: Sequence[tuple[bool, Tensor, int]], label: str) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self, timeout: float = 5.0) -> None: ...
+
+    def gather(self, obj: Any) -> list[Any]: ...
+
+    def all_reduce(self, tensor: Tensor) -> None: ...
 
 
 class Transport:
@@ -143,6 +170,14 @@ class Transport:
         if self.backend == "gloo":
             self.fw.barrier()
         return group
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj`, in rank order."""
+        return gather_objects(self.fw, obj)
+
+    def all_reduce(self, tensor: Tensor) -> None:
+        """Sum `tensor` over this rank's replicas, in place."""
+        self.fw.all_reduce(tensor, self.data_parallel_group)
 
     def global_rank(self, peer: int) -> int:
         """The global rank of pipeline peer `peer` in this process's replica (what a message

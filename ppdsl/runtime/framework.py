@@ -93,7 +93,8 @@ class Framework(abc.ABC):
     @abc.abstractmethod
     def unflatten_into(self, flat: Any, tensors: Sequence[Any | None], scale: float) -> None:
         """Copy `flat`'s consecutive pieces, times `scale`, into `tensors` in place (the
-        inverse of `flatten`); a None keeps its place in `flat` and receives nothing."""
+        inverse of `flatten`); a None keeps its place in `flat` and receives nothing. At a
+        `scale` of 1 the copy is exact, whatever the dtype (an integer header)."""
 
     @abc.abstractmethod
     def from_numpy(self, array: Any) -> Any:

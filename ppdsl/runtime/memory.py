@@ -16,13 +16,13 @@ after its `I` (`kept`): what `ppdsl.memory.peak_bytes` predicts the peak from.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..ir import Kind
 from .framework import Framework
-from .values import split
+from .plan import F, I, Op
+from .stage import Stage
 
 
 class LiveMemory:
@@ -43,20 +43,21 @@ class LiveMemory:
         self.activation: dict[int, int] = {}  # per stage: the most one microbatch holds after F
         self.kept: dict[int, int] = {}  # per stage: the most one microbatch holds after I
 
-    def observe(self, sched: Any, op: Any = None) -> None:
+    def observe(self, stages: Mapping[int, Stage], op: Op | None = None) -> None:
         """After an action (`op`: which; an F or an I also measures its stage's size)."""
         t0 = time.perf_counter()
-        self._observe(sched)
-        if op is not None and op.code in (Kind.F, Kind.I):
-            key = (op.stage, op.microbatch)
-            table = self.activation if op.code == Kind.F else self.kept
-            table[op.stage] = max(table.get(op.stage, 0), self._graph_bytes(sched, key))
+        self._observe(stages)
+        if op is not None and op.code in (F, I):
+            stage = stages[op.stage]
+            table = self.activation if op.code == F else self.kept
+            m = op.microbatch
+            size = self._bytes(stage.fw, stage.graph_tensors(m), [(op.stage, m)] if m in stage.outputs else [])
+            table[op.stage] = max(table.get(op.stage, 0), size)
         self.seconds += time.perf_counter() - t0
 
-    def saving(self, sched: Any, key: tuple[int, int]) -> AbstractContextManager[Any]:
+    def saving(self, fw: Framework, key: tuple[int, int]) -> AbstractContextManager[Any]:
         """Around a forward: note what autograd saves for the graph `key`."""
         saved = self.saved[key] = {}
-        fw = sched.fw
 
         def pack(t: Any) -> None:
             saved[fw.data_ptr(t)] = fw.nbytes(t)
@@ -64,25 +65,25 @@ class LiveMemory:
         context: AbstractContextManager[Any] = fw.saving(pack)
         return context
 
-    def _graph_bytes(self, sched: Any, key: tuple[int, int]) -> int:
-        """The distinct bytes kept for one microbatch of one stage: its stores' entries, its
-        deferred weight gradients and, while its graph lives, what autograd saved."""
-        fw = sched.fw
-        tensors = [m for store in (sched._x, sched._y, sched._kept_dy) if key in store
-                   for m in split(store[key])[1] if fw.is_tensor(m)]
-        if sched.deferred is not None:
-            tensors.extend(sched.deferred.tensors(key))
-        return self._bytes(fw, tensors, [key] if key in sched._y else [])
-
-    def _observe(self, sched: Any) -> None:
-        graphs = set(sched._y)
-        graphs.update(sched._kept_dy)
-        deferred = sched.deferred
-        if deferred is not None:
-            graphs.update(deferred.keys())
-        if len(graphs) > self.peak_graphs:
-            self.peak_graphs = len(graphs)
-        held = self._bytes(sched.fw, _tensors(sched), sched._y)
+    def _observe(self, stages: Mapping[int, Stage]) -> None:
+        graphs = 0
+        tensors: list[Any] = []
+        outputs: list[tuple[int, int]] = []
+        fw: Framework | None = None
+        for s, stage in stages.items():
+            fw = stage.fw
+            graphs += len(stage.live_graphs())
+            tensors.extend(stage.tensors())
+            outputs.extend((s, m) for m in stage.outputs)
+        if stages:  # deferred weight gradients are one store for the rank's stages
+            deferred = next(iter(stages.values())).deferred
+            if deferred is not None:
+                tensors.extend(deferred.tensors())
+        if graphs > self.peak_graphs:
+            self.peak_graphs = graphs
+        if fw is None:
+            return
+        held = self._bytes(fw, tensors, outputs)
         if held > self.peak_bytes:
             self.peak_bytes = held
 
@@ -113,13 +114,3 @@ class LiveMemory:
             seen.add(ptr)
             total += fw.nbytes(t)
         return total
-
-
-def _tensors(sched: Any) -> Iterator[Any]:
-    # A store holds stage values (a tensor, a tuple, a dict) or lists of tensors: their members.
-    is_tensor = sched.fw.is_tensor
-    for store in (sched._x, sched._y, sched._dx, sched._dy, sched._kept_dy, sched._recv_x):
-        for value in store.values():
-            yield from (m for m in split(value)[1] if is_tensor(m))
-    if sched.deferred is not None:
-        yield from sched.deferred.tensors()

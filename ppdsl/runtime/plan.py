@@ -14,6 +14,7 @@ from ..check import analyse
 from ..diagnostics import UsageError, render_header
 from ..encoding import peer_stage
 from ..wording import plural
+from .errors import SetupError
 from ..ir import Action, Batch, Idle, Kind, Overlap, Program
 from ..lower import needs_lowering
 from ..syntax.printer import print_program
@@ -21,14 +22,15 @@ from ..syntax.printer import print_program
 # Interpreter op codes. Compute kinds keep Kind's values; the rest are the runtime's own.
 F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)
 SEND_F, RECV_F, SEND_B, RECV_B = int(Kind.SEND_F), int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
-NOOP = 100  # UNSHARD / RESHARD / REDUCE_GRAD without data parallelism
+UNSHARD, RESHARD, REDUCE_GRAD = int(Kind.UNSHARD), int(Kind.RESHARD), int(Kind.REDUCE_GRAD)
 OVERLAP = 101
 BATCH = 102
 
 
 @frozen
 class Op:
-    """One thing a rank does. `peer` is the global rank a send/receive talks to (else -1)."""
+    """One thing a rank does. `peer` is the global rank a send/receive talks to (else -1);
+    `microbatch` is -1 for a stage-only kind, an overlapped pair and a batch."""
 
     code: int
     stage: int
@@ -95,7 +97,7 @@ def _refuse_unrunnable(program: Program) -> None:
 
 def _op(a: Action, rank: int, program: Program) -> Op:
     if a.kind.stage_only:
-        return Op(NOOP, a.stage, -1, -1, str(a))
+        return Op(int(a.kind), a.stage, -1, -1, str(a))
     assert a.microbatch is not None
     peer = peer_of(a, program.placement) if a.kind.is_comm else -1
     return Op(int(a.kind), a.stage, a.microbatch, peer, str(a))
@@ -163,3 +165,45 @@ def last_backward(plan: Plan) -> dict[int, tuple[int, ...]]:
     for stage, index in sorted(last.items()):
         ends.setdefault(index, []).append(stage)
     return {index: tuple(stages) for index, stages in ends.items()}
+
+
+def reduction_points(plan: Plan) -> dict[int, tuple[int, ...]]:
+    """op index -> stages whose reduction starts after it: after each stage's last backward,
+    except a stage whose `REDUCE_GRAD` the file places (its handler starts it), which must then
+    come after that backward, once."""
+    placed: dict[int, list[int]] = {}
+    for index, op in enumerate(plan.ops):
+        if op.code == REDUCE_GRAD:
+            placed.setdefault(op.stage, []).append(index)
+    implicit = last_backward(plan)
+    out: dict[int, tuple[int, ...]] = {}
+    for index, stages in implicit.items():
+        for s in stages:
+            where = placed.get(s)
+            if where is None:
+                continue
+            if len(where) > 1:
+                raise SetupError(f"rank {plan.rank} has {len(where)} {s}REDUCE_GRAD actions in a step: the stage's "
+                                 "gradients are averaged over its replicas once")
+            if where[0] < index:
+                raise SetupError(f"{s}REDUCE_GRAD comes before {plan.ops[index].label}, the last backward of stage {s} "
+                                 f"on rank {plan.rank}: it would average gradients not yet complete. Move it after")
+        rest = tuple(s for s in stages if s not in placed)
+        if rest:
+            out[index] = rest
+    return out
+
+
+def last_backward_labels(plan: Plan) -> dict[int, str]:
+    """stage -> the label of its last backward action of the step on this rank."""
+    labels: dict[int, str] = {}
+    for op in plan.ops:
+        for part in op.parts or (op,):
+            if part.code in BACKWARD:
+                labels[part.stage] = part.label
+    return labels
+
+
+def has_split_backward(plan: Plan) -> bool:
+    """The plan has an `I` or a `W` (looking inside overlapped pairs)."""
+    return any(o.code in (I, W) for op in plan.ops for o in (op.parts or (op,)))

@@ -20,13 +20,13 @@ import socket
 import statistics
 from typing import Any
 
+from ..ir import KIND_BY_NAME, Kind
+from ..links import peer_of
 from ..profiles import profile_json
 from ..memory import Sizes, peak_bytes, peak_stage_activations
 from .watchdog import Reporter
 
 _LABEL = re.compile(r"^(\d+)([A-Z_]+?)(\d+)?$")
-# The other side of each message: (kind, stage offset) of the matching operation.
-_PARTNER = {"SEND_F": ("RECV_F", 1), "RECV_F": ("SEND_F", -1), "SEND_B": ("RECV_B", -1), "RECV_B": ("SEND_B", 1)}
 
 
 def local_actions(timings: dict[str, list[float]], warmup: int,
@@ -59,8 +59,8 @@ def pair_messages(actions: list[dict[str, Any]]) -> None:
     """Each send/receive's duration becomes its pair's median (later end - later start)."""
     index = {(a["kind"], a["stage"], a.get("microbatch")): a for a in actions if "_spans" in a}
     for a in index.values():
-        kind, offset = _PARTNER[a["kind"]]
-        other = index.get((kind, a["stage"] + offset, a.get("microbatch")))
+        kind, stage = peer_of(KIND_BY_NAME[a["kind"]], a["stage"])
+        other = index.get((Kind(kind).name, stage, a.get("microbatch")))
         if other is None:
             continue
         pairs = list(zip(a["_spans"], other["_spans"]))

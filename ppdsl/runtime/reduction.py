@@ -13,7 +13,7 @@ the same order on the same data-parallel group: the collectives line up without 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .background import Background
@@ -58,10 +58,10 @@ def buckets_of(fw: Framework, params: list[Any], cap: int = BUCKET_BYTES) -> lis
 class GradientReducer:
     """Posts each stage's reduction when its backward is done; `wait` writes the means back."""
 
-    def __init__(self, fw: Framework, layers: Mapping[int, Any], group: Any, replicas: int,
+    def __init__(self, fw: Framework, layers: Mapping[int, Any], all_reduce: Callable[[Any], None], replicas: int,
                  watchdog: Watchdog, ranks: list[int]):
         self.fw = fw
-        self.group = group
+        self.all_reduce = all_reduce  # sums a flat buffer over the replicas, in place
         self.replicas = replicas
         self.ranks = ranks
         self.buckets = {s: buckets_of(fw, fw.trainable(layer)) for s, layer in layers.items()}
@@ -84,7 +84,7 @@ class GradientReducer:
                 if lane is not None:
                     lane.arm(label, with_ranks)
                 try:
-                    fw.all_reduce(b.flat, self.group)
+                    self.all_reduce(b.flat)
                 except RuntimeError as exc:
                     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
                     raise PeerError(f"lost a replica while {with_ranks} ({first}): one of them died or was "

@@ -1,64 +1,53 @@
 """`PipelineSchedule`: run one rank's part of a `.pps` program, step by step, with Paddle or PyTorch.
 
-The interpreter is written once; what differs between frameworks (tensors, autograd,
-process groups, messages) goes through the framework's adapter (`framework.py`), chosen from
-the stage layers' type. Shaped like Paddle's `PipelineScheduleSingle`: build it from a program, this rank's stage
+Shaped like Paddle's `PipelineScheduleSingle`: build it from a program, this rank's stage
 layers and a loss function, then call `step(inputs, target=..., losses=[...])` once per batch
 and step the optimizer yourself. Gradients accumulate over the microbatches of a step.
 
-Each action of the rank's row runs in order:
-- `F`: forward of that stage on that microbatch. The first stage reads the microbatch input,
-  a later stage the value received (or handed over locally by the stage before it on this
-  rank); the last stage computes the loss. A value is a tensor, a tuple or a dict (values.py).
-- `B`: full backward. `I`: the backward with the weight gradients of the stage's Linear layers
-  left out and kept, keyed by (stage, microbatch), for `W`, which computes exactly those (see
-  `split_backward.py`). With `split_backward=False`: `I` is the framework's `grad` w.r.t. the stage
-  input (and, for a right answer, its parameters) with the graph kept and `W` a second full
-  backward (every matmul twice).
-- `SEND_*`/`RECV_*`: P2P on the pair's own groups; a batch `<...>` is one group call on NCCL
-  and its members in written order on gloo. On gloo sends go out in the background by default
-  (a thread per peer, in the file's order; `background_sends=False` makes each block until its
-  receive), and the step ends once every send has been received. What each message carries
-  (shape headers on the first step, the label guard) is `wire.py`.
-- `UNSHARD`/`RESHARD`/`REDUCE_GRAD`: no-ops (no sharding here), logged at debug level.
+The schedule only orders. Set-up (lint and lower under the transport's model, the pair groups,
+the ranks' agreement on the program) happens once; then each step runs the rank's ops in
+order, each through its kind's handler (`handlers.py`, where users can register their own),
+which routes values and calls the compute of the `Stage` it names (`stage.py`, which owns
+that stage's buffers). The interpreter is written once; what differs between frameworks goes
+through the adapter (`framework.py`) chosen from the stage layers' type. What each message
+carries (shape headers on the first step, the label guard) is `wire.py`.
 
 With a `layout` of N replicas (`process_layout.py`), each stage's gradients are averaged over
-its replicas: started once its last backward action of the step has run, waited for at the
-end of the step (`reduction.py`).
+its replicas: started at the stage's `REDUCE_GRAD` where the file places one, else once its
+last backward action of the step has run, and waited for at the end of the step
+(`reduction.py`).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
+from functools import partial
 from typing import Any
 
-from ..wording import plural
 from ..gcpause import no_gc
 from ..ir import Kind, Program
 from ..semantics import CommModel
-from .plan import (B, BACKWARD, BATCH, F, I, NOOP, OVERLAP, RECV_B, RECV_F, SEND_B, SEND_F, W, Op, Plan,
-                   compile_rank, last_backward)
-from . import values
+from .plan import Op, compile_rank, has_split_backward, last_backward_labels, reduction_points
+from . import setup, values
 from .background import JobFailed
-from .comm import PeerError, Transport, comm_model_of, gather_objects
+from . import handlers as handlers_
+from .comm import Carrier, PeerError, Transport, comm_model_of, gather_objects
 from .errors import MessageOrderError, SetupError, StepError
-from .framework import Framework, GradRefused, framework_of, get_framework
+from .framework import Framework
 from .memory import LiveMemory
 from .preflight import lint, prepare
 from .process_layout import Layout
 from .reduction import GradientReducer
 from .grad_guard import GradGuard
+from .stage import Stage
 from .split_backward import DeferredGrads, SplitLinears
 from .watchdog import Reporter, Watchdog
-from .wire import Exchange, Wire
+from .wire import Wire
 
 __all__ = ["MessageOrderError", "PipelineSchedule", "SetupError", "StepError"]
-
-log = logging.getLogger("ppdsl.runtime")
 
 Key = tuple[int, int]
 
@@ -89,6 +78,10 @@ class PipelineSchedule:
     pipeline: the plan is compiled for its pipeline rank, and each stage's gradients are
     averaged over the replicas before `step()` returns. Default: one replica, global rank =
     pipeline rank (`rank`).
+    `handlers` maps action kinds (`"F"`, `Kind.REDUCE_GRAD`) to this schedule's own handlers,
+    which wrap those registered with `register_handler` (`handlers.py`).
+    `transport` replaces the process groups: `loopback.Loopback(...).links(rank)` runs the ranks
+    as threads of one process.
     `_transport` reuses the pair groups of an earlier schedule over the same pairs whose last
     step completed on every rank (creating a gloo group costs ~0.3 s); the soundness tests run
     many programs so.
@@ -100,29 +93,30 @@ class PipelineSchedule:
                  backend: str | None = None, profile: bool = False, split_backward: bool = True,
                  check: bool = True, pause_gc: bool = True, framework: str | Framework | None = None,
                  background_sends: bool = True, layout: Layout | None = None, grad_guard: bool = True,
-                 _guard: bool = True,
-                 _transport: Transport | None = None):
-        fw = self.fw = _framework(framework, stages)
-        self.layout = _layout(fw, program, rank, layout)
+                 handlers: Mapping[Kind | str, handlers_.UserHandler] | None = None,
+                 transport: Carrier | None = None, _guard: bool = True, _transport: Transport | None = None):
+        fw = self.fw = setup.framework(framework, stages)
+        self.layout = setup.layout(fw, program, rank, layout if layout is not None or transport is None else transport.layout)
         self.rank = self.layout.pipeline_rank  # what the plan is compiled for
         self.global_rank = self.layout.rank  # what the job's messages name
         # One process needs no process group; without one there is no backend to ask.
         self.backend = (backend or (fw.backend() if fw.is_initialized() else "gloo")).lower()
-        self.comm_model = comm_model_of(self.backend, background_sends)
+        self.comm_model = transport.model if transport is not None else comm_model_of(self.backend, background_sends)
         # Lint (and lower) under the backend's own model before anything is sent.
         self.program = prepare(program, self.comm_model, check=check)
         self.plan = compile_rank(self.program, self.rank)
-        self.layers = _stage_map(fw, stages, self.plan)
+        self.layers = setup.stage_map(fw, stages, self.plan)
         if self.plan.training and loss_fn is None:
             raise SetupError("a training program needs a loss function")
         self.loss_fn = loss_fn
         self.scale = 1.0 / self.plan.microbatches if scale_grads else 1.0
+        self._own_watchdog = watchdog is None
         self.watchdog = watchdog or Watchdog(timeout, Reporter(self.global_rank))
         self.step_index = 0
         self.profile = profile
         # A GPU runs kernels after the call that queues them returns: a timed action waits for
         # them, so that its time is its own (only when profiling: a sync stalls the pipeline).
-        self._sync = fw.synchronize if profile and _on_gpu(fw, self.layers) else None
+        self._sync = fw.synchronize if profile and setup.on_gpu(fw, self.layers) else None
         self.pause_gc = pause_gc
         # Called with (step, op index) before each op: the launcher's crash report reads it.
         self.mark: Callable[[int, int], None] | None = None
@@ -134,44 +128,43 @@ class PipelineSchedule:
         self.deferred: DeferredGrads | None = None
         self.split: SplitLinears | None = None
         self.split_warnings: list[str] = []
-        if split_backward and self.plan.training and _has_split_backward(self.plan):
+        if split_backward and self.plan.training and has_split_backward(self.plan):
             self._switch_layers()
         #: Per local stage, which path its weight gradients take (`--verbose`, the profile).
         self.split_paths: dict[int, str] = self.split.report() if self.split is not None else {
             s: "whole: no I/W in this program, or split_backward=False" for s in self.layers}
-        self.grad_guard = GradGuard(fw, self.layers, _last_backward_labels(self.plan), self.global_rank) \
+        #: The stages this rank holds, by index: each owns its buffers and compute (`stage.py`).
+        self.stages: dict[int, Stage] = {
+            s: Stage(s, layer, fw, first=s == 0, last=s == self.plan.stages - 1, training=self.plan.training,
+                     deferred=self.deferred) for s, layer in self.layers.items()}
+        if self.plan.last_stage:
+            self.stages[self.plan.stages - 1].head = self.head
+        self.grad_guard = GradGuard(fw, self.layers, last_backward_labels(self.plan), self.global_rank) \
             if grad_guard and self.plan.training else None
         self.guard = _guard
-        self._agree_on_program()
-        if _transport is not None and _transport.pairs == self.plan.pairs and _transport.backend == self.backend \
-                and _transport.model is self.comm_model and _transport.layout == self.layout:
-            self.transport = _transport
-            self.transport.watchdog = self.watchdog
-        else:
-            self.transport = Transport(fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends,
-                                       self.layout)
+        if transport is None and _transport is not None and _transport.pairs == self.plan.pairs \
+                and _transport.backend == self.backend and _transport.model is self.comm_model \
+                and _transport.layout == self.layout:
+            transport = _transport
+        if transport is not None:
+            transport.watchdog = self.watchdog
+        # Before any group is made: ranks holding different programs would make different groups.
+        self._agree_on_program(transport.gather if transport is not None else partial(gather_objects, fw))
+        self.transport: Carrier = transport if transport is not None else Transport(
+            fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends, self.layout)
         self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard)
         if self.transport.model is CommModel.GROUPED:
             self.wire.first_in_order = not lint(self.program, CommModel.RENDEZVOUS)
         self.reducer: GradientReducer | None = None
-        reduce_after: dict[int, tuple[int, ...]] = {}
+        reductions: dict[int, tuple[int, ...]] = {}
         if self.layout.replicas > 1:
-            reduce_after = last_backward(self.plan)
-            self.reducer = GradientReducer(fw, self.layers, self.transport.data_parallel_group, self.layout.replicas,
+            reductions = reduction_points(self.plan)
+            self.reducer = GradientReducer(fw, self.layers, self.transport.all_reduce, self.layout.replicas,
                                            self.watchdog, self.layout.data_parallel_ranks(self.rank))
         self._loss_checked = False
-        split = self.deferred is not None
-        self._handlers: dict[int, Callable[[Op], None]] = {
-            # Split: F and I run under their (stage, microbatch) key: what I defers goes to that
-            # key's W, and the key's W knows its forward ran layers with deferred gradients.
-            F: self._keyed(self._forward) if split else self._forward, B: self._backward,
-            I: self._keyed(self._backward) if split else self._backward_input,
-            W: self._deferred_weight_grad if split else self._backward_weight,
-            SEND_F: self._message, RECV_F: self._message, SEND_B: self._message, RECV_B: self._message,
-            NOOP: self._noop, OVERLAP: self._overlap, BATCH: self._batch,
-        }
-        self._compiled = [(self._reducing(self._handlers[op.code], reduce_after[i]) if i in reduce_after
-                           else self._handlers[op.code], op) for i, op in enumerate(self.plan.ops)]
+        #: op code -> handler (`handlers.py`): the built-in ones, wrapped by those registered.
+        self.handlers = handlers_.table(self.deferred, handlers)
+        self._compiled = handlers_.compile_ops(self.plan, self.handlers, reductions)
         self._reset()
 
     # --- set-up -----------------------------------------------------------------------------
@@ -182,10 +175,10 @@ class PipelineSchedule:
             self.split_warnings.append(message)
             warnings.warn(message, stacklevel=3)
 
-    def _agree_on_program(self) -> None:
+    def _agree_on_program(self, gather: Callable[[Any], list[Any]]) -> None:
         """All ranks compare the digest of the program they hold, and fail together."""
         self.watchdog.arm("checking that all ranks run the same program", "all ranks")
-        gathered = gather_objects(self.fw, (self.plan.digest, self.guard))
+        gathered = gather((self.plan.digest, self.guard))
         self.watchdog.disarm()
         digests = [digest for digest, _ in gathered]
         if len(set(digests)) != 1:
@@ -200,19 +193,16 @@ class PipelineSchedule:
                              "with it: the first step's messages would not line up")
 
     def _reset(self) -> None:
-        self._x: dict[Key, list[Any]] = {}  # a stage's input members that need a gradient (leaves)
-        self._y: dict[Key, Any] = {}      # stage output; the scaled loss at the last stage
-        self._dx: dict[Key, list[Any]] = {}  # gradients of those input members, to hand down
-        self._dy: dict[Key, list[Any]] = {}  # gradients of the output members that need one, received
-        self._kept_dy: dict[Key, Any] = {}  # between a retained I and its W (split_backward=False)
-        self._whole: set[Key] = set()  # an I that ran the whole backward (the graph refused less)
-        self._recv_x: dict[Key, Any] = {}
-        self._losses: dict[int, Any] = {}
-        self._outputs: dict[int, Any] = {}  # the last stage's outputs, for return_output
-        self._inputs: list[Any] = []
-        self._targets: list[Any] = []
-        self._kwargs: list[dict[str, Any]] = []
-        self._keep_outputs = False
+        for stage in self.stages.values():
+            stage.reset()
+        #: The running step's microbatches: the first stage's inputs, the last stage's targets
+        #: and losses, every stage's keyword arguments, the outputs kept for `return_output`.
+        self.inputs: list[Any] = []
+        self.targets: list[Any] = []
+        self.kwargs: list[dict[str, Any]] = []
+        self.losses: dict[int, Any] = {}
+        self.outputs: dict[int, Any] = {}
+        self.keep_outputs = False
         if self.deferred is not None:
             self.deferred.clear()
 
@@ -232,19 +222,19 @@ class PipelineSchedule:
         arguments) or a dict (keyword arguments)."""
         plan = self.plan
         self._reset()
-        self._keep_outputs = return_output  # else the last stage's outputs die with their backward
+        self.keep_outputs = return_output  # else the last stage's outputs die with their backward
         fw = self.fw
         M = plan.microbatches
         try:
             if plan.first_stage:
                 if inputs is None or (type(inputs) is tuple and not inputs):
                     raise SetupError("the first stage needs the batch's inputs: step(inputs, target=...)")
-                self._inputs = values.split_batch(fw, inputs, M, "inputs")
+                self.inputs = values.split_batch(fw, inputs, M, "inputs")
             if plan.last_stage and plan.training:
                 if target is None:
                     raise SetupError("the last stage needs the batch's targets: step(inputs, target=...)")
-                self._targets = values.split_batch(fw, target, M, "target")
-            self._kwargs = values.split_batch(fw, dict(kwargs or {}), M, "keyword arguments", need_tensor=False)
+                self.targets = values.split_batch(fw, target, M, "target")
+            self.kwargs = values.split_batch(fw, dict(kwargs or {}), M, "keyword arguments", need_tensor=False)
         except values.StageValueError as exc:
             raise SetupError(str(exc)) from None
         wd = self.watchdog
@@ -275,7 +265,7 @@ class PipelineSchedule:
                         if mark is not None:
                             mark(step, i)
                         counted = memory.seconds if memory is not None else 0.0
-                        handler(op)
+                        handler(self, op)
                         if timings is not None:
                             if sync is not None:
                                 sync()
@@ -285,12 +275,12 @@ class PipelineSchedule:
                             started.setdefault(op.label, []).append(t0)
                             t0 = t1
                         if memory is not None:
-                            memory.observe(self, op)
+                            memory.observe(self.stages, op)
                             if timings is not None:
                                 t0 = clock()
                 else:
                     for handler, op in self._compiled:
-                        handler(op)
+                        handler(self, op)
                 self.transport.flush()
             if self.reducer is not None:
                 self.reducer.wait()
@@ -315,10 +305,10 @@ class PipelineSchedule:
             wd.disarm()
         self.wire.first_step_done()
         if losses is not None and plan.last_stage and plan.training:
-            losses.extend(self._losses[m] for m in sorted(self._losses))
+            losses.extend(self.losses[m] for m in sorted(self.losses))
         self.step_index += 1
-        if return_output and plan.last_stage and self._outputs:
-            return values.merge_batch(fw, [self._outputs[m] for m in sorted(self._outputs)])
+        if return_output and plan.last_stage and self.outputs:
+            return values.merge_batch(fw, [self.outputs[m] for m in sorted(self.outputs)])
         return None
 
     def close(self) -> None:
@@ -328,239 +318,26 @@ class PipelineSchedule:
         if self.reducer is not None:
             self.reducer.close()
         self.transport.close()
+        if self._own_watchdog:
+            self.watchdog.stop()
 
     def last_losses(self) -> list[float]:
         """This step's microbatch losses as floats (last-stage rank only; else empty)."""
-        return [float(self._losses[m]) for m in sorted(self._losses)]
+        return [float(self.losses[m]) for m in sorted(self.losses)]
 
-    def _reducing(self, handler: Callable[[Op], None], stages: tuple[int, ...]) -> Callable[[Op], None]:
-        """`handler`, then the reduction of the stages whose last backward of the step it ran."""
-        reducer = self.reducer
-        assert reducer is not None
-
-        def run(op: Op) -> None:
-            handler(op)
-            for s in stages:
-                reducer.post(s)
-
-        return run
-
-    # --- compute ----------------------------------------------------------------------------
-    def _forward(self, op: Op) -> None:
-        s, m = op.stage, op.microbatch
-        plan = self.plan
-        if s == 0:
-            x = self._inputs[m]
-        elif self.program.placement[s - 1] == self.rank:
-            x = values.hand_over(self.fw, self._y[(s - 1, m)], plan.training)
-        else:
-            x = self._recv_x.pop((s, m))
-        with self.memory.saving(self, (s, m)) if self.profile else nullcontext():
-            y = self._stage_forward(s, m, x)
-        if s > 0 and plan.training:
-            self._x[(s, m)] = values.grad_members(self.fw, x)
-        self._y[(s, m)] = y
-        if self.grad_guard is not None and self.step_index == 0:
-            self.grad_guard.learn(s, self._differentiated(s, y))
-
-    def _keyed(self, handler: Callable[[Op], None]) -> Callable[[Op], None]:
-        """`handler` run with the split matmul's store keyed by the action's (stage, microbatch)."""
-        deferred = self.deferred
-        assert deferred is not None
-
-        def run(op: Op) -> None:
-            deferred.key = (op.stage, op.microbatch)
-            try:
-                handler(op)
-            finally:
-                deferred.key = None
-
-        return run
-
-    def _stage_forward(self, s: int, m: int, x: Any) -> Any:
-        """The stage's output, or at the last stage when training the (scaled) loss."""
-        plan = self.plan
-        y = values.call(self.layers[s], x, self._kwargs[m])
-        if s == plan.stages - 1:
-            if self._keep_outputs:
-                self._outputs[m] = y
-            if plan.training:
-                assert self.loss_fn is not None
-                loss = self.loss_fn(y, self._targets[m])
-                if not self._loss_checked:
-                    _check_loss(self.fw, loss)
-                    self._loss_checked = True
-                self._losses[m] = loss.detach()
-                y = loss * self.scale if self.scale != 1.0 else loss
-        return y
-
-    def _grad_of_output(self, s: int, m: int) -> list[Any] | None:
-        """The gradients of the output members that need one (None at the last stage: the loss)."""
-        if s == self.plan.stages - 1:
-            return None
-        if self.program.placement[s + 1] == self.rank:
-            return self._dx.pop((s + 1, m))
-        return self._dy.pop((s, m))
-
-    def _differentiated(self, s: int, y: Any) -> list[Any]:
-        """What a stage's backward starts from: the loss, or the output members that need a gradient."""
-        return [y] if s == self.plan.stages - 1 else values.grad_members(self.fw, y)
-
-    def _input_grads(self, leaves: list[Any], grads: Sequence[Any]) -> list[Any]:
-        # A member the stage did not use has no gradient: its sender still waits for one.
-        return [g if g is not None else self.fw.zeros_like(x) for x, g in zip(leaves, grads)]
-
-    def _backward(self, op: Op) -> None:
-        s, m = op.stage, op.microbatch
-        y = self._y.pop((s, m))
-        g = self._grad_of_output(s, m)
-        outs = self._differentiated(s, y)
-        if outs:
-            self.fw.backward(outs, g)
-        if s > 0:
-            leaves = self._x.pop((s, m))
-            self._dx[(s, m)] = self._input_grads(leaves, [self.fw.grad_of(x) for x in leaves])
-
-    def _deferred_weight_grad(self, op: Op) -> None:
-        deferred = self.deferred
-        assert deferred is not None
-        key = (op.stage, op.microbatch)
-        expected = deferred.expects(key)
-        if not deferred.run(key) and expected and self.grad_guard is not None:
-            raise StepError(self.global_rank, self.step_index, op.label,
-                            f"{op.label} computed no weight gradient, though the forward of stage {op.stage} on "
-                            f"microbatch {op.microbatch} ran layers whose weight gradients are deferred to it: "
-                            "their gradients were lost. Run with split_backward=False (--no-split-backward); "
-                            "grad_guard=False (--no-grad-guard) turns this check off")
-
-    def _backward_input(self, op: Op) -> None:
-        s, m = op.stage, op.microbatch
-        g = self._grad_of_output(s, m)
-        self._kept_dy[(s, m)] = g
-        if s > 0:
-            leaves = self._x[(s, m)]
-            outs = self._differentiated(s, self._y[(s, m)])
-            # The stage's parameters too, though their gradients are dropped: `paddle.grad`
-            # w.r.t. the input alone returns a wrong input gradient through `nn.LayerNorm` once
-            # its weight is no longer all ones (paddle 3.3.1, checked against finite differences).
-            params = self.fw.trainable(self.layers[s])
-            try:
-                grads = self.fw.grad(outs, leaves + params, g) \
-                    if outs and leaves else [None] * len(leaves)
-            except GradRefused:  # e.g. a reentrant checkpoint: the whole backward now, W has nothing left
-                del self._kept_dy[(s, m)]
-                self._whole.add((s, m))
-                self._backward(op)
-                return
-            self._dx[(s, m)] = self._input_grads(leaves, grads[:len(leaves)])
-
-    def _backward_weight(self, op: Op) -> None:
-        key = (op.stage, op.microbatch)
-        if key in self._whole:
-            self._whole.discard(key)
-            return
-        y = self._y.pop(key)
-        g = self._kept_dy.pop(key)
-        self._x.pop(key, None)
-        outs = self._differentiated(op.stage, y)
-        if outs:
-            self.fw.backward(outs, g)
-
-    def _overlap(self, op: Op) -> None:
-        for part in op.parts:  # forwards first (plan order): a forward never needs a backward
-            self._handlers[part.code](part)
-            if self.profile:  # the forward allocates before the backward frees: both count
-                self.memory.observe(self, part)
-
-    def _noop(self, op: Op) -> None:
-        log.debug("rank %d: %s is a no-op: ppdsl does not shard (data parallelism reduces without it)",
-                  self.global_rank, op.label)
-
-    # --- communication: the wire protocol is `wire.py`; these say what each action carries -
-    def _exchange(self, op: Op) -> Exchange:
-        key = (op.stage, op.microbatch)
-        if op.code == SEND_F:
-            return self.wire.send_f(op, self._y[key])
-        if op.code == SEND_B:
-            return self.wire.send_b(op, self._dx.pop(key))
-        if op.code == RECV_F:
-            return self.wire.recv_f(op, lambda value: self._recv_x.__setitem__(key, value))
-        return self.wire.recv_b(op, values.grad_members(self.fw, self._y[key]),
-                                lambda grads: self._dy.__setitem__(key, grads))
-
-    def _message(self, op: Op) -> None:
-        self.wire.run(self._exchange(op))
-
-    def _batch(self, op: Op) -> None:
-        self.wire.run_batch([self._exchange(part) for part in op.parts], op.label)
+    def head(self, m: int, y: Any) -> Any:
+        """The last stage's output of microbatch m: kept for `return_output`, and when training
+        turned into the (scaled) loss its backward starts from."""
+        if self.keep_outputs:
+            self.outputs[m] = y
+        if not self.plan.training:
+            return y
+        assert self.loss_fn is not None
+        loss = self.loss_fn(y, self.targets[m])
+        if not self._loss_checked:
+            setup.check_loss(self.fw, loss)
+            self._loss_checked = True
+        self.losses[m] = loss.detach()
+        return loss * self.scale if self.scale != 1.0 else loss
 
 
-def _last_backward_labels(plan: Plan) -> dict[int, str]:
-    """stage -> the label of its last backward action of the step on this rank."""
-    labels: dict[int, str] = {}
-    for op in plan.ops:
-        for part in op.parts or (op,):
-            if part.code in BACKWARD:
-                labels[part.stage] = part.label
-    return labels
-
-
-def _has_split_backward(plan: Plan) -> bool:
-    return any(o.code in (I, W) for op in plan.ops for o in (op.parts or (op,)))
-
-
-def _on_gpu(fw: Framework, layers: Mapping[int, Any]) -> bool:
-    """The stages live on a GPU: the one bound by `ppdsl run`, or one the caller moved them to."""
-    if fw.device.is_gpu:
-        return True
-    return any(fw.is_on_gpu(p) for layer in layers.values() for _, p in fw.named_parameters(layer))
-
-
-def _layout(fw: Framework, program: Program, rank: int | None, layout: Layout | None) -> Layout:
-    """This process's place: the layout given (checked against the program), else one replica."""
-    if layout is None:
-        return Layout.single(max(program.ranks, 1 + (rank if rank is not None else fw.rank())),
-                             fw.rank() if rank is None else rank)
-    if layout.pipeline != program.ranks:
-        raise SetupError(f"the layout has {plural(layout.pipeline, 'pipeline rank')} but the program "
-                         f"{plural(program.ranks, 'rank')}")
-    if rank is not None and rank != layout.pipeline_rank:
-        raise SetupError(f"rank={rank} but the layout puts global rank {layout.rank} at pipeline rank "
-                         f"{layout.pipeline_rank} (give one of them)")
-    return layout
-
-
-def _framework(framework: str | Framework | None, stages: Mapping[int, Any] | Sequence[Any]) -> Framework:
-    """The adapter asked for, else the one the stage layers belong to (Paddle when none)."""
-    if isinstance(framework, Framework):
-        return framework
-    if framework is not None:
-        return get_framework(framework)
-    layers = list(stages.values()) if isinstance(stages, Mapping) else list(stages)
-    return framework_of(layers[0]) if layers else get_framework()
-
-
-def _stage_map(fw: Framework, stages: Mapping[int, Any] | Sequence[Any], plan: Plan) -> dict[int, Any]:
-    if isinstance(stages, Mapping):
-        layers = dict(stages)
-    else:
-        seq = list(stages)
-        if len(seq) != len(plan.local_stages):
-            raise SetupError(f"rank {plan.rank} holds stages {list(plan.local_stages)} of the program, "
-                             f"but {len(seq)} stage layers were given")
-        layers = dict(zip(plan.local_stages, seq))
-    if sorted(layers) != list(plan.local_stages):
-        raise SetupError(f"rank {plan.rank} holds stages {list(plan.local_stages)} of the program, "
-                         f"but layers were given for stages {sorted(layers)}")
-    for s, layer in layers.items():
-        if not fw.is_layer(layer):
-            raise SetupError(f"stage {s}: expected a {fw.layer_type}, got {type(layer).__name__}")
-    return layers
-
-
-def _check_loss(fw: Framework, loss: Any) -> None:
-    if not fw.is_tensor(loss):
-        raise SetupError(f"the loss function returned {type(loss).__name__}, not a {fw.tensor_type}")
-    if fw.numel(loss) != 1:
-        raise SetupError(f"the loss function returned a tensor of shape {list(loss.shape)}; "
-                         "it must return a scalar (reduce it, e.g. with .mean())")

@@ -76,6 +76,7 @@ class Watchdog(Lane):
         self.reporter = reporter
         self.step = -1
         self._lanes: list[Lane] = [self]
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="ppdsl-watchdog", daemon=True)
         self._thread.start()
 
@@ -88,8 +89,7 @@ class Watchdog(Lane):
         tick = min(0.25, max(0.02, self.timeout / 20))
         parent = os.getppid()
         launched = "PPDSL_REPORT_FD" in os.environ
-        while True:
-            time.sleep(tick)
+        while not self._stopped.wait(tick):
             if launched and os.getppid() != parent:  # the launching `ppdsl run` died
                 os._exit(TIMEOUT_EXIT)
             now = time.monotonic()
@@ -97,6 +97,10 @@ class Watchdog(Lane):
                 since = lane.since
                 if since and now - since > self.timeout:
                     self._expire(lane)
+
+    def stop(self) -> None:
+        """End the watching thread (the schedule that made it is closed)."""
+        self._stopped.set()
 
     def _expire(self, lane: Lane) -> None:
         label, what = lane.label, lane.what

@@ -27,9 +27,10 @@ from typing import Any
 from attrs import define
 
 from ..ir import Kind
-from .plan import RECV_F, Op, Plan
+from ..links import peer_of
+from .plan import Op, Plan
 from . import values
-from .comm import DTYPES, LABEL, MAX_DIMS, MAX_ELEMENTS, Label, PeerError, Transport, comm_model_of
+from .comm import DTYPES, LABEL, MAX_DIMS, MAX_ELEMENTS, Label, Carrier, PeerError, Transport, comm_model_of
 from .framework import Framework
 from .errors import MessageOrderError, SetupError
 
@@ -58,7 +59,7 @@ class Wire:
     """The messages of one rank's sends and receives, the shapes agreed on the first step, and
     the label guard."""
 
-    def __init__(self, fw: Framework, transport: Transport, plan: Plan, rank: int, guard: bool):
+    def __init__(self, fw: Framework, transport: Carrier, plan: Plan, rank: int, guard: bool):
         self.fw = fw
         self.transport = transport
         self.plan = plan
@@ -274,10 +275,8 @@ class Wire:
         """Stop with both actions named when the message is not the one `op` expects."""
         n = self._received_on[op.peer] = self._received_on.get(op.peer, 0) + 1
         got = Label.read(self.fw, received, self.plan.stages, self.plan.microbatches)
-        if op.code == RECV_F:
-            want = Label(Kind.SEND_F, op.stage - 1, op.microbatch, n)
-        else:
-            want = Label(Kind.SEND_B, op.stage + 1, op.microbatch, n)
+        kind, stage = peer_of(op.code, op.stage)
+        want = Label(Kind(kind), stage, op.microbatch, n)
         if got == want:
             return
         if got.kind is not want.kind:

@@ -86,3 +86,16 @@ def test_the_first_run_shown_is_what_run_prints(capsys: pytest.CaptureFixture[st
         os.chdir(cwd)
     out = capsys.readouterr().out
     assert code == 0 and f"20 steps, {shown.group(1)}," in out, out
+
+
+def test_the_handler_example_runs_and_prints_what_it_says() -> None:
+    pytest.importorskip("torch")
+    import contextlib
+    import io
+
+    block = next(b for b in _blocks("python", _section("## Action handlers")) if "register_handler" in b)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "docs/runtime.md", "exec"), {"__name__": "docs_example"})
+    said = re.search(r"print\(sorted\(seconds\)\)  # (.*)$", block, re.M)
+    assert said is not None and out.getvalue().strip() == said.group(1)

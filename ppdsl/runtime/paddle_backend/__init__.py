@@ -66,7 +66,8 @@ class PaddleFramework(Framework):
     def unflatten_into(self, flat: Any, tensors: Sequence[Any | None], scale: float) -> None:
         sizes = [int(t.size) if t is not None else 0 for t in tensors]
         with paddle.no_grad():
-            for t, piece in zip(tensors, paddle.split(flat * scale, sizes) if len(sizes) > 1 else [flat * scale]):
+            scaled = flat * scale if scale != 1.0 else flat  # an exact copy of any dtype at 1
+            for t, piece in zip(tensors, paddle.split(scaled, sizes) if len(sizes) > 1 else [scaled]):
                 if t is not None:
                     paddle.assign(piece.reshape(t.shape), output=t)
 

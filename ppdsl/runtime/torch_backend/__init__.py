@@ -63,7 +63,7 @@ class TorchFramework(Framework):
     def unflatten_into(self, flat: Any, tensors: Sequence[Any | None], scale: float) -> None:
         sizes = [int(t.numel()) if t is not None else 0 for t in tensors]
         with torch.no_grad():
-            for t, piece in zip(tensors, (flat * scale).split(sizes)):
+            for t, piece in zip(tensors, (flat * scale if scale != 1.0 else flat).split(sizes)):
                 if t is not None:
                     t.copy_(piece.view(t.shape))
 

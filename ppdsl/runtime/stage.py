@@ -1,0 +1,142 @@
+"""`Stage`: one stage a rank holds, with everything it keeps between actions and its compute.
+
+A stage owns its layer and, per microbatch of the running step, the values that live between
+its actions: the input members that need a gradient, its output (the graph hangs off it), the
+gradients of its input (waiting to be sent or handed down), the gradients of its output
+(received), an activation received before its forward, and what a retained `I` keeps for its
+`W`. The schedule only orders: its handlers (`handlers.py`) route values between stages and
+ranks and call the stage's `forward`, `backward`, `backward_input` and `backward_weight`.
+Memory and the profile read the stage through `tensors` and `graph_tensors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from . import values
+from .framework import Framework, GradRefused
+from .split_backward import DeferredGrads
+
+
+class Stage:
+    """Stage `index` of the program, held by this rank as `layer`.
+
+    `head`, set by the schedule on the last stage, takes the stage's output of microbatch m
+    and returns what the stage keeps (when training, the scaled loss its backward starts from)."""
+
+    def __init__(self, index: int, layer: Any, fw: Framework, *, first: bool, last: bool, training: bool,
+                 deferred: DeferredGrads | None = None):
+        self.index = index
+        self.layer = layer
+        self.fw = fw
+        self.first = first
+        self.last = last
+        self.training = training
+        self.deferred = deferred
+        self.head: Callable[[int, Any], Any] | None = None
+        self._keeps_input = training and not first  # the first stage's input needs no gradient
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop what the last step left (a failed step leaves values behind)."""
+        self.inputs: dict[int, list[Any]] = {}  # input members that need a gradient (leaves)
+        self.outputs: dict[int, Any] = {}  # the output; the scaled loss at the last stage
+        self.input_grads: dict[int, list[Any]] = {}  # gradients of those input members, to hand down
+        self.output_grads: dict[int, list[Any]] = {}  # gradients of the output members, received
+        self.received: dict[int, Any] = {}  # an activation received before this stage's forward
+        self.kept: dict[int, Any] = {}  # an output gradient kept between a retained I and its W
+        self.whole: set[int] = set()  # microbatches whose I ran the whole backward
+
+    # --- compute ------------------------------------------------------------------------
+    def forward(self, m: int, x: Any, kwargs: dict[str, Any]) -> Any:
+        """Run the layer on `x`; keep the output (or the scaled loss) for the backward."""
+        y = values.call(self.layer, x, kwargs)
+        if self.head is not None:
+            y = self.head(m, y)
+        if self._keeps_input:
+            self.inputs[m] = values.grad_members(self.fw, x)
+        self.outputs[m] = y
+        return y
+
+    def differentiated(self, y: Any) -> list[Any]:
+        """What a backward starts from: the loss, or the output members that need a gradient."""
+        return [y] if self.last else values.grad_members(self.fw, y)
+
+    def backward(self, m: int, grads: list[Any] | None) -> None:
+        """The full backward of microbatch m, from `grads` of its output (None: the loss)."""
+        outs = self.differentiated(self.outputs.pop(m))
+        if outs:
+            self.fw.backward(outs, grads)
+        if not self.first:
+            leaves = self.inputs.pop(m)
+            self.input_grads[m] = self._input_grads(leaves, [self.fw.grad_of(x) for x in leaves])
+
+    def backward_input(self, m: int, grads: list[Any] | None) -> None:
+        """Without the split matmul: the gradient of the input only, with the graph kept for `W`."""
+        self.kept[m] = grads
+        if self.first:
+            return
+        leaves = self.inputs[m]
+        outs = self.differentiated(self.outputs[m])
+        # The stage's parameters too, though their gradients are dropped: `paddle.grad` w.r.t.
+        # the input alone returns a wrong input gradient through `nn.LayerNorm` once its weight
+        # is no longer all ones (paddle 3.3.1, checked against finite differences).
+        params = self.fw.trainable(self.layer)
+        try:
+            found = self.fw.grad(outs, leaves + params, grads) if outs and leaves else [None] * len(leaves)
+        except GradRefused:  # e.g. a reentrant checkpoint: the whole backward now, W has nothing left
+            del self.kept[m]
+            self.whole.add(m)
+            self.backward(m, grads)
+            return
+        self.input_grads[m] = self._input_grads(leaves, found[:len(leaves)])
+
+    def backward_weight(self, m: int) -> None:
+        """Without the split matmul: the second backward, through the graph `I` kept."""
+        if m in self.whole:
+            self.whole.discard(m)
+            return
+        y = self.outputs.pop(m)
+        grads = self.kept.pop(m)
+        self.inputs.pop(m, None)
+        outs = self.differentiated(y)
+        if outs:
+            self.fw.backward(outs, grads)
+
+    def deferred_weight(self, m: int) -> tuple[bool, bool]:
+        """The split matmul's `W`: (whether it computed anything, whether the forward deferred to it)."""
+        deferred = self.deferred
+        assert deferred is not None
+        key = (self.index, m)
+        expected = deferred.expects(key)
+        return deferred.run(key) > 0, expected
+
+    def _input_grads(self, leaves: list[Any], grads: Sequence[Any]) -> list[Any]:
+        # A member the stage did not use has no gradient: its sender still waits for one.
+        return [g if g is not None else self.fw.zeros_like(x) for x, g in zip(leaves, grads)]
+
+    # --- what memory and the profile read -----------------------------------------------
+    def live_graphs(self) -> set[int]:
+        """Microbatches whose graph this stage still holds (weight gradients deferred included)."""
+        live = set(self.outputs)
+        live.update(self.kept)
+        if self.deferred is not None:
+            live.update(m for s, m in self.deferred.keys() if s == self.index)
+        return live
+
+    def tensors(self) -> Iterator[Any]:
+        """Every tensor the stage keeps between actions (members of stored values)."""
+        is_tensor = self.fw.is_tensor
+        for store in (self.inputs, self.outputs, self.input_grads, self.output_grads, self.kept, self.received):
+            for value in store.values():
+                yield from (t for t in values.split(value)[1] if is_tensor(t))
+
+    def graph_tensors(self, m: int) -> list[Any]:
+        """The tensors kept for microbatch m's graph: its input, output and kept gradient."""
+        is_tensor = self.fw.is_tensor
+        out = [t for store in (self.inputs, self.outputs, self.kept) if m in store
+               for t in values.split(store[m])[1] if is_tensor(t)]
+        if self.deferred is not None:
+            out.extend(self.deferred.tensors((self.index, m)))
+        return out

@@ -1,0 +1,387 @@
+"""The interpreter in one process: ranks as threads (`ppdsl.runtime.loopback`), real tensors.
+
+Every test here names `loopback`, so `pytest -m "not slow" -k loopback tests/runtime` runs them.
+Each compares what the pipeline computed with the same model run whole (gradients to float
+tolerance) or checks what a failure says; none starts a process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from ppdsl.expansion import parse
+from ppdsl.ir import Kind, Program
+from ppdsl.runtime.errors import MessageOrderError, SetupError, StepError
+from ppdsl.runtime.handlers import ActionContext, register_handler
+from ppdsl.runtime.loopback import Loopback
+from ppdsl.runtime.schedule import PipelineSchedule
+from ppdsl.semantics import CommModel
+
+torch = pytest.importorskip("torch")
+
+STAGES_WIDTH = 6
+
+
+def program(text: str) -> Program:
+    return parse(text, "test.pps")
+
+
+def generated(gen: str, ranks: int = 2, microbatches: int = 4) -> Program:
+    return program(f"pipeline ranks={ranks} microbatches={microbatches}\nuse {gen}\n")
+
+
+class Block(torch.nn.Module):
+    """A user's own module: a Linear, a nonlinearity, a LayerNorm (a weight that is not a Linear's)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(width, width)
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, x: Any) -> Any:
+        return self.norm(torch.tanh(self.fc(x)))
+
+
+def model(stages: int, seed: int = 0) -> list[Any]:
+    torch.manual_seed(seed)
+    return [Block(STAGES_WIDTH).double() for _ in range(stages)]
+
+
+def batch(rows: int = 8, seed: int = 1) -> tuple[Any, Any]:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, STAGES_WIDTH, generator=g, dtype=torch.float64),
+            torch.randn(rows, STAGES_WIDTH, generator=g, dtype=torch.float64))
+
+
+def loss_fn(y: Any, target: Any) -> Any:
+    return ((y - target) ** 2).mean()
+
+
+def reference_grads(layers: list[Any], x: Any, target: Any, microbatches: int) -> list[list[Any]]:
+    """The unpipelined model's gradients of the mean over microbatches of each microbatch's loss."""
+    for layer in layers:
+        layer.zero_grad()
+    for xm, tm in zip(x.chunk(microbatches), target.chunk(microbatches)):
+        y = xm
+        for layer in layers:
+            y = layer(y)
+        (loss_fn(y, tm) / microbatches).backward()
+    return [[p.grad.clone() for p in layer.parameters()] for layer in layers]
+
+
+def run_pipeline(prog: Program, *, steps: int = 1, model_: CommModel = CommModel.BUFFERED,
+                 seed: int = 0, **options: Any) -> tuple[list[Any], list[Any], list[list[float]]]:
+    """Run `prog` over loopback ranks; returns (the pipeline's stage layers, the same model's
+    copy for the reference, each rank's losses of the last step)."""
+    layers = model(prog.stages, seed)
+    reference = model(prog.stages, seed)
+    x, target = batch()
+    loop = Loopback("torch", prog.ranks, model=model_, timeout=10.0)
+
+    def rank_main(rank: int) -> list[float]:
+        mine = {s: layers[s] for s in prog.stages_of(rank)}
+        sched = PipelineSchedule(prog, mine, loss_fn, transport=loop.links(rank), **options)
+        losses: list[Any] = []
+        try:
+            for _ in range(steps):
+                for s in mine:
+                    mine[s].zero_grad()
+                losses = []
+                sched.step(x, target=target, losses=losses)
+        finally:
+            sched.close()
+        return [float(v) for v in losses]
+
+    results = loop.run(rank_main)
+    return layers, reference, results
+
+
+def assert_exact(prog: Program, layers: list[Any], reference: list[Any]) -> None:
+    x, target = batch()
+    want = reference_grads(reference, x, target, prog.microbatches)
+    for s, layer in enumerate(layers):
+        for p, w in zip(layer.parameters(), want[s]):
+            assert p.grad is not None, f"stage {s}: a parameter has no gradient"
+            torch.testing.assert_close(p.grad, w, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("gen", ["gpipe()", "1f1b()", "zb1p()", "zbv()", "interleaved_1f1b(virtual=2)",
+                                 "dualpipev()"])
+def test_loopback_schedules_give_the_unpipelined_gradients(gen: str) -> None:
+    prog = generated(gen)
+    layers, reference, _ = run_pipeline(prog)
+    assert_exact(prog, layers, reference)
+
+
+@pytest.mark.parametrize("comm", [CommModel.BUFFERED, CommModel.RENDEZVOUS, CommModel.GROUPED])
+def test_loopback_every_comm_model_runs_1f1b_exactly(comm: CommModel) -> None:
+    prog = generated("1f1b()")
+    layers, reference, _ = run_pipeline(prog, model_=comm)
+    assert_exact(prog, layers, reference)
+
+
+def test_loopback_later_steps_send_no_headers_and_stay_exact() -> None:
+    # Three steps: the first agrees shapes and labels, the later ones send data alone.
+    prog = generated("zb1p()")
+    layers, reference, results = run_pipeline(prog, steps=3)
+    assert_exact(prog, layers, reference)
+    assert results[0] == [] and len(results[1]) == prog.microbatches
+
+
+def test_loopback_split_backward_off_is_exact_too() -> None:
+    prog = generated("zbv()")
+    layers, reference, _ = run_pipeline(prog, split_backward=False)
+    assert_exact(prog, layers, reference)
+
+
+def test_loopback_losses_are_the_unpipelined_losses() -> None:
+    prog = generated("1f1b()")
+    _, reference, results = run_pipeline(prog)
+    x, target = batch()
+    want = []
+    for xm, tm in zip(x.chunk(prog.microbatches), target.chunk(prog.microbatches)):
+        y = xm
+        for layer in reference:
+            y = layer(y)
+        want.append(float(loss_fn(y, tm).detach()))
+    assert results[1] == pytest.approx(want, rel=1e-12)
+
+
+def test_loopback_the_label_guard_names_both_actions() -> None:
+    # Rank 1 receives microbatch 1 before 0: unchecked, the guard must stop it on the first step.
+    prog = program("pipeline ranks=2 microbatches=2\n"
+                   "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+                   "rank 1: 1RECV_F1 1RECV_F0 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1\n")
+    with pytest.raises(MessageOrderError, match=r"expects `0SEND_F1`, but message number 1 .* is `0SEND_F0`"):
+        run_pipeline(prog, check=False)
+
+
+def test_loopback_a_program_that_deadlocks_is_refused_before_a_message() -> None:
+    prog = program("pipeline ranks=2 microbatches=1\n"
+                   "rank 0: 0RECV_B0 0F0 0SEND_F0 0B0\n"
+                   "rank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n")
+    with pytest.raises(Exception, match="PPS"):
+        run_pipeline(prog)
+
+
+def test_loopback_a_failing_rank_ends_the_others_waits_at_once() -> None:
+    prog = generated("1f1b()")
+
+    def boom(ctx: ActionContext) -> None:
+        if ctx.op.stage == 1 and ctx.microbatch == 2:
+            raise ValueError("stage 1 cannot take microbatch 2")
+        ctx.default()
+
+    with pytest.raises(StepError, match=r"rank 1, step 0, action 1F2: ValueError: stage 1 cannot take microbatch 2"):
+        run_pipeline(prog, handlers={"F": boom})
+
+
+def test_loopback_register_handler_wraps_the_built_in_one() -> None:
+    seen: list[str] = []
+
+    def note(ctx: ActionContext) -> None:
+        seen.append(ctx.label)
+        ctx.default()
+
+    registration = register_handler("W", note)
+    try:
+        prog = generated("zb1p()")
+        layers, reference, _ = run_pipeline(prog)
+    finally:
+        registration.remove()
+    assert_exact(prog, layers, reference)  # the built-in W still ran
+    assert sorted(seen) == sorted(f"{s}W{m}" for s in range(2) for m in range(prog.microbatches))
+    seen.clear()
+    run_pipeline(generated("zb1p()"))
+    assert seen == []  # removed: schedules built afterwards run the built-in one alone
+
+
+def test_loopback_a_handler_that_replaces_w_is_caught_by_the_guard() -> None:
+    # A W handler that computes nothing: the deferred weight gradients are lost, and the
+    # guard says so instead of training on wrong gradients.
+    with pytest.raises(StepError, match="computed no weight gradient|no gradient"):
+        run_pipeline(generated("zb1p()"), handlers={Kind.W: lambda ctx: None})
+
+
+def test_loopback_handlers_see_their_stage_and_its_buffers() -> None:
+    shapes: dict[str, list[int]] = {}
+
+    def after_forward(ctx: ActionContext) -> None:
+        ctx.default()
+        assert ctx.stage is not None and ctx.microbatch is not None
+        shapes[ctx.label] = list(ctx.stage.outputs[ctx.microbatch].shape)
+
+    run_pipeline(generated("1f1b()"), handlers={"F": after_forward})
+    assert shapes["0F0"] == [2, STAGES_WIDTH] and shapes["1F3"] == []  # the last stage keeps its loss
+
+
+def test_loopback_an_unknown_kind_is_refused_with_the_kinds() -> None:
+    with pytest.raises(ValueError, match=r"'X' is not an action kind; the kinds are F, I, W, B"):
+        register_handler("X", lambda ctx: None)
+
+
+def test_loopback_stage_only_kinds_reach_their_handlers() -> None:
+    seen: list[str] = []
+
+    def note(ctx: ActionContext) -> None:
+        seen.append(ctx.label)
+        assert ctx.microbatch is None and ctx.stage is not None
+        ctx.default()
+
+    prog = program("pipeline ranks=2 microbatches=2\n"
+                   "rank 0: 0UNSHARD 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0RESHARD 0REDUCE_GRAD\n"
+                   "rank 1: 1UNSHARD 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1RESHARD 1REDUCE_GRAD\n")
+    own: Mapping[str, Callable[[ActionContext], None]] = {"UNSHARD": note, "RESHARD": note, "REDUCE_GRAD": note}
+    layers, reference, _ = run_pipeline(prog, handlers=own)
+    assert_exact(prog, layers, reference)
+    assert sorted(seen) == sorted(f"{s}{k}" for s in range(2) for k in ("UNSHARD", "RESHARD", "REDUCE_GRAD"))
+
+
+def test_loopback_ranks_that_hold_different_programs_fail_together() -> None:
+    a = generated("1f1b()")
+    b = generated("gpipe()")
+    layers = model(2)
+    loop = Loopback("torch", 2, timeout=10.0)
+
+    def rank_main(rank: int) -> None:
+        PipelineSchedule(a if rank == 0 else b, {rank: layers[rank]}, loss_fn, transport=loop.links(rank))
+
+    with pytest.raises(SetupError, match="the ranks do not hold the same program"):
+        loop.run(rank_main)
+
+
+def test_loopback_a_wait_that_outlives_its_timeout_names_the_action() -> None:
+    # Rank 1 never steps: rank 0's receive gives up after the loopback's timeout.
+    prog = generated("1f1b()")
+    layers = model(2)
+    loop = Loopback("torch", 2, timeout=0.5)
+    x, target = batch()
+
+    def rank_main(rank: int) -> None:
+        sched = PipelineSchedule(prog, {rank: layers[rank]}, loss_fn, transport=loop.links(rank))
+        if rank == 0:
+            sched.step(x, target=target)
+
+    with pytest.raises(StepError, match=r"rank 0, step 0, action 0RECV_B0: timed out after 0.5 s waiting for rank 1"):
+        loop.run(rank_main)
+
+
+def test_loopback_replicas_average_their_gradients_over_the_whole_batch() -> None:
+    # 2 pipeline ranks x 2 replicas: each replica trains on half the batch, and the reduction
+    # leaves every replica with the gradients of the whole batch.
+    prog = generated("zb1p()")
+    replicas = [model(2) for _ in range(2)]
+    reference = model(2)
+    x, target = batch(16)
+    loop = Loopback("torch", 2, replicas=2, timeout=10.0)
+
+    def rank_main(rank: int) -> None:
+        links = loop.links(rank)
+        layout = links.layout
+        mine = {s: replicas[layout.replica][s] for s in prog.stages_of(layout.pipeline_rank)}
+        sched = PipelineSchedule(prog, mine, loss_fn, transport=links)
+        lo, hi = layout.share(16)
+        try:
+            sched.step(x[lo:hi], target=target[lo:hi])
+        finally:
+            sched.close()
+
+    loop.run(rank_main)
+    want = reference_grads(reference, x, target, 2 * prog.microbatches)
+    for layers in replicas:
+        for s, layer in enumerate(layers):
+            for p, w in zip(layer.parameters(), want[s]):
+                torch.testing.assert_close(p.grad, w, rtol=1e-10, atol=1e-12)
+
+
+def test_loopback_a_reduce_grad_before_the_last_backward_is_refused_with_replicas() -> None:
+    prog = program("pipeline ranks=1 microbatches=2\nrank 0: 0F0 0B0 0REDUCE_GRAD 0F1 0B1\n")
+    layers = model(1)
+    loop = Loopback("torch", 1, replicas=2, timeout=10.0)
+
+    def rank_main(rank: int) -> None:
+        PipelineSchedule(prog, {0: layers[0]}, loss_fn, transport=loop.links(rank))
+
+    with pytest.raises(SetupError, match=r"0REDUCE_GRAD comes before 0B1, the last backward of stage 0 on rank 0"):
+        loop.run(rank_main)
+
+
+def test_loopback_profile_counts_the_live_microbatches_the_checker_predicts() -> None:
+    from ppdsl.memory import peak_stage_activations
+
+    prog = generated("1f1b()", microbatches=4)
+    layers = model(2)
+    x, target = batch()
+    loop = Loopback("torch", 2, timeout=10.0)
+
+    def rank_main(rank: int) -> tuple[int, int]:
+        sched = PipelineSchedule(prog, {rank: layers[rank]}, loss_fn, transport=loop.links(rank), profile=True)
+        sched.step(x, target=target)
+        sched.close()
+        return sched.memory.peak_graphs, sched.memory.peak_bytes
+
+    counted = loop.run(rank_main)
+    assert [graphs for graphs, _ in counted] == list(peak_stage_activations(prog))
+    assert all(bytes_ > 0 for _, bytes_ in counted)
+
+
+def test_loopback_return_output_merges_the_last_stage_outputs() -> None:
+    prog = generated("1f1b()")
+    layers = model(2)
+    reference = model(2)
+    x, target = batch()
+    loop = Loopback("torch", 2, timeout=10.0)
+
+    def rank_main(rank: int) -> Any:
+        sched = PipelineSchedule(prog, {rank: layers[rank]}, loss_fn, transport=loop.links(rank))
+        return sched.step(x, target=target, return_output=True)
+
+    outputs = loop.run(rank_main)
+    with torch.no_grad():
+        torch.testing.assert_close(outputs[1], reference[1](reference[0](x)))
+    assert outputs[0] is None
+
+
+def test_loopback_paddle_layers_of_a_user_class_are_exact() -> None:
+    paddle = pytest.importorskip("paddle")
+
+    class PaddleBlock(paddle.nn.Layer):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = paddle.nn.Linear(STAGES_WIDTH, STAGES_WIDTH)
+            self.norm = paddle.nn.LayerNorm(STAGES_WIDTH)
+
+        def forward(self, x: Any) -> Any:
+            return self.norm(paddle.tanh(self.fc(x)))
+
+    paddle.set_default_dtype("float64")
+    try:
+        paddle.seed(3)
+        layers = [PaddleBlock() for _ in range(2)]
+        reference = [PaddleBlock() for _ in range(2)]
+    finally:
+        paddle.set_default_dtype("float32")
+    for mine, ref in zip(layers, reference):
+        ref.set_state_dict(mine.state_dict())
+    xt, tt = batch()
+    x, target = paddle.to_tensor(xt.numpy()), paddle.to_tensor(tt.numpy())
+    prog = generated("zb1p()")
+    loop = Loopback("paddle", 2, timeout=10.0)
+
+    def paddle_loss(y: Any, t: Any) -> Any:
+        return ((y - t) ** 2).mean()
+
+    def rank_main(rank: int) -> None:
+        sched = PipelineSchedule(prog, {rank: layers[rank]}, paddle_loss, transport=loop.links(rank))
+        sched.step(x, target=target)
+        sched.close()
+
+    loop.run(rank_main)
+    for xm, tm in zip(paddle.chunk(x, 4), paddle.chunk(target, 4)):
+        (paddle_loss(reference[1](reference[0](xm)), tm) / 4).backward()
+    for mine, ref in zip(layers, reference):
+        for p, q in zip(mine.parameters(), ref.parameters()):
+            assert p.grad is not None
+            assert abs(p.grad.numpy() - q.grad.numpy()).max() < 1e-10
