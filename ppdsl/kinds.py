@@ -9,7 +9,7 @@ in a cost model, its category in pictures (`PICTURES`) and which runtimes run it
 Everything else is derived from the table, here or where it is read: `Kind` (checked against
 the table when this module loads), the category tests (`Kind.is_compute` ...) and the sets and
 bounds the hot loops test (`COMPUTE_MAX`, `COMM_MAX`, `RECEIVE_BIT`, `EXCHANGE_BIT`), the bit
-layout (`KIND_BITS`, `SLOT_BITS`, sized from the table with room for `SPARE` more of each), the
+layout (`KIND_BITS`, `SLOT_BITS`, as wide as the table needs: a row or slot more widens them), the
 dependency rule (`encoding.LOCAL_NEEDS` ... `encoding.PRODUCERS`, `links.PEER_OF_KIND`), the
 readers' names (`KIND_BY_NAME`, `formats.torch_csv`'s dialects), the memory signs
 (`memory.signs`), the cost keys (`costs.COMPUTE_KINDS`) and the pictures' legend and colours
@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Final, Literal
-
-from attrs import field, frozen
+from typing import Final, Literal, NamedTuple
 
 Category = Literal["compute", "comm", "stage"]
 # What an action does to its (stage, microbatch)'s activations (`memory.signs`): makes them
@@ -38,8 +36,7 @@ Memory = Literal["live", "frees", "frees_split", ""]
 RUNTIMES: Final = frozenset(("torch", "paddle"))
 
 
-@frozen
-class SlotRow:
+class SlotRow(NamedTuple):
     """One thing that completes for a (stage, microbatch): the low bits of a dependency key."""
 
     name: str  # its constant in `layout` (`F_DONE`)
@@ -47,8 +44,7 @@ class SlotRow:
     label: str  # how a key of it reads in a message: `1RECV_F3`
 
 
-@frozen
-class Picture:
+class Picture(NamedTuple):
     """A category of step in the pictures: its legend entry, colour, glyph in the overview and
     label in the terminal's legend. A kind names one (`KindRow.picture`); `step` marks those of
     a step of several actions (an overlapped pair, a batch), which no kind names."""
@@ -61,9 +57,11 @@ class Picture:
     step: bool = False
 
 
-@frozen
-class KindRow:
-    """One action kind. The slots are `SlotRow.name`s; a kind name in `peer` is another row's."""
+class KindRow(NamedTuple):
+    """One action kind. The slots are `SlotRow.name`s; a kind name in `peer` is another row's.
+
+    The rows are named tuples, not attrs classes: ppdsl makes them whenever it loads, where an
+    attrs class costs a millisecond or more to build (its methods are generated code)."""
 
     name: str  # the spelling in `.pps` and in PyTorch's current CSV: `0SEND_F3`, `1UNSHARD`
     value: int  # `Kind` value, a code's low bits
@@ -84,7 +82,7 @@ class KindRow:
     cost: str | None = None  # its key in a cost model (None: it takes no time of its own)
     picture: str = "OTHER"
     short: str = ""  # its label in a narrow cell (`SF3`); empty: its name
-    runtimes: frozenset[str] = field(default=RUNTIMES)
+    runtimes: frozenset[str] = RUNTIMES
 
     @property
     def csv(self) -> dict[str, str]:
@@ -142,26 +140,28 @@ KINDS: Final[tuple[KindRow, ...]] = (
     KindRow("REDUCE_GRAD", 10, "stage", short="RG"),
 )
 
-# Room the bit layout keeps for kinds and slots not yet in the tables.
-SPARE: Final = 8
+# Values the bit layout keeps free beyond what the tables use, for kinds and for slots. None:
+# the layout is as wide as the tables need, and a row or slot that needs more widens it (every
+# table over codes or keys doubles with a bit, so spare bits cost time on every program).
+SPARE: Final = 0
 
 
 class TableError(ValueError):
     """A table of kinds that the layout or the hot loops cannot take, and why."""
 
 
-@frozen
-class Derived:
-    """What the rest of ppdsl reads of a table of kinds, made by `derive`."""
+class Derived(NamedTuple):
+    """What the rest of ppdsl reads of a table of kinds, made by `derive` (a named tuple, as the
+    rows are)."""
 
     rows: tuple[KindRow, ...]
-    by_value: dict[int, KindRow] = field(eq=False)
+    by_value: dict[int, KindRow]
     kind_bits: int
     kind_mask: int
     slot_bits: int
     slot_mask: int
     nothing: int  # the slot no action completes (the top slot value)
-    slot_value: dict[str, int] = field(eq=False)
+    slot_value: dict[str, int]
     compute: tuple[int, ...]  # values, ascending
     comm: tuple[int, ...]
     stage: tuple[int, ...]
@@ -172,18 +172,18 @@ class Derived:
     comm_max: int  # `k > comm_max`: stage-only, or the end of a row (`kind_mask`)
     receive_bit: int  # among sends and receives, `k & receive_bit` is a receive
     exchange_bit: int  # in a row with no stage-only action, `k & exchange_bit` is a send or receive (0: none)
-    names: dict[str, int] = field(eq=False)  # `.pps` and current CSV spelling -> value
-    legacy_names: dict[str, int] = field(eq=False)
+    names: dict[str, int]  # `.pps` and current CSV spelling -> value
+    legacy_names: dict[str, int]
     cost_keys: tuple[str, ...]  # the compute kinds' cost keys, in listing order
     local_needs: tuple[tuple[int, int], ...]  # (the kind needed, the kind needing it)
-    own_slot: dict[int, int] = field(eq=False)  # a kind needed locally -> the slot it completes
-    input_from_stage: dict[int, tuple[int, int]] = field(eq=False)
-    input_from_receive: dict[int, int] = field(eq=False)
-    send_needs: dict[int, int] = field(eq=False)
-    completes: dict[int, int] = field(eq=False)  # per send or receive: the slot it completes
-    producers: dict[int, tuple[int, ...]] = field(eq=False)  # per slot: the kinds completing it
-    peer_of_kind: dict[int, tuple[int, int]] = field(eq=False)
-    slot_names: dict[int, str] = field(eq=False)  # per slot: its label in messages
+    own_slot: dict[int, int]  # a kind needed locally -> the slot it completes
+    input_from_stage: dict[int, tuple[int, int]]
+    input_from_receive: dict[int, int]
+    send_needs: dict[int, int]
+    completes: dict[int, int]  # per send or receive: the slot it completes
+    producers: dict[int, tuple[int, ...]]  # per slot: the kinds completing it
+    peer_of_kind: dict[int, tuple[int, int]]
+    slot_names: dict[int, str]  # per slot: its label in messages
 
     def signs(self, split: bool) -> list[int]:
         """Per kind value (a list of `kind_mask + 1`): +1 for the kind that makes its
@@ -197,14 +197,9 @@ class Derived:
         return sign
 
 
-def _bits(top: int) -> int:
-    """Bits that hold every value up to `top` plus SPARE more."""
-    return (top + SPARE).bit_length()
-
-
-def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS) -> Derived:
+def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int = SPARE) -> Derived:
     """The derived tables of a table of kinds (raises `TableError` for one the layout or the
-    hot loops cannot take)."""
+    hot loops cannot take), with `spare` values left free in the layout's kind and slot bits."""
     rows = tuple(rows)
     by_value = {r.value: r for r in rows}
     by_name = {r.name: r for r in rows}
@@ -229,8 +224,10 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS) -> Derived
         raise TableError("sends must have even values, receives odd")
     exchange_bit = next((b for b in (1 << i for i in range(8)) if all(k & b for k in comm)
                          and not any(k & b for k in compute)), 0)
-    kind_bits = _bits(len(rows))  # the top value: the row's end, past every kind
-    slot_bits = _bits(len(slots))  # the top value: NOTHING
+    # Bits for every value, the spare ones and the top one: the row's end past every kind, and
+    # NOTHING past every slot.
+    kind_bits = (len(rows) + spare).bit_length()
+    slot_bits = (len(slots) + spare).bit_length()
     compute_max = compute[-1] if compute else -1
     comm_max = comm[-1] if comm else compute_max
     for r in rows:
@@ -241,6 +238,13 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS) -> Derived
             raise TableError(f"{r.name}: a send or receive, and only one, names a peer kind")
         if r.category != "compute" and (r.local or r.input or r.received):
             raise TableError(f"{r.name}: only a compute waits for its own work or a neighbour's")
+    # The whole-run reader (`syntax.scan.PlainRuns`) cuts a word after each letter that ends the
+    # name of a kind taking a microbatch: a stage-only name may hold none of them.
+    ends = {name[-1] for r in rows if r.category != "stage" for name in r.csv.values()}
+    for r in rows:
+        if r.category == "stage" and any(set(name) & ends for name in r.csv.values()):
+            raise TableError(f"{r.name}: a stage-only name may hold none of {', '.join(sorted(ends))}, the letters "
+                             "that end a kind taking a microbatch")
     producers: dict[int, tuple[int, ...]] = {}
     for s in slots:
         producers[s.value] = tuple(r.value for r in rows if s.name in r.completes)

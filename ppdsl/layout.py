@@ -23,8 +23,8 @@ from .kinds import (COMM_MAX as COMM_MAX, COMPUTE_MAX as COMPUTE_MAX, EXCHANGE_B
                     KIND_BITS as KIND_BITS, KIND_MASK as KIND_MASK, RECEIVE_BIT as RECEIVE_BIT, SLOT_BITS as SLOT_BITS,
                     SLOT_MASK as SLOT_MASK, TABLE, Kind)
 
-# KIND_BITS, SLOT_BITS: a code's low bits (the Kind value) and a key's (its slot), sized from the
-# table of kinds (`ppdsl/kinds.py`) with room for `kinds.SPARE` more of each.
+# KIND_BITS, SLOT_BITS: a code's low bits (the Kind value) and a key's (its slot), as wide as the
+# table of kinds (`ppdsl/kinds.py`) needs; a kind or slot more widens them.
 INVALID_CODE = -1  # an action out of range: no code (its kind bits read KIND_MASK, no real kind)
 # A place in the program: `rank << SHIFT | i`, i the index of the action in its rank's codes
 # (the checker's position table, lowering).
