@@ -38,16 +38,19 @@ from attrs import field, frozen
 from .cuts import carried, carries
 from .diagnostics import Diagnostic, PpsError
 from .ir import Kind, Overlap, Program
+from .kinds import TABLE
 from .limits import MAX_COST, MAX_QUANTITY, MAX_STAGES, MIN_COST
 from .memory import Sizes
 from .semantics import Timing
 from .wording import plural
 
-COMPUTE_KINDS: Final = ("F", "B", "I", "W")
-GLOBAL_KEYS: Final = ("comm", "bytes", "bandwidth", "overlap")
+# The compute kinds' cost keys, from the table of kinds (`ppdsl/kinds.py`, each row's `cost`):
+# F, B, I, W, a full backward before its halves.
+COMPUTE_KINDS: Final[tuple[str, ...]] = TABLE.cost_keys
+GLOBAL_KEYS: Final = ("comm", "bytes", "bandwidth", "overlap")  # `comm`: every send's and receive's
 # At most as many digits as MAX_STAGES has: a longer number is no stage (and int() of a
 # 5000-digit string is an error of its own).
-_STAGE_KEY = re.compile(rf"^(F|B|I|W)_s(\d{{1,{len(str(MAX_STAGES))}}})$")
+_STAGE_KEY = re.compile(rf"^({'|'.join(map(re.escape, COMPUTE_KINDS))})_s(\d{{1,{len(str(MAX_STAGES))}}})$")
 UNITS: Final[dict[str, float]] = {"unit": 1e3, "s": 1e6, "ms": 1e3, "us": 1.0}  # -> microseconds per unit
 
 
@@ -82,7 +85,7 @@ def check_key(key: str) -> tuple[str, int | None]:
     m = _STAGE_KEY.match(key)
     if m:
         return m.group(1), int(m.group(2))
-    hint = "F, B, I, W (optionally per stage as F_s3), comm, bytes, bandwidth, overlap"
+    hint = f"{', '.join(COMPUTE_KINDS)} (optionally per stage as {COMPUTE_KINDS[0]}_s3), {', '.join(GLOBAL_KEYS)}"
     lower = key.upper() if key.upper() in COMPUTE_KINDS else None
     raise CostError("PPS350", f"unknown cost `{key}`", key,
                     help=f"did you mean `{lower}`? " * (lower is not None) + f"known costs: {hint}")
@@ -321,7 +324,7 @@ def reshape(costs: CostModel, given: int, stages: int) -> CostModel:
             per[(head, int(tail))] = value
     items = list(plain)
     base = costs.kind_costs()
-    for kind in ("F", "B", "I", "W"):
+    for kind in COMPUTE_KINDS:
         measured = {stage: v for (k, stage), v in per.items() if k == kind}
         if not measured:
             continue

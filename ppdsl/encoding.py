@@ -33,21 +33,22 @@ pass over the codes. Lowering keeps the rows it makes the same way (`row_codes`)
 are encoded from their actions.
 
 `encode(program)` builds the encoding once and keeps it on the program (`Program.derived`),
-never in a module-level cache keyed by `id()`. The engine's hot loops spell the shifts and masks
-as literals (a named constant costs a global lookup per action) and read every rule from the
-`Needs` tables: they name no kind but to tell compute (`k <= B`), send/receive and stage-only
-actions apart.
+never in a module-level cache keyed by `id()`. The engine's hot loops bind the shifts, masks and
+bounds to locals once (a global costs a lookup per action) and read every rule from the
+`Needs` tables: they name no kind but to tell compute (`k <= COMPUTE_MAX`), send/receive and
+stage-only actions apart. The rule tables below, the bounds and the layout are all derived
+from the table of kinds (`ppdsl/kinds.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
-from operator import add, and_, attrgetter, floordiv, ge, is_, is_not, or_, rshift
+from operator import add, and_, attrgetter, floordiv, gt, is_, is_not, or_, rshift
 from typing import TypeVar, cast
 
 from .gather import gather
-from .ir import KIND_BITS, Action, Batch, Idle, Kind, LazyRows, Program, RowCodes, Step, actions_of, require_program
+from .ir import KIND_BITS, Action, Batch, Idle, LazyRows, Program, RowCodes, Step, actions_of, require_program
 # The layout of codes and keys, and the peer and matching rules, live in their own modules;
 # they are named here too, where the rest of the encoding is read from.
 from .layout import (kind_of as kind_of, sm_of as sm_of, key_of as key_of, key_sm as key_sm, key_slot as key_slot,
@@ -57,37 +58,38 @@ from .layout import (kind_of as kind_of, sm_of as sm_of, key_of as key_of, key_s
     GRAD_DONE as GRAD_DONE, I_DONE as I_DONE, RECV_F_DONE as RECV_F_DONE, RECV_B_DONE as RECV_B_DONE,
     MSG_F_SENT as MSG_F_SENT, MSG_B_SENT as MSG_B_SENT, NO_KEY as NO_KEY, COMM_KINDS as COMM_KINDS,
     _COMM_KINDS as _COMM_KINDS, SLOT_NAMES as SLOT_NAMES, NOTHING as NOTHING, COMPUTE_KINDS as COMPUTE_KINDS,
+    COMPUTE_MAX as COMPUTE_MAX, COMM_MAX as COMM_MAX, SLOT_SPACE as SLOT_SPACE,
     code as code, sm_code as sm_code, code_space as code_space, kind_slice as kind_slice, MB_STRIDE as MB_STRIDE,
     codes_of_kind as codes_of_kind, stage_kind as stage_kind)
+from .kinds import RECEIVE_BIT as RECEIVE_BIT, TABLE
 from .links import (NO_PEER as NO_PEER, PEER_OF_KIND as PEER_OF_KIND, named_deltas as named_deltas,
     peer_stage as peer_stage, Links as Links, in_label_order as in_label_order, peer_code as peer_code)
 
 
 # The dependency rule, as data (stage s, microbatch m), read by `Needs`, `comm_tables`,
-# `input_tables` and the checker's order rules:
+# `input_tables` and the checker's order rules; derived from the table of kinds
+# (`ppdsl/kinds.py`: each row's `local`, `input`, `received`, `sends`, `completes`):
 # - a compute needs from its own stage and microbatch: (the kind needed, the kind needing it),
 #   through the slot the needed kind completes (B and I need the F; W needs the I);
-LOCAL_NEEDS: tuple[tuple[int, int], ...] = ((F, B), (F, I), (I, W))
-OWN_SLOT: dict[int, int] = {F: F_DONE, I: I_DONE}
+LOCAL_NEEDS: tuple[tuple[int, int], ...] = TABLE.local_needs
+OWN_SLOT: dict[int, int] = TABLE.own_slot
 # - a forward needs the F of stage s-1, a backward (B or I) the gradient of stage s+1:
 #   (the step to the producing stage, the slot its producer completes), per kind needing it;
-INPUT_FROM_STAGE: dict[int, tuple[int, int]] = {F: (-1, F_DONE), B: (1, GRAD_DONE), I: (1, GRAD_DONE)}
+INPUT_FROM_STAGE: dict[int, tuple[int, int]] = TABLE.input_from_stage
 # - when that stage is on another rank and the program has sends and receives, it waits instead
 #   for its own receive, which completes this slot:
-INPUT_FROM_RECEIVE: dict[int, int] = {F: RECV_F_DONE, B: RECV_B_DONE, I: RECV_B_DONE}
+INPUT_FROM_RECEIVE: dict[int, int] = TABLE.input_from_receive
 # Sends are even Kind values, receives odd (SEND_F=4, RECV_F=5, SEND_B=6, RECV_B=7): the hot
-# loops tell a receive by `k & RECEIVE_BIT`.
-RECEIVE_BIT = 1
+# loops tell a receive by `k & RECEIVE_BIT` (`kinds.RECEIVE_BIT`, checked against the table).
 # - a send needs what it sends: the slot of its own (stage, microbatch) its producer completes;
 #   a receive completes its slot, and a send the MSG slot a buffered receive waits for.
-SEND_NEEDS: dict[int, int] = {SEND_F: F_DONE, SEND_B: GRAD_DONE}
-COMPLETES: dict[int, int] = {SEND_F: MSG_F_SENT, RECV_F: RECV_F_DONE, SEND_B: MSG_B_SENT, RECV_B: RECV_B_DONE}
+SEND_NEEDS: dict[int, int] = TABLE.send_needs
+COMPLETES: dict[int, int] = TABLE.completes
 
 
 # What completes each slot of a key: the kinds whose action, of the key's stage and
 # microbatch, does (a gradient by the B or the I).
-PRODUCERS: dict[int, tuple[int, ...]] = {F_DONE: (F,), GRAD_DONE: (B, I), I_DONE: (I,), RECV_F_DONE: (RECV_F,),
-                                         RECV_B_DONE: (RECV_B,), MSG_F_SENT: (SEND_F,), MSG_B_SENT: (SEND_B,)}
+PRODUCERS: dict[int, tuple[int, ...]] = TABLE.producers
 # Per compute kind, the slots its action completes: PRODUCERS read the other way.
 _OUTPUT_SLOTS: tuple[tuple[int, ...], ...] = tuple(
     tuple(slot for slot, kinds in PRODUCERS.items() if k in kinds) for k in COMPUTE_KINDS)
@@ -112,8 +114,8 @@ def row_codes(rows: list[list[int]], stages: int, microbatches: int) -> list[Row
         kinds = list(map(and_, codes, repeat(KIND_MASK)))
         sks: list[int | None] = list(map(or_, gather(stage_bits, sms), kinds))
         mbs = gather(micro, sms)
-        if kinds and max(kinds) >= Kind.UNSHARD:  # a stage-only action names no microbatch (its code has 0)
-            for i in compress(range(len(kinds)), map(ge, kinds, repeat(Kind.UNSHARD))):
+        if kinds and max(kinds) > COMM_MAX:  # a stage-only action names no microbatch (its code has 0)
+            for i in compress(range(len(kinds)), map(gt, kinds, repeat(COMM_MAX))):
                 mbs[i] = None
         out.append((sks, mbs))
     return out
@@ -184,7 +186,7 @@ def codes_from_reader(rows: list[RowCodes | None], stages: int, microbatches: in
             sks, mbs = compress(sk_row, kept), compress(mb_row, kept)
         try:
             table: Sequence[int] | dict[int | None, int] = micro
-            if any(sk is not None and sk & KIND_MASK >= Kind.UNSHARD for sk in seen):
+            if any(sk is not None and sk & KIND_MASK > COMM_MAX for sk in seen):
                 if micro_or_none is None:
                     micro_or_none = {None: 0, **dict(enumerate(micro))}
                 table = micro_or_none
@@ -276,7 +278,7 @@ class Encoded:
                 groups[len(codes)] = (t is Batch, len(parts))
             for a in parts:
                 m = 0 if a.microbatch is None else a.microbatch
-                if not (0 <= a.stage < S and 0 <= m < M and 0 <= a.kind < 16):
+                if not (0 <= a.stage < S and 0 <= m < M and 0 <= a.kind < KIND_SPACE):
                     self.invalid.append((rank, index, a))
                     codes.append(INVALID_CODE)
                 else:
@@ -338,7 +340,7 @@ class Encoded:
                 for c, place in zip(reversed(codes), range((rank << SHIFT) + len(codes) - 1, (rank << SHIFT) - 1, -1)):
                     table[c] = place
             if table:
-                table[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be 15)
+                table[-1] = -1  # an INVALID_CODE landed here; no real code does (its kind would be KIND_MASK)
             self._pos = table
         return self._pos
 
@@ -550,7 +552,7 @@ class Needs:
         engines see them; a buffered receive waits for the send it meets on its link."""
         k, sm = c & KIND_MASK, c >> KIND_BITS
         base = sm << SLOT_BITS
-        if k <= B:
+        if k <= COMPUTE_MAX:
             out = []
             slot = self.local_slot[k]
             if slot != NOTHING:
@@ -577,7 +579,7 @@ def compute_outputs(code: int) -> tuple[int, ...]:
     """The keys a compute action completes (B and I: the gradient it sends back; I also
     what its W waits for)."""
     k = kind_of(code)
-    if k > B:
+    if k > COMPUTE_MAX:
         return ()
     return tuple(code_key(code, slot) for slot in _OUTPUT_SLOTS[k])
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 
 import bisect
-import enum
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,49 +29,7 @@ from typing import Final, Literal, Union, cast, overload
 import attrs
 from attrs import field, frozen
 
-
-class Kind(enum.IntEnum):
-    """What an action does. Integer-valued so hashing stays in C on the hot paths."""
-
-    F = 0
-    I = 1  # noqa: E741 - PyTorch's name for backward-input
-    W = 2
-    B = 3
-    SEND_F = 4
-    RECV_F = 5
-    SEND_B = 6
-    RECV_B = 7
-    UNSHARD = 8
-    RESHARD = 9
-    REDUCE_GRAD = 10
-
-    @property
-    def is_compute(self) -> bool:
-        return self <= Kind.B
-
-    @property
-    def is_backward(self) -> bool:
-        return self in (Kind.I, Kind.W, Kind.B)
-
-    @property
-    def is_comm(self) -> bool:
-        return Kind.SEND_F <= self <= Kind.RECV_B
-
-    @property
-    def is_send(self) -> bool:
-        return self in (Kind.SEND_F, Kind.SEND_B)
-
-    @property
-    def is_recv(self) -> bool:
-        return self in (Kind.RECV_F, Kind.RECV_B)
-
-    @property
-    def stage_only(self) -> bool:
-        """UNSHARD, RESHARD and REDUCE_GRAD name a stage but no microbatch."""
-        return self >= Kind.UNSHARD
-
-
-KIND_BY_NAME: Final[dict[str, Kind]] = {k.name: k for k in Kind}
+from .kinds import KIND_BITS as KIND_BITS, KIND_BY_NAME as KIND_BY_NAME, KIND_MASK as KIND_MASK, Kind as Kind
 
 
 @frozen
@@ -118,9 +75,8 @@ def make_actions(n: int, stages: Iterable[int], kinds: Iterable[Kind], microbatc
     return made
 
 
-# A code's low bits hold the Kind value (`encoding` builds on this layout).
-KIND_BITS: Final = 4
-KIND_MASK: Final = (1 << KIND_BITS) - 1  # a code's or stage-kind's low bits: its kind
+# A code's low bits hold the Kind value (`encoding` builds on this layout): KIND_BITS and
+# KIND_MASK, sized from the table of kinds (`ppdsl/kinds.py`).
 
 # One row as a reader saw it, without Action objects: per step `stage << KIND_BITS | kind`
 # and the microbatch (both None for an idle step; the microbatch None for a stage-only kind).

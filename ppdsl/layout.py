@@ -7,7 +7,7 @@
 - a *stage-kind* ("sk", `stage_kind`) is how a reader keeps a step before it knows the
   microbatch count: `stage << KIND_BITS | kind`;
 - a *key* is one thing that completes: `key = sm << SLOT_BITS | slot` (`key_of`, `key_sm`,
-  `key_slot`), the slots F_DONE..MSG_B_SENT below;
+  `key_slot`), the slots F_DONE..MSG_B_SENT below (`kinds.SLOTS`);
 - a *place* is `rank << SHIFT | i`, i the index of an action in its rank's codes.
 
 Code outside the hot loops uses these names; a hot loop binds the constants to locals once.
@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from itertools import repeat
 from operator import add, mul
 
-from .ir import KIND_BITS as KIND_BITS, KIND_MASK as KIND_MASK, Kind
+from .kinds import (COMM_MAX as COMM_MAX, COMPUTE_MAX as COMPUTE_MAX, EXCHANGE_BIT as EXCHANGE_BIT,
+                    KIND_BITS as KIND_BITS, KIND_MASK as KIND_MASK, RECEIVE_BIT as RECEIVE_BIT, SLOT_BITS as SLOT_BITS,
+                    SLOT_MASK as SLOT_MASK, TABLE, Kind)
 
-# KIND_BITS (from ir, which lays out the readers' integers the same way): a code's low bits, the Kind value
-SLOT_BITS = 3  # a key's low bits: which of the seven things of (stage, microbatch) completed
-SLOT_MASK = (1 << SLOT_BITS) - 1
-INVALID_CODE = -1  # an action out of range: no code (its kind bits read 15, no real kind)
+# KIND_BITS, SLOT_BITS: a code's low bits (the Kind value) and a key's (its slot), as wide as the
+# table of kinds (`ppdsl/kinds.py`) needs; a kind or slot more widens them.
+INVALID_CODE = -1  # an action out of range: no code (its kind bits read KIND_MASK, no real kind)
 # A place in the program: `rank << SHIFT | i`, i the index of the action in its rank's codes
 # (the checker's position table, lowering).
 SHIFT = 32
@@ -36,29 +37,33 @@ SEND_F, RECV_F, SEND_B, RECV_B = int(Kind.SEND_F), int(Kind.RECV_F), int(Kind.SE
 KIND_SPACE = KIND_MASK + 1  # how many kind values the low bits hold: the length of a table per kind
 KIND_OF: tuple[Kind, ...] = tuple(Kind(k) if k < len(Kind) else Kind.F for k in range(KIND_SPACE))
 
-# Slots of a dependency key: key = sm << 3 | slot, where sm = stage * microbatches + mb.
-F_DONE, GRAD_DONE, I_DONE, RECV_F_DONE, RECV_B_DONE, MSG_F_SENT, MSG_B_SENT = range(7)
+# Slots of a dependency key: key = sm << SLOT_BITS | slot, where sm = stage * microbatches + mb
+# (`kinds.SLOTS`).
+_SLOT = TABLE.slot_value
+F_DONE, GRAD_DONE, I_DONE = _SLOT["F_DONE"], _SLOT["GRAD_DONE"], _SLOT["I_DONE"]
+RECV_F_DONE, RECV_B_DONE, MSG_F_SENT, MSG_B_SENT = (_SLOT["RECV_F_DONE"], _SLOT["RECV_B_DONE"], _SLOT["MSG_F_SENT"],
+                                                    _SLOT["MSG_B_SENT"])
+SLOT_SPACE = SLOT_MASK + 1  # how many slot values a key's low bits hold: the stride of one sm's keys
 # Engines size their table of keys past the end by one stage: the input of a send or receive
 # to a stage outside the pipeline lands there (a negative key wraps around to it) and never
 # completes; NO_KEY, its last key, is what a receive with nothing left on its link waits for.
 NO_KEY = -1
 # The kinds that move data between ranks (`Kind.is_comm`), as a tuple and as a set.
-COMM_KINDS: tuple[int, ...] = tuple(int(k) for k in Kind if k.is_comm)
+COMM_KINDS: tuple[int, ...] = TABLE.comm
 _COMM_KINDS = frozenset(COMM_KINDS)
-SLOT_NAMES = {F_DONE: "F", GRAD_DONE: "B", I_DONE: "I", RECV_F_DONE: "RECV_F", RECV_B_DONE: "RECV_B",
-              MSG_F_SENT: "SEND_F", MSG_B_SENT: "SEND_B"}
+SLOT_NAMES: dict[int, str] = TABLE.slot_names
 
 # A slot no action completes, done from the start in every engine: a table entry meaning "waits
 # for nothing" points at it, so the hot loops test no None (times start at 0, so waiting for it
-# delays nothing).
-NOTHING = 7
-# The kinds that compute, Kind values 0..3 (the hot loops test `k <= B`).
-COMPUTE_KINDS: tuple[int, ...] = (F, I, W, B)
-# Of the kinds up to RECV_B, the sends and receives are those with this bit set: in a row
-# with no stage-only action, `code & EXCHANGE_BIT` tells them apart in one C-level pass.
-EXCHANGE_BIT = 4
-assert all(k & EXCHANGE_BIT for k in COMM_KINDS) and not any(k & EXCHANGE_BIT for k in COMPUTE_KINDS)
-assert max(COMM_KINDS) == RECV_B
+# delays nothing). The top slot value, past every real slot.
+NOTHING = TABLE.nothing
+# The kinds that compute, Kind values 0..COMPUTE_MAX (the hot loops test `k <= COMPUTE_MAX`);
+# then the sends and receives up to COMM_MAX, then the stage-only kinds.
+COMPUTE_KINDS: tuple[int, ...] = TABLE.compute
+# EXCHANGE_BIT: of the kinds up to COMM_MAX, the sends and receives are those with this bit set
+# (0 when no bit tells them so): in a row with no stage-only action, `code & EXCHANGE_BIT` tells
+# them apart in one C-level pass.
+# RECEIVE_BIT: of the sends and receives, `k & RECEIVE_BIT` is a receive.
 
 
 def kind_of(code: int) -> int:

@@ -29,7 +29,8 @@ from attrs import field, frozen
 from .cuts import carried
 from .encoding import B, Encoded, F, I, W, encode
 from .gather import gather
-from .layout import KIND_BITS, KIND_MASK, KIND_SPACE
+from .kinds import TABLE
+from .layout import KIND_BITS, KIND_MASK
 from .ir import Program
 
 
@@ -67,14 +68,12 @@ class MemoryProfile:
 
 
 def signs(split: bool) -> list[int]:
-    """Per kind (Kind value): +1 for the action that makes its (stage, microbatch)'s
-    activations live, -1 for the one that frees them, 0 otherwise. `split`: the backward is
-    split, so its `W` frees (the weight gradient still needs the saved inputs), not its `I`.
-    The one statement of the model: `_deltas` and the search's memory read it."""
-    sign = [0] * KIND_SPACE
-    sign[F] = 1
-    sign[W if split else B] = -1
-    return sign
+    """Per kind (Kind value; a list of `layout.KIND_SPACE`): +1 for the action that makes its
+    (stage, microbatch)'s activations live, -1 for the one that frees them, 0 otherwise.
+    `split`: the backward is split, so its `W` frees (the weight gradient still needs the
+    saved inputs), not its `I`. The one statement of the model, each kind's `memory` in the
+    table of kinds (`ppdsl/kinds.py`): `_deltas` and the search's memory read it."""
+    return TABLE.signs(split)
 
 
 def _split(enc: Encoded) -> set[int]:

@@ -24,10 +24,9 @@ from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import and_, ge, lt
 
-from .ir import KIND_BITS
-from .layout import EXCHANGE_BIT, KIND_MASK, KIND_SPACE, RECV_B
+from .layout import COMM_MAX, COMPUTE_MAX, EXCHANGE_BIT, KIND_MASK, KIND_SPACE
 from .links import named_deltas
-from .encoding import (B, COMM_KINDS, COMPUTE_KINDS, NOTHING, PEER_OF_KIND, PRODUCERS, SLOT_BITS,
+from .encoding import (COMM_KINDS, COMPUTE_KINDS, NOTHING, PEER_OF_KIND, PRODUCERS, SLOT_BITS,
                        SLOT_MASK, Encoded, Needs, code_space, kind_slice)
 
 
@@ -46,7 +45,7 @@ def _producers_beside_consumers(needs: Needs, S: int, M: int, columns: dict[int,
         return found[0] if len(found) == 1 else None
 
     for k, mine in columns.items():
-        if k > B:  # a send or receive: what it sends, of its own (stage, microbatch)
+        if k > COMPUTE_MAX:  # a send or receive: what it sends, of its own (stage, microbatch)
             off = needs.need_off[k]
             if off is not None:
                 yield None if off >> SLOT_BITS else _aligned(made_by(off & SLOT_MASK), mine)
@@ -158,7 +157,7 @@ def pairs_meet(enc: Encoded) -> bool:
     rank reaching its end is the loop's verdict: the loop's ranks stop at the same operations.
 
     The peers are those the labels name (`PEER_OF_KIND`, as `links.named_deltas`: the caller
-    has checked that the links agree), worked out at each step from a table of 16 deltas: a
+    has checked that the links agree), worked out at each step from a table of deltas per kind value: a
     table of every code's peer, or lists of peers beside the rows, cost more to make than the
     walk spends on the arithmetic, and the big table's lookups miss the cache. A send or
     receive that names a stage outside the pipeline never meets anything: then the answer is
@@ -177,7 +176,7 @@ def pairs_meet(enc: Encoded) -> bool:
     # Per rank, its sends and receives in row order, then the end; a rank is named by its
     # number plus one, so that 0 in `posted` says no one waits there.
     rows: list[list[int]] = [[end_of_row]]
-    by_bit = max(enc.kinds, default=0) <= RECV_B  # no stage-only action: one `&` a code tells
+    by_bit = EXCHANGE_BIT and max(enc.kinds, default=0) <= COMM_MAX  # no stage-only action: one `&` a code tells
     exchanged = None if by_bit else bytearray(k in COMM_KINDS for k in range(KIND_SPACE))  # 1 at a send's or receive's kind
     for codes in enc.codes:
         kinds = map(and_, codes, repeat(EXCHANGE_BIT if by_bit else KIND_MASK))
@@ -189,13 +188,14 @@ def pairs_meet(enc: Encoded) -> bool:
     head = [0] * len(rows)  # per rank, the index in its row of where it stands
     work = list(range(1, len(rows)))
     pop, push = work.pop, work.append
+    km = KIND_MASK  # a local: a global costs a lookup per operation
     while work:
         r = pop()
         j = head[r]
         row = rows[r]
         while True:
             c = row[j]
-            q = posted[c + delta[c & 15]]  # who waits at the peer (KIND_MASK as a literal: a hot loop)
+            q = posted[c + delta[c & km]]  # who waits at the peer
             if not q:
                 posted[c] = r  # waits there until the peer comes (at the end: for good)
                 break
@@ -203,7 +203,7 @@ def pairs_meet(enc: Encoded) -> bool:
             h = head[q] + 1
             head[q] = h
             d = rows[q][h]
-            if posted[d + delta[d & 15]]:
+            if posted[d + delta[d & km]]:
                 push(q)  # its next one meets too: it goes on from the work list
             else:
                 posted[d] = q  # it waits there, with no trip through the work list

@@ -37,8 +37,8 @@ program under a model is kept on the program, so lint, then lowering, ask for it
 
 The loop works on the program's integer encoding (`ppdsl/encoding.py`) with one flat list of
 completion times per key, and wakes a rank only when the one thing it waits for happens, so a
-run is linear in the number of actions (figures: benchmarks/RESULTS.md); the loop spells the
-shifts and masks as literals (a named constant costs a global lookup per action) and each row
+run is linear in the number of actions (figures: benchmarks/RESULTS.md); the loop binds the
+shifts, masks and kind bounds of the layout to locals (a global costs a lookup per action) and each row
 it runs ends in `END_OF_ROW`, so it tests no index per action. A compute-only program
 written as a timeline (PyTorch's CSV: one cell per time step) is asked of its steps first
 (`steps_are_an_order`): when every action's inputs are done at earlier steps, the program runs
@@ -61,9 +61,9 @@ from typing import cast
 
 from attrs import field, frozen
 
-from .layout import KIND_SPACE, key_of, kind_of
-from .encoding import (_COMM_KINDS, COMM_KINDS, COMPUTE_KINDS, KIND_MASK, MB_STRIDE, NO_PEER, NOTHING, PRODUCERS,
-                       SLOT_BITS, SLOT_MASK, B, Encoded, Needs, RECV_B, SHIFT, code_space, encode,
+from .layout import KIND_BITS, KIND_SPACE, SLOT_SPACE, key_of, kind_of
+from .encoding import (_COMM_KINDS, COMM_KINDS, COMM_MAX, COMPUTE_KINDS, COMPUTE_MAX, KIND_MASK, MB_STRIDE,
+                       NO_PEER, NOTHING, RECEIVE_BIT, SLOT_BITS, Encoded, Needs, SHIFT, code_space, encode,
                        kind_slice, peer_code, producers, received_key, sent_key)
 from .gcpause import no_gc
 from .ir import Action, Kind, Overlap, Program, row_length
@@ -266,12 +266,12 @@ def completes(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, e
     return _Engine(program, enc, model, UNIT).completes()
 
 
-# How the engine reads a duration: `dur[code & dur_mask]`. DUR_PER_KIND: a table of 16, one
-# per Kind value (every stage has the same times); DUR_PER_CODE (all bits set): one per code.
+# How the engine reads a duration: `dur[code & dur_mask]`. DUR_PER_KIND: a table of KIND_SPACE,
+# one per Kind value (every stage has the same times); DUR_PER_CODE (all bits set): one per code.
 DUR_PER_KIND = KIND_MASK
 DUR_PER_CODE = -1
-# What every row the loop runs ends in: a code no action has (kind bits 15, sm 0; an
-# out-of-range action's code is -1, and such a program never runs). The loop spells it 15.
+# What every row the loop runs ends in: a code no action has (kind bits KIND_MASK, sm 0; an
+# out-of-range action's code is -1, and such a program never runs).
 END_OF_ROW = KIND_MASK
 _END = [END_OF_ROW]
 # A rank's position while a grouped batch waits for peers to meet its members: not a step;
@@ -289,7 +289,7 @@ class _Engine:
 
     def _durations(self, with_comms: bool, input_hop: list[list[bool]]
                    ) -> tuple[list[float], int, list[float] | None]:
-        """Durations as the loop reads them, `dur[code & mask]`: per Kind value (mask 15) when
+        """Durations as the loop reads them, `dur[code & mask]`: per Kind value (mask KIND_MASK) when
         every stage has the same, else per action code (mask -1): a compute's time, a send's
         or receive's message time. And per code, the message time an implicit hand-off adds
         to a compute's input in a compute-only program (`Needs.input_hop`; None: none)."""
@@ -297,21 +297,24 @@ class _Engine:
         S, M = enc.stages, enc.microbatches
         SM = S * M
         needs_hops = not with_comms and any(map(any, input_hop))
+        computes, comms = len(COMPUTE_KINDS), len(COMM_KINDS)  # Kind values: computes, then sends and receives
         if timing.is_unit:
-            return [1.0] * 4 + [0.0] * 12, DUR_PER_KIND, None
+            return [1.0] * computes + [0.0] * (KIND_SPACE - computes), DUR_PER_KIND, None
         hop_time: list[float] | None = None
         if timing.table is not None and timing.fixed_message is not None:
             msg = timing.fixed_message
-            rows = [tuple(float(x) for x in (timing.table[s] if s < len(timing.table) else ()))[:4] for s in range(S)]
-            rows = [row + (0.0,) * (4 - len(row)) for row in rows]
+            rows = [tuple(float(x) for x in (timing.table[s] if s < len(timing.table) else ()))[:computes]
+                    for s in range(S)]
+            rows = [row + (0.0,) * (computes - len(row)) for row in rows]
             if needs_hops and msg:
                 hop_time = [0.0] * code_space(S, M)
                 for k, hops in enumerate(input_hop):
                     for s in range(S):
                         if hops[s]:
                             hop_time[kind_slice(s, k, M)] = [msg] * M
-            if len(set(rows)) <= 1:  # the same on every stage: a table of 16
-                return list(rows[0] if rows else (0.0,) * 4) + [msg] * 4 + [0.0] * 8, DUR_PER_KIND, hop_time
+            if len(set(rows)) <= 1:  # the same on every stage: a table of KIND_SPACE
+                return (list(rows[0] if rows else (0.0,) * computes) + [msg] * comms
+                        + [0.0] * (KIND_SPACE - computes - comms), DUR_PER_KIND, hop_time)
             dur = [0.0] * code_space(S, M)
             for s, row in enumerate(rows):
                 for k in COMPUTE_KINDS:
@@ -330,11 +333,11 @@ class _Engine:
         for r, codes in enumerate(enc.codes):
             for c, a in zip(codes, enc.actions_of_rank(r)):
                 k = c & KIND_MASK
-                if k <= B:
+                if k <= COMPUTE_MAX:
                     dur[c] = compute(a)
                     if hop_time is not None and input_hop[k][a.stage]:
                         hop_time[c] = message(a)
-                elif k <= RECV_B:
+                elif k <= COMM_MAX:
                     dur[c] = message(a)
         return dur, DUR_PER_CODE, hop_time
 
@@ -380,6 +383,10 @@ class _Engine:
         dur, dur_mask, hop_time = self._durations(with_comms, needs.input_hop) if timed else ([0.0] * KIND_SPACE, DUR_PER_KIND, None)
         peer_delta, need_off, recv_off = needs.peer_delta, needs.need_off, needs.recv_off
         out_slot = needs.out_slot
+        # The layout and the kinds' bounds, from the table of kinds (`ppdsl/kinds.py`), as locals:
+        # a global costs a lookup per action.
+        kb, km, sb = KIND_BITS, KIND_MASK, SLOT_BITS
+        cmax, xmax, rbit, end_row = COMPUTE_MAX, COMM_MAX, RECEIVE_BIT, END_OF_ROW
         meets = needs.meets  # where a link's order differs from the labels: who meets whom
 
         # Completion time per key (-1: not yet). M microbatches' worth of keys past the end
@@ -388,13 +395,13 @@ class _Engine:
         size = key_of(S * M + M, 0)
         if timed:
             done = [-1.0] * size
-            done[NOTHING::8] = [0.0] * (S * M + M)  # what waits for nothing waits for a key done at 0
+            done[NOTHING::SLOT_SPACE] = [0.0] * (S * M + M)  # what waits for nothing waits for a key done at 0
         else:
             # Without times a key is -1 or 0: one signed byte each, eight times less memory
             # for the loop to touch than a list (the same loop, twice as fast on 262,144
             # actions once the cache is shared).
             done = cast("list[float]", array("b", b"\xff") * size)
-            done[NOTHING::8] = cast("list[float]", array("b", bytes(S * M + M)))
+            done[NOTHING::SLOT_SPACE] = cast("list[float]", array("b", bytes(S * M + M)))
         # Code of a posted send/receive -> its rank; it was posted at that rank's start of it.
         posted: dict[int, int] = {}
         waiters: dict[int, list[int]] = {}  # dependency key -> ranks waiting for it
@@ -455,15 +462,15 @@ class _Engine:
                         stuck = False
                         for j in range(i, i + count):
                             cj = codes[j]
-                            kj = cj & 15
-                            if kj <= 3:  # a compute member (every member of a pair): as the hot path below reads it
-                                smj = cj >> 4
-                                key = (smj << 3) + local_slot[kj]
+                            kj = cj & km
+                            if kj <= cmax:  # a compute member (every member of a pair): as the hot path below reads it
+                                smj = cj >> kb
+                                key = (smj << sb) + local_slot[kj]
                                 d = done[key]
                                 if d >= 0:
                                     if d > t0:
                                         t0 = d
-                                    key = (smj << 3) + input_off[kj][smj]
+                                    key = (smj << sb) + input_off[kj][smj]
                                     d = done[key]
                                     if d >= 0:
                                         if hop_time is not None:
@@ -499,9 +506,9 @@ class _Engine:
                                 t = end
                             for j in range(i, i + count):
                                 cj = codes[j]
-                                kj = cj & 15
-                                base = (cj >> 4) << 3
-                                for key in out_slots[kj] if kj <= 3 else ():
+                                kj = cj & km
+                                base = (cj >> kb) << sb
+                                for key in out_slots[kj] if kj <= cmax else ():
                                     key += base
                                     if done[key] < 0:
                                         done[key] = end
@@ -512,7 +519,7 @@ class _Engine:
                         # A grouped batch: its members are posted at t0 by the send/receive
                         # code below, one after another without waiting; the rank waits at
                         # the batch until the last of them has met its peer.
-                        if not _COMM_KINDS.issuperset([cj & 15 for cj in codes[i:i + count]]):
+                        if not _COMM_KINDS.issuperset([cj & km for cj in codes[i:i + count]]):
                             break  # a compute has no peer to meet in a batch: it waits forever (PPS208)
                         pc[r] = i
                         pending[r] = count
@@ -520,10 +527,10 @@ class _Engine:
                         if timed:
                             st[i:i + count] = [t0] * count
                         batch_stop = i + count
-                k = c & 15
-                if k <= 3:  # compute, B and below (the hot path): its own earlier work, then its input from the next or previous stage
-                    sm = c >> 4
-                    base = sm << 3
+                k = c & km
+                if k <= cmax:  # compute, COMPUTE_MAX and below (the hot path): its own earlier work, then its input from the next or previous stage
+                    sm = c >> kb
+                    base = sm << sb
                     key = base + local_slot[k]
                     d = done[key]
                     if d < 0:
@@ -550,8 +557,8 @@ class _Engine:
                             extend(waiters.pop(key))
                     i += 1
                     continue
-                if k > 7:  # past RECV_B: UNSHARD, RESHARD, REDUCE_GRAD (no data flow, no time), or the row's end
-                    if c == 15:  # END_OF_ROW
+                if k > xmax:  # past the sends and receives: a stage-only kind (no data flow, no time), or the row's end
+                    if c == end_row:
                         break
                     if timed:
                         st[i] = en[i] = t
@@ -559,12 +566,12 @@ class _Engine:
                     continue
                 # A send or receive: the one place where an operation meets its peer, or
                 # waits posted until the peer comes.
-                base = (c >> 4) << 3
+                base = (c >> kb) << sb
                 t0 = t
                 off = need_off[k]
                 if off is not None and not batch_stop:  # a grouped batch had its members' data checked above
                     key = base + off
-                    if meets is not None and k & 1:  # a buffered receive waits for the send it meets
+                    if meets is not None and k & rbit:  # a buffered receive waits for the send it meets
                         key = sent_key(meets.get(c, c + peer_delta[k]))
                     d = done[key]
                     if d < 0:
@@ -574,7 +581,7 @@ class _Engine:
                         t0 = d
                 if buffered:
                     if timed:
-                        t = end = t0 if k & 1 else t0 + dur[c & dur_mask]  # a receive takes no time once its send is done
+                        t = end = t0 if k & rbit else t0 + dur[c & dur_mask]  # a receive takes no time once its send is done
                         st[i] = t0
                         en[i] = end
                     base |= out_slot[k]
@@ -605,7 +612,7 @@ class _Engine:
                         if not pending[pr]:
                             ends[pr][i0] = ready[pr] = end
                     # The pair's receive completes (a send's key matters only when buffered).
-                    base = base + recv_off[k] if meets is None else received_key(c if k & 1 else pcode)
+                    base = base + recv_off[k] if meets is None else received_key(c if k & rbit else pcode)
                     done[base] = end
                     if waiters and base in waiters:
                         extend(waiters.pop(base))

@@ -28,10 +28,11 @@ from .ir import Action, Batch, Kind, Overlap, Program, require_program
 from .memory import UNIT, BytesProfile, MemoryProfile, peak_bytes, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path
 from .semantics import CommModel, Execution, Wait, execute, wait_cycle
-from .encoding import KIND_MASK, code_space, encode, kind_slice
+from .encoding import COMM_KINDS, COMPUTE_KINDS, KIND_MASK, KIND_SPACE, code_space, encode, kind_slice
 
-_IS_COMPUTE = [k <= Kind.B for k in range(16)]
-_IS_COMM = [Kind.SEND_F <= k <= Kind.RECV_B for k in range(16)]
+# Per kind value: whether its time is busy (a compute) or a message's (a send or receive).
+_IS_COMPUTE = [k in COMPUTE_KINDS for k in range(KIND_SPACE)]
+_IS_COMM = [k in COMM_KINDS for k in range(KIND_SPACE)]
 
 
 class Simulation:
@@ -69,9 +70,9 @@ class Simulation:
                     continue
                 if isinstance(step, Action):
                     k = step.kind
-                    if k <= Kind.B:
+                    if k.is_compute:
                         b += e - s
-                    elif k <= Kind.RECV_B:
+                    elif k.is_comm:
                         c += e - s
                 elif type(step) is Overlap:
                     b += e - s
@@ -210,7 +211,7 @@ def applying_to(program: Program) -> tuple[frozenset[str], bool]:
     """The compute kinds `program` has (names, `F`...) and whether it has an overlapped pair:
     the costs a report of it describes (`CostModel.describe`)."""
     enc = encode(program)
-    kinds = frozenset(Kind(k).name for k in enc.kinds if k <= Kind.B)
+    kinds = frozenset(Kind(k).name for k in enc.kinds if k in COMPUTE_KINDS)
     return kinds, any(not is_batch for groups in enc.groups for is_batch, _ in groups.values())
 
 

@@ -32,7 +32,7 @@ from typing import ClassVar, cast
 from ..diagnostics import Diagnostic, PpsError, Severity
 from ..encoding import read_rows
 from ..wording import plural
-from ..ir import (IDLE, KIND_BY_NAME, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment,
+from ..ir import (IDLE, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment,
                   SourceMap, Span, Step, actions_of, make_action, steps_from_codes)
 from ..gcpause import no_gc
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS, MAX_STAGES
@@ -49,17 +49,23 @@ _BACKWARD_RE = re.compile(r"(?<!\w)(\d+)(BW|B|W)(\d+)(?!\w)")
 SMALL_SHAPE = 65_536
 
 
+def _spellings(dialect: str) -> dict[Kind, str]:
+    """Each kind's spelling in one dialect: its row's `csv` in the table of kinds (`ppdsl/kinds.py`)."""
+    return {k: k.row.csv[dialect] for k in Kind}
+
+
 class CurrentDialect:
     name: ClassVar[str] = "current"
     # Kind written in the file -> Kind in the IR, and back.
-    read_names: ClassVar[dict[str, Kind]] = dict(KIND_BY_NAME)
-    write_names: ClassVar[dict[Kind, str]] = {k: k.name for k in Kind}
+    write_names: ClassVar[dict[Kind, str]] = _spellings("current")
+    read_names: ClassVar[dict[str, Kind]] = {text: k for k, text in write_names.items()}
 
 
 class LegacyDialect(CurrentDialect):
     name = "legacy"
-    read_names = {**{k: v for k, v in CurrentDialect.read_names.items() if k != "I"}, "BW": Kind.B}
-    write_names = {**CurrentDialect.write_names, Kind.I: "B", Kind.B: "BW"}
+    # `B` reads as `I`, provisionally: `_resolve_legacy` decides per (stage, microbatch).
+    write_names = _spellings("legacy")
+    read_names = {text: k for k, text in write_names.items()}
 
 
 DIALECTS: dict[str, type[CurrentDialect]] = {"current": CurrentDialect, "legacy": LegacyDialect}
@@ -98,9 +104,7 @@ class _Reader:
     def __init__(self, dialect: type[CurrentDialect], whole_runs: bool = True):
         self.dialect = dialect
         self.whole_runs = whole_runs
-        self.names = dict(dialect.read_names)
-        if dialect is LegacyDialect:
-            self.names["B"] = Kind.I  # provisional: _resolve_legacy() decides per (stage, microbatch)
+        self.names = dict(dialect.read_names)  # legacy `B` as `I`, provisionally: _resolve_legacy() decides
         self.tokens = TokenReader(self.names, MAX_STAGES, MAX_MICROBATCHES, "", IDLE)
         self.runs = PlainRuns(self.names, ",", "")
 

@@ -14,14 +14,14 @@ import math
 import textwrap
 from typing import Any
 
+from ..kinds import PICTURES
 from ..wording import plural
 from ..simulate import Simulation
 from .terminal import _rich, gutter_of, heading, to_text, use_colour
 from .timeline import CATEGORIES, COLOURS, Timeline, kinds_in
 from .timeline import short_number as _num
 
-GLYPHS: dict[str, str] = {"F": "F", "B": "B", "I": "I", "W": "W", "OVERLAP": "+", "SEND": "s", "RECV": "r",
-                          "BATCH": "<", "OTHER": "u"}
+GLYPHS: dict[str, str] = {p.key: p.glyph for p in PICTURES}  # per category (`kinds.PICTURES`)
 MOSTLY_IDLE = "."
 FLAGGED = "!"
 # Above the lanes: the heading and the ruler.

@@ -15,12 +15,15 @@ import os
 import shutil
 from typing import Any
 
+from ..kinds import PICTURES
 from ..wording import plural
 from ..limits import MAX_PICTURE_CELLS
 from ..simulate import Simulation, stuck_summary
 from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
 
+# Per category, its short name in the legend (`kinds.PICTURES`).
+_LABELS: dict[str, str] = {p.key: p.label for p in PICTURES}
 MAX_PROBLEM_LINES = 20  # under the picture; the diagnostics above it say the rest
 
 
@@ -232,4 +235,4 @@ def _light(hex_colour: str) -> bool:
 
 
 def _short_legend(category: str) -> str:
-    return {"SEND": "S", "RECV": "R", "OVERLAP": "F+B", "BATCH": "<n>", "OTHER": "U/RS/RG"}.get(category, category)
+    return _LABELS.get(category, category)

@@ -14,45 +14,24 @@ from attrs import evolve, frozen
 
 from ..costs import shares_of
 from ..diagnostics import Diagnostic
-from ..ir import Action, Idle, Overlap, Step, actions_of
+from ..ir import Action, Idle, Kind, Overlap, Step, actions_of
+from ..kinds import KINDS, PICTURES
 from ..simulate import Simulation
 
-# Category of a slot: its colour and its legend entry.
-CATEGORIES: dict[str, str] = {
-    "F": "forward",
-    "B": "backward",
-    "I": "backward (input)",
-    "W": "backward (weight)",
-    "OVERLAP": "overlapped F+B",
-    "SEND": "send",
-    "RECV": "receive",
-    "BATCH": "fused send/recv batch",
-    "OTHER": "unshard / reshard / reduce",
-}
-
-COLOURS: dict[str, str] = {
-    "F": "#4c78a8",
-    "B": "#54a24b",
-    "I": "#f58518",
-    "W": "#b279a2",
-    "OVERLAP": "#72b7b2",
-    "SEND": "#8c8c8c",
-    "RECV": "#bab0ac",
-    "BATCH": "#9d755d",
-    "OTHER": "#eeca3b",
-}
+# Category of a slot: its colour and its legend entry, in legend order, from the pictures of
+# the table of kinds (`kinds.PICTURES`; each kind names its own, `KindRow.picture`).
+CATEGORIES: dict[str, str] = {p.key: p.legend for p in PICTURES}
+COLOURS: dict[str, str] = {p.key: p.colour for p in PICTURES}
+# Per kind, its category (`Kind` value -> key of CATEGORIES).
+_CATEGORY_OF: tuple[str, ...] = tuple(k.row.picture for k in Kind)
+# A token's kind name -> its label in a narrow cell (`SEND_F` -> `SF`), longest name first.
+_SHORT: tuple[tuple[str, str], ...] = tuple(sorted(((r.name, r.short or r.name) for r in KINDS),
+                                                   key=lambda pair: -len(pair[0])))
 
 
 def category(step: Step) -> str:
     if isinstance(step, Action):
-        k = step.kind
-        if k.is_compute:
-            return k.name
-        if k.is_send:
-            return "SEND"
-        if k.is_recv:
-            return "RECV"
-        return "OTHER"
+        return _CATEGORY_OF[step.kind]
     if isinstance(step, Overlap):
         return "OVERLAP"
     return "BATCH"
@@ -104,8 +83,9 @@ def _short_of(token: str) -> str:
     while i < len(token) and token[i].isdigit():
         i += 1
     rest = token[i:]
-    for long, short in (("SEND_", "S"), ("RECV_", "R"), ("UNSHARD", "U"), ("RESHARD", "RS"), ("REDUCE_GRAD", "RG")):
-        rest = rest.replace(long, short)
+    for long, short in _SHORT:
+        if rest.startswith(long):
+            return short + rest[len(long):]
     return rest
 
 

@@ -12,10 +12,22 @@ from __future__ import annotations
 import json
 
 from ..costs import UNITS
-from ..encoding import encode
+from ..encoding import INPUT_FROM_STAGE, PEER_OF_KIND, encode
 from ..ir import Kind, actions_of
 from ..simulate import Simulation
 from .timeline import Timeline
+
+# A message is keyed by the stage it goes to, its microbatch and what it carries ("F": an
+# activation, going up the stages; "B": a gradient, going down), from the rule's tables:
+# per send, (the step to the stage it goes to, what); per receive, what;
+_SENDS: dict[Kind, tuple[int, str]] = {Kind(k): (step, "F" if step > 0 else "B")
+                                       for k, (step, _) in PEER_OF_KIND.items() if Kind(k).is_send}
+_RECEIVES: dict[Kind, str] = {Kind(k): "F" if step < 0 else "B" for k, (step, _) in PEER_OF_KIND.items()
+                              if Kind(k).is_recv}
+# in a program without sends and receives, per compute that takes its input from a neighbouring
+# stage, (the step to the stage its own output goes to, what it takes and hands on).
+_HANDED_ON: dict[Kind, tuple[int, str]] = {Kind(k): (-step, "F" if step < 0 else "B")
+                                           for k, (step, _) in INPUT_FROM_STAGE.items()}
 
 
 def render_trace(sim: Simulation, timeline: Timeline, title: str) -> str:
@@ -52,24 +64,17 @@ def render_trace(sim: Simulation, timeline: Timeline, title: str) -> str:
                 continue
             k = a.kind
             if explicit:
-                if k is Kind.SEND_F:
-                    leaves[(a.stage + 1, m, "F")] = (s.rank, mid)
-                elif k is Kind.RECV_F:
-                    arrives[(a.stage, m, "F")] = (s.rank, mid)
-                elif k is Kind.SEND_B:
-                    leaves[(a.stage - 1, m, "B")] = (s.rank, mid)
-                elif k is Kind.RECV_B:
-                    arrives[(a.stage, m, "B")] = (s.rank, mid)
-            else:
-                pl = program.placement
-                if k is Kind.F:
-                    arrives[(a.stage, m, "F")] = (s.rank, mid)
-                    if a.stage + 1 < program.stages and pl[a.stage + 1] != s.rank:
-                        leaves[(a.stage + 1, m, "F")] = (s.rank, mid)
-                elif k in (Kind.B, Kind.I):
-                    arrives[(a.stage, m, "B")] = (s.rank, mid)
-                    if a.stage > 0 and pl[a.stage - 1] != s.rank:
-                        leaves[(a.stage - 1, m, "B")] = (s.rank, mid)
+                if k in _SENDS:
+                    hop, what = _SENDS[k]
+                    leaves[(a.stage + hop, m, what)] = (s.rank, mid)
+                elif k in _RECEIVES:
+                    arrives[(a.stage, m, _RECEIVES[k])] = (s.rank, mid)
+            elif k in _HANDED_ON:
+                hop, what = _HANDED_ON[k]
+                arrives[(a.stage, m, what)] = (s.rank, mid)
+                to = a.stage + hop
+                if 0 <= to < program.stages and program.placement[to] != s.rank:
+                    leaves[(to, m, what)] = (s.rank, mid)
     flow = 0
     for key, (src, t0) in leaves.items():
         dst = arrives.get(key)

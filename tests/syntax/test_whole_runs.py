@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ppdsl.diagnostics import PpsError
 from ppdsl.formats.torch_csv import CurrentDialect, LegacyDialect, _Reader, read_csv
-from ppdsl.ir import IDLE, KIND_BY_NAME, Kind, LazyRows, Program
+from ppdsl.ir import IDLE, KIND_BITS, KIND_BY_NAME, Kind, LazyRows, Program
 from ppdsl import limits
 from ppdsl.limits import MAX_MICROBATCHES, MAX_STAGES
 from ppdsl.syntax import scan
@@ -82,22 +82,22 @@ def test_what_a_run_learns_is_in_its_words(text: str, separator: str) -> None:
 def test_plain_runs_read_the_usual_rows_and_refuse_the_rest() -> None:
     runs_ = scan.PlainRuns(KIND_BY_NAME, " ", "_")
     assert runs_.read("0F0 0F1 1B0 12SEND_F3 2RECV_B10") == (
-        [0 << 4 | Kind.F, 0 << 4 | Kind.F, 1 << 4 | Kind.B, 12 << 4 | Kind.SEND_F, 2 << 4 | Kind.RECV_B], [0, 1, 0, 3, 10])
-    assert runs_.read("_ 0F0 _ _ 1B0 _") == ([None, 0 << 4 | Kind.F, None, None, 1 << 4 | Kind.B, None],
+        [0 << KIND_BITS | Kind.F, 0 << KIND_BITS | Kind.F, 1 << KIND_BITS | Kind.B, 12 << KIND_BITS | Kind.SEND_F, 2 << KIND_BITS | Kind.RECV_B], [0, 1, 0, 3, 10])
+    assert runs_.read("_ 0F0 _ _ 1B0 _") == ([None, 0 << KIND_BITS | Kind.F, None, None, 1 << KIND_BITS | Kind.B, None],
                                               [None, 0, None, None, 0, None])
     # Stage-only words have no microbatch: PyTorch ends GPipe's and 1F1B's rows with REDUCE_GRAD.
     assert runs_.read("1UNSHARD 0F0 _ 1REDUCE_GRAD 10RESHARD") == (
-        [1 << 4 | Kind.UNSHARD, 0 << 4 | Kind.F, None, 1 << 4 | Kind.REDUCE_GRAD, 10 << 4 | Kind.RESHARD],
+        [1 << KIND_BITS | Kind.UNSHARD, 0 << KIND_BITS | Kind.F, None, 1 << KIND_BITS | Kind.REDUCE_GRAD, 10 << KIND_BITS | Kind.RESHARD],
         [None, 0, None, None, None])
     for refused in ("0F0  0F1", "00F1", "0F01", "0F0 0FB1", "0F0\t0F1", "", "0F0 ", "_ 0F",
                     "0F _", "~F1", "0F0 ~F1", "_ ~F1", "__", "0F0 _0", "0UNSHARD0", "0F 0UNSHARD", "_ 0F 0UNSHARD",
                     "UNSHARD 0F0", "0UNSHARDF1", "0UNSHARD_", "00UNSHARD", "0REDUCE_GRAD1 0F0"):
         assert runs_.read(refused) is None, refused
     cells = scan.PlainRuns(KIND_BY_NAME, ",", "")
-    assert cells.read(",0F0,,,1B0,") == ([None, 0 << 4 | Kind.F, None, None, 1 << 4 | Kind.B, None],
+    assert cells.read(",0F0,,,1B0,") == ([None, 0 << KIND_BITS | Kind.F, None, None, 1 << KIND_BITS | Kind.B, None],
                                          [None, 0, None, None, 0, None])
     assert cells.read(",") == ([None, None], [None, None])
-    assert cells.read("0F0,,0REDUCE_GRAD") == ([0 << 4 | Kind.F, None, 0 << 4 | Kind.REDUCE_GRAD], [0, None, None])
+    assert cells.read("0F0,,0REDUCE_GRAD") == ([0 << KIND_BITS | Kind.F, None, 0 << KIND_BITS | Kind.REDUCE_GRAD], [0, None, None])
     for refused in ("0F0,0F", "0F,", ",~F1", "0F0, 0F1", "0REDUCE_GRAD0,0F0", "0F,0UNSHARD"):
         assert cells.read(refused) is None, refused
 

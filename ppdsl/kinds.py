@@ -1,0 +1,352 @@
+"""The action kinds, one row each: everything ppdsl knows of a kind is read from `KINDS`.
+
+A row (`KindRow`) says how the kind is spelled (in `.pps`, in each dialect of PyTorch's CSV),
+its category (`compute`, `comm` or `stage`: a stage-only kind names a stage and no
+microbatch), what it waits for and what it completes (as slots of its stage and microbatch,
+`SLOTS`), whom a send or receive names as its peer, its effect on live activations, its key
+in a cost model, its category in pictures (`PICTURES`) and which runtimes run it.
+
+Everything else is derived from the table, here or where it is read: `Kind` (checked against
+the table when this module loads), the category tests (`Kind.is_compute` ...) and the sets and
+bounds the hot loops test (`COMPUTE_MAX`, `COMM_MAX`, `RECEIVE_BIT`, `EXCHANGE_BIT`), the bit
+layout (`KIND_BITS`, `SLOT_BITS`, as wide as the table needs: a row or slot more widens them), the
+dependency rule (`encoding.LOCAL_NEEDS` ... `encoding.PRODUCERS`, `links.PEER_OF_KIND`), the
+readers' names (`KIND_BY_NAME`, `formats.torch_csv`'s dialects), the memory signs
+(`memory.signs`), the cost keys (`costs.COMPUTE_KINDS`) and the pictures' legend and colours
+(`render.timeline.CATEGORIES`, `render.timeline.COLOURS`). `tests/test_kinds_table.py` holds
+every consumer to the table, and `derive(rows)` builds the derived tables of any table, so a
+test can add a row without touching this one.
+
+The hot loops (`semantics._Engine._loop`, `proofs.pairs_meet`) bind the derived constants to
+locals once; a test holds them to the table and finds no kind or slot number spelled as a
+literal in them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Final, Literal, NamedTuple
+
+Category = Literal["compute", "comm", "stage"]
+# What an action does to its (stage, microbatch)'s activations (`memory.signs`): makes them
+# live; frees them (a full backward); frees them when the backward is split (the weight
+# gradient, which still needs the saved inputs); nothing.
+Memory = Literal["live", "frees", "frees_split", ""]
+RUNTIMES: Final = frozenset(("torch", "paddle"))
+
+
+class SlotRow(NamedTuple):
+    """One thing that completes for a (stage, microbatch): the low bits of a dependency key."""
+
+    name: str  # its constant in `layout` (`F_DONE`)
+    value: int
+    label: str  # how a key of it reads in a message: `1RECV_F3`
+
+
+class Picture(NamedTuple):
+    """A category of step in the pictures: its legend entry, colour, glyph in the overview and
+    label in the terminal's legend. A kind names one (`KindRow.picture`); `step` marks those of
+    a step of several actions (an overlapped pair, a batch), which no kind names."""
+
+    key: str
+    legend: str
+    colour: str
+    glyph: str
+    label: str
+    step: bool = False
+
+
+class KindRow(NamedTuple):
+    """One action kind. The slots are `SlotRow.name`s; a kind name in `peer` is another row's.
+
+    The rows are named tuples, not attrs classes: ppdsl makes them whenever it loads, where an
+    attrs class costs a millisecond or more to build (its methods are generated code)."""
+
+    name: str  # the spelling in `.pps` and in PyTorch's current CSV: `0SEND_F3`, `1UNSHARD`
+    value: int  # `Kind` value, a code's low bits
+    category: Category
+    legacy_csv: str = ""  # the spelling in PyTorch's legacy CSV (empty: as `name`)
+    # A compute's needs: the slot of its own (stage, microbatch) it waits for; its input from a
+    # neighbouring stage, (the stage step, the slot there); the slot of its own receive that
+    # carries that input instead when the neighbour is on another rank.
+    local: str | None = None
+    input: tuple[int, str] | None = None
+    received: str | None = None
+    # A send's need: the slot of its own (stage, microbatch) holding what it sends.
+    sends: str | None = None
+    completes: tuple[str, ...] = ()
+    peer: tuple[int, str] | None = None  # a send's or receive's: (stage step, the peer's kind)
+    backward: bool = False
+    memory: Memory = ""
+    cost: str | None = None  # its key in a cost model (None: it takes no time of its own)
+    picture: str = "OTHER"
+    short: str = ""  # its label in a narrow cell (`SF3`); empty: its name
+    runtimes: frozenset[str] = RUNTIMES
+
+    @property
+    def csv(self) -> dict[str, str]:
+        """Its spelling per CSV dialect."""
+        return {"current": self.name, "legacy": self.legacy_csv or self.name}
+
+
+# The slots of a key, in value order. NOTHING (`layout.NOTHING`, the top slot value) is not a
+# row: no action completes it, every engine starts it as done.
+SLOTS: Final[tuple[SlotRow, ...]] = (
+    SlotRow("F_DONE", 0, "F"),
+    SlotRow("GRAD_DONE", 1, "B"),  # the input gradient of a stage, by its B or its I
+    SlotRow("I_DONE", 2, "I"),
+    SlotRow("RECV_F_DONE", 3, "RECV_F"),
+    SlotRow("RECV_B_DONE", 4, "RECV_B"),
+    SlotRow("MSG_F_SENT", 5, "SEND_F"),
+    SlotRow("MSG_B_SENT", 6, "SEND_B"),
+)
+
+# The categories of the pictures, in legend order.
+PICTURES: Final[tuple[Picture, ...]] = (
+    Picture("F", "forward", "#4c78a8", "F", "F"),
+    Picture("B", "backward", "#54a24b", "B", "B"),
+    Picture("I", "backward (input)", "#f58518", "I", "I"),
+    Picture("W", "backward (weight)", "#b279a2", "W", "W"),
+    Picture("OVERLAP", "overlapped F+B", "#72b7b2", "+", "F+B", step=True),
+    Picture("SEND", "send", "#8c8c8c", "s", "S"),
+    Picture("RECV", "receive", "#bab0ac", "r", "R"),
+    Picture("BATCH", "fused send/recv batch", "#9d755d", "<", "<n>", step=True),
+    Picture("OTHER", "unshard / reshard / reduce", "#eeca3b", "u", "U/RS/RG"),
+)
+
+# The kinds. Rows are in listing order (a full backward before its halves: cost keys, the
+# producers of a slot, the rule tables list them so); values place the compute kinds first,
+# then the sends and receives, then the stage-only kinds (the hot loops tell them apart by
+# `k <= COMPUTE_MAX` and `k > COMM_MAX`).
+KINDS: Final[tuple[KindRow, ...]] = (
+    KindRow("F", 0, "compute", input=(-1, "F_DONE"), received="RECV_F_DONE", completes=("F_DONE",),
+            memory="live", cost="F", picture="F"),
+    KindRow("B", 3, "compute", legacy_csv="BW", local="F_DONE", input=(1, "GRAD_DONE"), received="RECV_B_DONE",
+            completes=("GRAD_DONE",), backward=True, memory="frees", cost="B", picture="B"),
+    KindRow("I", 1, "compute", legacy_csv="B", local="F_DONE", input=(1, "GRAD_DONE"), received="RECV_B_DONE",
+            completes=("GRAD_DONE", "I_DONE"), backward=True, cost="I", picture="I"),
+    KindRow("W", 2, "compute", local="I_DONE", backward=True, memory="frees_split", cost="W", picture="W"),
+    KindRow("SEND_F", 4, "comm", sends="F_DONE", completes=("MSG_F_SENT",), peer=(1, "RECV_F"), cost="comm",
+            picture="SEND", short="SF"),
+    KindRow("RECV_F", 5, "comm", completes=("RECV_F_DONE",), peer=(-1, "SEND_F"), cost="comm", picture="RECV",
+            short="RF"),
+    KindRow("SEND_B", 6, "comm", sends="GRAD_DONE", completes=("MSG_B_SENT",), peer=(-1, "RECV_B"), cost="comm",
+            picture="SEND", short="SB"),
+    KindRow("RECV_B", 7, "comm", completes=("RECV_B_DONE",), peer=(1, "SEND_B"), cost="comm", picture="RECV",
+            short="RB"),
+    KindRow("UNSHARD", 8, "stage", short="U"),
+    KindRow("RESHARD", 9, "stage", short="RS"),
+    KindRow("REDUCE_GRAD", 10, "stage", short="RG"),
+)
+
+# Values the bit layout keeps free beyond what the tables use, for kinds and for slots. None:
+# the layout is as wide as the tables need, and a row or slot that needs more widens it (every
+# table over codes or keys doubles with a bit, so spare bits cost time on every program).
+SPARE: Final = 0
+
+
+class TableError(ValueError):
+    """A table of kinds that the layout or the hot loops cannot take, and why."""
+
+
+class Derived(NamedTuple):
+    """What the rest of ppdsl reads of a table of kinds, made by `derive` (a named tuple, as the
+    rows are)."""
+
+    rows: tuple[KindRow, ...]
+    by_value: dict[int, KindRow]
+    kind_bits: int
+    kind_mask: int
+    slot_bits: int
+    slot_mask: int
+    nothing: int  # the slot no action completes (the top slot value)
+    slot_value: dict[str, int]
+    compute: tuple[int, ...]  # values, ascending
+    comm: tuple[int, ...]
+    stage: tuple[int, ...]
+    sends: tuple[int, ...]
+    receives: tuple[int, ...]
+    backward: tuple[int, ...]
+    compute_max: int  # `k <= compute_max`: a compute
+    comm_max: int  # `k > comm_max`: stage-only, or the end of a row (`kind_mask`)
+    receive_bit: int  # among sends and receives, `k & receive_bit` is a receive
+    exchange_bit: int  # in a row with no stage-only action, `k & exchange_bit` is a send or receive (0: none)
+    names: dict[str, int]  # `.pps` and current CSV spelling -> value
+    legacy_names: dict[str, int]
+    cost_keys: tuple[str, ...]  # the compute kinds' cost keys, in listing order
+    local_needs: tuple[tuple[int, int], ...]  # (the kind needed, the kind needing it)
+    own_slot: dict[int, int]  # a kind needed locally -> the slot it completes
+    input_from_stage: dict[int, tuple[int, int]]
+    input_from_receive: dict[int, int]
+    send_needs: dict[int, int]
+    completes: dict[int, int]  # per send or receive: the slot it completes
+    producers: dict[int, tuple[int, ...]]  # per slot: the kinds completing it
+    peer_of_kind: dict[int, tuple[int, int]]
+    slot_names: dict[int, str]  # per slot: its label in messages
+
+    def signs(self, split: bool) -> list[int]:
+        """Per kind value (a list of `kind_mask + 1`): +1 for the kind that makes its
+        activations live, -1 for the one that frees them (`split`: the backward is split)."""
+        sign = [0] * (self.kind_mask + 1)
+        for row in self.rows:
+            if row.memory == "live":
+                sign[row.value] = 1
+            elif row.memory == ("frees_split" if split else "frees"):
+                sign[row.value] = -1
+        return sign
+
+
+def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int = SPARE) -> Derived:
+    """The derived tables of a table of kinds (raises `TableError` for one the layout or the
+    hot loops cannot take), with `spare` values left free in the layout's kind and slot bits."""
+    rows = tuple(rows)
+    by_value = {r.value: r for r in rows}
+    by_name = {r.name: r for r in rows}
+    if len(by_value) != len(rows) or len(by_name) != len(rows):
+        raise TableError("two kinds share a value or a name")
+    if sorted(by_value) != list(range(len(rows))):
+        raise TableError("kind values must be 0, 1, 2, ... with no gap")
+    slot_value = {s.name: s.value for s in slots}
+    if sorted(slot_value.values()) != list(range(len(slots))):
+        raise TableError("slot values must be 0, 1, 2, ... with no gap")
+
+    def values(category: str) -> tuple[int, ...]:
+        return tuple(sorted(r.value for r in rows if r.category == category))
+
+    compute, comm, stage = values("compute"), values("comm"), values("stage")
+    if list(compute + comm + stage) != list(range(len(rows))):
+        raise TableError("kind values must run compute, then send/receive, then stage-only")
+    sends = tuple(sorted(r.value for r in rows if r.category == "comm" and r.sends is not None))
+    receives = tuple(sorted(set(comm) - set(sends)))
+    receive_bit = 1
+    if any(k & receive_bit for k in sends) or not all(k & receive_bit for k in receives):
+        raise TableError("sends must have even values, receives odd")
+    exchange_bit = next((b for b in (1 << i for i in range(8)) if all(k & b for k in comm)
+                         and not any(k & b for k in compute)), 0)
+    # Bits for every value, the spare ones and the top one: the row's end past every kind, and
+    # NOTHING past every slot.
+    kind_bits = (len(rows) + spare).bit_length()
+    slot_bits = (len(slots) + spare).bit_length()
+    compute_max = compute[-1] if compute else -1
+    comm_max = comm[-1] if comm else compute_max
+    for r in rows:
+        for slot in (r.local, r.received, r.sends, *r.completes, r.input[1] if r.input else None):
+            if slot is not None and slot not in slot_value:
+                raise TableError(f"{r.name} names no slot `{slot}`")
+        if (r.category == "comm") != (r.peer is not None) or (r.peer is not None and r.peer[1] not in by_name):
+            raise TableError(f"{r.name}: a send or receive, and only one, names a peer kind")
+        if r.category != "compute" and (r.local or r.input or r.received):
+            raise TableError(f"{r.name}: only a compute waits for its own work or a neighbour's")
+    # The whole-run reader (`syntax.scan.PlainRuns`) cuts a word after each letter that ends the
+    # name of a kind taking a microbatch: a stage-only name may hold none of them.
+    ends = {name[-1] for r in rows if r.category != "stage" for name in r.csv.values()}
+    for r in rows:
+        if r.category == "stage" and any(set(name) & ends for name in r.csv.values()):
+            raise TableError(f"{r.name}: a stage-only name may hold none of {', '.join(sorted(ends))}, the letters "
+                             "that end a kind taking a microbatch")
+    producers: dict[int, tuple[int, ...]] = {}
+    for s in slots:
+        producers[s.value] = tuple(r.value for r in rows if s.name in r.completes)
+    # A compute needs locally the kind that completes its `local` slot (one kind each).
+    local_needs: list[tuple[int, int]] = []
+    own_slot: dict[int, int] = {}
+    for r in rows:
+        if r.local is not None:
+            made_by = [p for p in rows if r.local in p.completes and p.category == "compute" and p.value != r.value]
+            if len(made_by) != 1:
+                raise TableError(f"{r.name} waits for `{r.local}`, which one compute, and only one, must complete")
+            needed = made_by[0]
+            local_needs.append((needed.value, r.value))
+            own_slot[needed.value] = slot_value[r.local]
+    return Derived(
+        rows=rows, by_value=by_value, kind_bits=kind_bits, kind_mask=(1 << kind_bits) - 1, slot_bits=slot_bits,
+        slot_mask=(1 << slot_bits) - 1, nothing=(1 << slot_bits) - 1, slot_value=slot_value,
+        compute=compute, comm=comm, stage=stage, sends=sends, receives=receives,
+        backward=tuple(sorted(r.value for r in rows if r.backward)),
+        compute_max=compute_max, comm_max=comm_max, receive_bit=receive_bit, exchange_bit=exchange_bit,
+        names={r.name: r.value for r in sorted(rows, key=lambda r: r.value)},
+        legacy_names={r.legacy_csv or r.name: r.value for r in sorted(rows, key=lambda r: r.value)},
+        cost_keys=tuple(r.cost for r in rows if r.category == "compute" and r.cost is not None),
+        local_needs=tuple(local_needs), own_slot=own_slot,
+        input_from_stage={r.value: (r.input[0], slot_value[r.input[1]]) for r in rows if r.input is not None},
+        input_from_receive={r.value: slot_value[r.received] for r in rows if r.received is not None},
+        send_needs={r.value: slot_value[r.sends] for r in rows if r.sends is not None},
+        completes={r.value: slot_value[r.completes[0]] for r in rows if r.category == "comm"},
+        producers=producers,
+        peer_of_kind={r.value: (r.peer[0], by_name[r.peer[1]].value) for r in rows if r.peer is not None},
+        slot_names={s.value: s.label for s in slots},
+    )
+
+
+TABLE: Final = derive(KINDS)
+
+KIND_BITS: Final = TABLE.kind_bits  # a code's low bits: the Kind value
+KIND_MASK: Final = TABLE.kind_mask  # a code's or stage-kind's low bits: its kind (all set: no kind, a row's end)
+SLOT_BITS: Final = TABLE.slot_bits  # a key's low bits: which thing of its (stage, microbatch) completed
+SLOT_MASK: Final = TABLE.slot_mask
+COMPUTE_MAX: Final = TABLE.compute_max
+COMM_MAX: Final = TABLE.comm_max
+RECEIVE_BIT: Final = TABLE.receive_bit
+EXCHANGE_BIT: Final = TABLE.exchange_bit
+
+
+class Kind(enum.IntEnum):
+    """What an action does. Integer-valued so hashing stays in C on the hot paths. Its members
+    are the rows of `KINDS` (checked below); its tests read the table's categories."""
+
+    F = 0
+    I = 1  # noqa: E741 - PyTorch's name for backward-input
+    W = 2
+    B = 3
+    SEND_F = 4
+    RECV_F = 5
+    SEND_B = 6
+    RECV_B = 7
+    UNSHARD = 8
+    RESHARD = 9
+    REDUCE_GRAD = 10
+
+    @property
+    def is_compute(self) -> bool:
+        return _IS_COMPUTE[self]
+
+    @property
+    def is_backward(self) -> bool:
+        return _IS_BACKWARD[self]
+
+    @property
+    def is_comm(self) -> bool:
+        return _IS_COMM[self]
+
+    @property
+    def is_send(self) -> bool:
+        return _IS_SEND[self]
+
+    @property
+    def is_recv(self) -> bool:
+        return _IS_RECV[self]
+
+    @property
+    def stage_only(self) -> bool:
+        """A stage-only kind (UNSHARD, RESHARD, REDUCE_GRAD) names a stage but no microbatch."""
+        return _IS_STAGE[self]
+
+    @property
+    def row(self) -> KindRow:
+        """Its row of `KINDS`."""
+        return TABLE.by_value[self]
+
+
+if [(k.name, k.value) for k in Kind] != sorted(((r.name, r.value) for r in KINDS), key=lambda p: p[1]):
+    raise TableError("`Kind`'s members must be the rows of `KINDS`, in value order: add the member beside the row")
+
+
+def _flags(values: tuple[int, ...]) -> tuple[bool, ...]:
+    return tuple(k in values for k in range(len(KINDS)))
+
+
+_IS_COMPUTE, _IS_COMM, _IS_STAGE = _flags(TABLE.compute), _flags(TABLE.comm), _flags(TABLE.stage)
+_IS_SEND, _IS_RECV, _IS_BACKWARD = _flags(TABLE.sends), _flags(TABLE.receives), _flags(TABLE.backward)
+
+KIND_BY_NAME: Final[dict[str, Kind]] = {name: Kind(v) for name, v in TABLE.names.items()}
