@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 from ..ir import KIND_BY_NAME, Kind
+from ..kinds import TABLE, KindRow
 from . import values
 from .errors import StepError
 from .plan import BATCH, OVERLAP, RECV_F, SEND_B, SEND_F, Op, Plan
@@ -234,6 +235,22 @@ def builtin(deferred: DeferredGrads | None) -> dict[Kind, Handler]:
         Kind.SEND_F: message, Kind.RECV_F: message, Kind.SEND_B: message, Kind.RECV_B: message,
         Kind.UNSHARD: gather_weights, Kind.RESHARD: gather_weights, Kind.REDUCE_GRAD: reduce_grads,
     }
+
+
+def unrunnable(plan: Plan, handlers: Mapping[int, Handler], framework: str,
+               rows: Mapping[int, KindRow] = TABLE.by_value) -> str | None:
+    """Why `plan` cannot run on `framework`'s runtime (None: it can): the first action of a kind
+    with no handler, or whose row in the table of kinds does not list that runtime."""
+    for op in plan.ops:
+        for part in op.parts or (op,):
+            row = rows.get(part.code)
+            if row is None:
+                continue
+            if framework not in row.runtimes or part.code not in handlers:
+                runs = ", ".join(sorted(row.runtimes)) or "no runtime yet"
+                return (f"rank {plan.rank} has {part.label}, but the {framework} runtime has no handler for "
+                        f"{row.name} actions (the table of action kinds says: {runs})")
+    return None
 
 
 def table(deferred: DeferredGrads | None, own: Mapping[Kind | str, UserHandler] | None = None) -> dict[int, Handler]:

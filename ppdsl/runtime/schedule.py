@@ -142,6 +142,8 @@ class PipelineSchedule:
         self.grad_guard = GradGuard(fw, self.layers, last_backward_labels(self.plan), self.global_rank) \
             if grad_guard and self.plan.training else None
         self.guard = _guard
+        #: op code -> handler (`handlers.py`): the built-in ones, wrapped by those registered.
+        self.handlers = handlers_.table(self.deferred, handlers)
         if transport is None and _transport is not None and _transport.pairs == self.plan.pairs \
                 and _transport.backend == self.backend and _transport.model is self.comm_model \
                 and _transport.layout == self.layout:
@@ -149,7 +151,8 @@ class PipelineSchedule:
         if transport is not None:
             transport.watchdog = self.watchdog
         # Before any group is made: ranks holding different programs would make different groups.
-        self._agree_on_program(transport.gather if transport is not None else partial(gather_objects, fw))
+        self._agree_on_program(transport.gather if transport is not None else partial(gather_objects, fw),
+                               handlers_.unrunnable(self.plan, self.handlers, fw.name))
         self.transport: Carrier = transport if transport is not None else Transport(
             fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends, self.layout)
         self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard)
@@ -162,8 +165,6 @@ class PipelineSchedule:
             self.reducer = GradientReducer(fw, self.layers, self.transport.all_reduce, self.layout.replicas,
                                            self.watchdog, self.layout.data_parallel_ranks(self.rank))
         self._loss_checked = False
-        #: op code -> handler (`handlers.py`): the built-in ones, wrapped by those registered.
-        self.handlers = handlers_.table(self.deferred, handlers)
         self._compiled = handlers_.compile_ops(self.plan, self.handlers, reductions)
         self._reset()
 
@@ -175,19 +176,23 @@ class PipelineSchedule:
             self.split_warnings.append(message)
             warnings.warn(message, stacklevel=3)
 
-    def _agree_on_program(self, gather: Callable[[Any], list[Any]]) -> None:
-        """All ranks compare the digest of the program they hold, and fail together."""
+    def _agree_on_program(self, gather: Callable[[Any], list[Any]], refused: str | None) -> None:
+        """All ranks compare the digest of the program they hold, and whether each can run its
+        part (`refused`: why not), and fail together."""
         self.watchdog.arm("checking that all ranks run the same program", "all ranks")
-        gathered = gather((self.plan.digest, self.guard))
+        gathered = gather((self.plan.digest, self.guard, refused))
         self.watchdog.disarm()
-        digests = [digest for digest, _ in gathered]
+        refusals = [why for _, _, why in gathered if why is not None]
+        if refusals:
+            raise SetupError(refusals[0])
+        digests = [digest for digest, _, _ in gathered]
         if len(set(digests)) != 1:
             groups: dict[str, list[int]] = {}
             for r, d in enumerate(digests):
                 groups.setdefault(d, []).append(r)
             desc = "; ".join(f"ranks {', '.join(map(str, rs))} hold program {d[:12]}" for d, rs in groups.items())
             raise SetupError(f"the ranks do not hold the same program (text, placement or shape): {desc}")
-        unguarded = [r for r, (_, guarded) in enumerate(gathered) if not guarded]
+        unguarded = [r for r, (_, guarded, _) in enumerate(gathered) if not guarded]
         if unguarded and len(unguarded) != len(gathered):
             raise SetupError(f"ranks {', '.join(map(str, unguarded))} run without the label guard and the others "
                              "with it: the first step's messages would not line up")

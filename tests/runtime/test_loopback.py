@@ -385,3 +385,53 @@ def test_loopback_paddle_layers_of_a_user_class_are_exact() -> None:
         for p, q in zip(mine.parameters(), ref.parameters()):
             assert p.grad is not None
             assert abs(p.grad.numpy() - q.grad.numpy()).max() < 1e-10
+
+
+@pytest.mark.parametrize("framework", ["torch", "paddle"])
+def test_loopback_every_kind_of_the_table_has_a_handler_on_each_runtime(framework: str) -> None:
+    from ppdsl.kinds import KINDS
+    from ppdsl.runtime import handlers
+
+    for deferred in (None, object()):
+        table = handlers.table(deferred)  # type: ignore[arg-type]
+        for row in KINDS:
+            if framework in row.runtimes:
+                assert row.value in table, f"{row.name} has no handler"
+
+
+def test_loopback_a_kind_without_a_handler_or_its_runtime_is_named() -> None:
+    from ppdsl.kinds import TABLE
+    from ppdsl.runtime import handlers
+    from ppdsl.runtime.plan import compile_rank
+
+    prog = program("pipeline ranks=1 microbatches=1\nrank 0: 0UNSHARD 0F0 0B0\n")
+    plan = compile_rank(prog, 0)
+    table = handlers.table(None)
+    assert handlers.unrunnable(plan, table, "torch") is None
+    rows = dict(TABLE.by_value)
+    rows[int(Kind.UNSHARD)] = rows[int(Kind.UNSHARD)]._replace(runtimes=frozenset(("paddle",)))
+    assert handlers.unrunnable(plan, table, "torch", rows) == (
+        "rank 0 has 0UNSHARD, but the torch runtime has no handler for UNSHARD actions "
+        "(the table of action kinds says: paddle)")
+    del table[int(Kind.UNSHARD)]
+    assert "no handler for UNSHARD" in (handlers.unrunnable(plan, table, "paddle") or "")
+
+
+def test_loopback_one_rank_s_refusal_stops_every_rank_before_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ppdsl.runtime import handlers
+
+    real = handlers.unrunnable
+    monkeypatch.setattr(handlers, "unrunnable", lambda plan, table, fw: "rank 1 cannot" if plan.rank == 1
+                        else real(plan, table, fw))
+    prog = generated("1f1b()")
+    layers = model(2)
+    loop = Loopback("torch", 2, timeout=10.0)
+
+    def rank_main(rank: int) -> str:
+        try:
+            PipelineSchedule(prog, {rank: layers[rank]}, loss_fn, transport=loop.links(rank))
+        except SetupError as exc:
+            return str(exc)
+        return "built"
+
+    assert loop.run(rank_main) == ["rank 1 cannot", "rank 1 cannot"]
