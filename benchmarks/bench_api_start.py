@@ -27,7 +27,7 @@ import sys, time
 root = sys.argv[1]
 sys.path.insert(0, root)
 from ppdsl.load import load_program
-from ppdsl.runtime.launcher import launch
+from ppdsl.runtime.jobs.launcher import launch
 f = root + "/tests/runtime/schedules/2r_zb_iw.pps"
 t = time.monotonic()
 out = launch([load_program(f)], [f, "2"], steps=0, timeout=60, quiet=True,

@@ -25,8 +25,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6, help="steps per file and round (the first is warm-up)")
     args = p.parse_args()
     from ppdsl.cli.run_cmd import _programs
-    from ppdsl.runtime.launcher import launch
-    from ppdsl.runtime.models import check_contract
+    from ppdsl.runtime.jobs.launcher import launch
+    from ppdsl.runtime.jobs.models import check_contract
     from ppdsl.semantics import CommModel
 
     sides = {"1f1b": str(ROOT / "schedules" / "1f1b.pps"), "zbv": str(ROOT / "schedules" / "zbv.pps")}

@@ -28,7 +28,7 @@ def worker(args: argparse.Namespace) -> None:
     import paddle
     import paddle.distributed as dist
 
-    from ppdsl.runtime.schedule import PipelineSchedule
+    from ppdsl.runtime.interpreter.schedule import PipelineSchedule
     from ppdsl.expansion import parse
 
     dist.init_parallel_env()
@@ -83,7 +83,7 @@ def main() -> int:
         return 0
     from bench_runtime import run_ranks
 
-    from ppdsl.runtime.preflight import prepare
+    from ppdsl.runtime.interpreter.preflight import prepare
     from ppdsl.semantics import CommModel
     from ppdsl.expansion import parse
 

@@ -30,7 +30,7 @@ PROGRAMS = {
 CHILD = r'''
 import json, statistics, sys, time
 from ppdsl.load import parse
-from ppdsl.runtime.schedule import PipelineSchedule
+from ppdsl.runtime.interpreter.schedule import PipelineSchedule
 
 framework, steps, programs = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 out = {}

@@ -52,10 +52,10 @@ def worker(args: argparse.Namespace) -> None:
 
     from ppdsl.expansion import parse
     from ppdsl.runtime.framework import get_framework
-    from ppdsl.runtime.models import load_callable
-    from ppdsl.runtime.profile import local_actions
-    from ppdsl.runtime.schedule import PipelineSchedule
-    from ppdsl.runtime.worker import apply_threads
+    from ppdsl.runtime.jobs.models import load_callable
+    from ppdsl.runtime.jobs.profile import local_actions
+    from ppdsl.runtime.interpreter.schedule import PipelineSchedule
+    from ppdsl.runtime.jobs.worker import apply_threads
 
     apply_threads(get_framework("paddle"))
     dist.init_parallel_env()
@@ -109,7 +109,7 @@ def simulated(side: str, results: list[dict[str, Any]], model: str | None = None
     from ppdsl.profiles import parse_profile, profile_json
     from ppdsl.expansion import parse
     from ppdsl.lower import lower
-    from ppdsl.runtime.profile import pair_messages
+    from ppdsl.runtime.jobs.profile import pair_messages
     from ppdsl.simulate import simulate
 
     actions = [dict(a, rank=r["rank"]) for r in results for a in r["profiles"][side]]

@@ -42,9 +42,9 @@ def worker(args: argparse.Namespace) -> None:
     from paddle.distributed.auto_parallel.pipelining.schedules import ScheduleFThenB
     from paddle.distributed.auto_parallel.pipelining.stage import PipelineStage
 
-    from ppdsl.runtime.preflight import prepare
-    from ppdsl.runtime.profile import local_actions
-    from ppdsl.runtime.schedule import PipelineSchedule
+    from ppdsl.runtime.interpreter.preflight import prepare
+    from ppdsl.runtime.jobs.profile import local_actions
+    from ppdsl.runtime.interpreter.schedule import PipelineSchedule
     from ppdsl.semantics import CommModel
     from ppdsl.expansion import parse
 
@@ -134,7 +134,7 @@ def run_ranks(script: str, program: object, argv: list[str], timeout: float = 12
     """`script --worker ...` on the program's ranks; what rank 0 printed after `RESULT ` (None: failed)."""
     import tempfile
 
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     logs = tempfile.mkdtemp(prefix="ppdsl-bench-")
     outcome = launch([program], argv, steps=0, timeout=timeout, quiet=True, keep_logs=logs,  # type: ignore[list-item]
@@ -161,8 +161,8 @@ def main() -> int:
         worker(args)
         return 0
     from ppdsl.profiles import parse_profile, profile_json
-    from ppdsl.runtime.profile import pair_messages
-    from ppdsl.runtime.preflight import prepare
+    from ppdsl.runtime.jobs.profile import pair_messages
+    from ppdsl.runtime.interpreter.preflight import prepare
     from ppdsl.semantics import CommModel
     from ppdsl.simulate import simulate
     from ppdsl.expansion import parse

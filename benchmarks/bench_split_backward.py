@@ -48,10 +48,10 @@ def worker(args: argparse.Namespace) -> None:
     from rounds import guard_seconds, stage_actions, time_rounds
 
     from ppdsl.runtime.framework import get_framework
-    from ppdsl.runtime.models import load_callable
-    from ppdsl.runtime.preflight import prepare
-    from ppdsl.runtime.schedule import PipelineSchedule
-    from ppdsl.runtime.worker import apply_threads
+    from ppdsl.runtime.jobs.models import load_callable
+    from ppdsl.runtime.interpreter.preflight import prepare
+    from ppdsl.runtime.interpreter.schedule import PipelineSchedule
+    from ppdsl.runtime.jobs.worker import apply_threads
     from ppdsl.semantics import CommModel
     from ppdsl.expansion import parse
 

@@ -87,7 +87,7 @@ def measure(setting: str, rounds: int, device: str, steps: int = 3) -> dict[str,
     from ppdsl.expansion import parse
     from ppdsl.memory import Sizes, peak_bytes
     from ppdsl.runtime import PipelineSchedule
-    from ppdsl.runtime.profile import stage_sizes
+    from ppdsl.runtime.jobs.profile import stage_sizes
 
     x, y = next(gpt.batches(0))
     x, y = x.to(device), y.to(device)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
         torch.set_num_threads(1)  # one process, the figure of one core
         # The profile's clock becomes this thread's CPU time: on a shared VM the wall clock of
         # one round moved by +-50% at a load average under 1; CPU time is what the split costs.
-        import ppdsl.runtime.schedule as interpreter
+        import ppdsl.runtime.interpreter.schedule as interpreter
 
         interpreter.time = SimpleNamespace(perf_counter=time.thread_time)  # type: ignore[assignment]
     bad = 0

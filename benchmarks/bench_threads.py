@@ -40,7 +40,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--steps", type=int, default=4)
     args = p.parse_args()
-    from ppdsl.runtime.launcher import cores
+    from ppdsl.runtime.jobs.launcher import cores
 
     n = cores()
     print(f"machine: {n} cores")

@@ -67,9 +67,9 @@ def worker(args: argparse.Namespace) -> None:
     from rounds import guard_seconds, stage_actions, time_rounds
 
     from ppdsl.runtime.framework import get_framework
-    from ppdsl.runtime.preflight import prepare
-    from ppdsl.runtime.schedule import PipelineSchedule
-    from ppdsl.runtime.worker import apply_threads
+    from ppdsl.runtime.interpreter.preflight import prepare
+    from ppdsl.runtime.interpreter.schedule import PipelineSchedule
+    from ppdsl.runtime.jobs.worker import apply_threads
     from ppdsl.semantics import CommModel
     from ppdsl.expansion import parse
 
@@ -149,8 +149,8 @@ def main() -> int:
     from bench_runtime import run_ranks
     from rounds import Rounds
 
-    from ppdsl.runtime.launcher import cores, threads_per_rank
-    from ppdsl.runtime.preflight import prepare
+    from ppdsl.runtime.jobs.launcher import cores, threads_per_rank
+    from ppdsl.runtime.interpreter.preflight import prepare
     from ppdsl.semantics import CommModel
     from ppdsl.expansion import parse
 

@@ -119,8 +119,8 @@ def run_wide_linear(script: str, args: argparse.Namespace, sides: tuple[str, ...
     from bench_runtime import run_ranks
 
     from ppdsl.expansion import parse
-    from ppdsl.runtime.launcher import cores, threads_per_rank
-    from ppdsl.runtime.preflight import prepare
+    from ppdsl.runtime.jobs.launcher import cores, threads_per_rank
+    from ppdsl.runtime.interpreter.preflight import prepare
     from ppdsl.semantics import CommModel
 
     program = prepare(parse("pipeline ranks=2 microbatches=8\nuse gpipe()\n", "<bench>"), CommModel.RENDEZVOUS)

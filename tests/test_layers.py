@@ -160,8 +160,8 @@ def test_nothing_below_the_checker_imports_its_internals(module: str) -> None:
 
 
 def test_verifier_and_worker_do_not_import_each_other() -> None:
-    # The worker runs the verifier; what both need to build a stage lives in runtime/models.py.
-    assert not any(n.startswith("ppdsl.runtime.worker") for n in imported(PACKAGE / "runtime" / "verify.py"))
+    # The worker runs the verifier; what both need to build a stage lives in runtime/jobs/models.py.
+    assert not any(n.startswith("ppdsl.runtime.jobs.worker") for n in imported(PACKAGE / "runtime" / "jobs" / "verify.py"))
 
 
 def test_no_cache_is_keyed_by_id_of_a_program() -> None:

@@ -23,7 +23,7 @@ from conftest import ROOT
 PACKAGE = ROOT / "ppdsl"
 USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Variables in the docs' prose that share a module's name: `schedule` is a PipelineSchedule
-# (`schedule.timings`), not the module ppdsl/runtime/schedule.py.
+# (`schedule.timings`), not the module ppdsl/runtime/interpreter/schedule.py.
 VARIABLES = {"schedule"}
 FILE_SUFFIXES = (".py", ".lark")
 TOP_DIRS = ("ppdsl", "tests", "benchmarks", "examples", "scripts", "grammars", "schedules", "docs")
@@ -175,7 +175,7 @@ def _checked(name: str) -> bool:
 
 
 def _path_exists(path: str) -> bool:
-    roots = [ROOT, ROOT / "docs", PACKAGE, *(p for p in PACKAGE.iterdir() if p.is_dir())]
+    roots = [ROOT, ROOT / "docs", PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__")]
     return any((root / path).exists() for root in roots)
 
 
@@ -221,7 +221,7 @@ def test_every_backticked_ppdsl_name_exists(path: Path) -> None:
 def test_the_name_check_catches_stale_names() -> None:
     assert stale_names("(`encoding.ReadRows`), `semantics.steps_are_an_order`, `ppdsl.memory`") == ["encoding.ReadRows"]
     assert stale_names("sent past `_completes_plain`, `semantics._completes_plain`") == ["semantics._completes_plain"]
-    assert stale_names("`runtime/wire.py` and `runtime/gemm.py`, `Encoded.pos`, `Encoded.nowhere`") == [
+    assert stale_names("`runtime/transport/wire.py` and `runtime/gemm.py`, `Encoded.pos`, `Encoded.nowhere`") == [
         "runtime/gemm.py", "Encoded.nowhere"]
     assert stale_names("`paddle.nn.Linear`, `out.json`, `x.pps`, `0F{0..3}`, `schedule.timings`, `a.kind`") == []
     assert stale_names("```python\nimport ppdsl.nowhere\n```\n") == []

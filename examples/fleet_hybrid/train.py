@@ -22,7 +22,7 @@ from paddle.distributed.fleet.base.topology import CommunicateTopology
 
 from ppdsl.load import load_program
 from ppdsl.runtime import PipelineSchedule, models
-from ppdsl.runtime.process_layout import layout_of_fleet
+from ppdsl.runtime.jobs.process_layout import layout_of_fleet
 
 PIPELINE, REPLICAS = 2, 2
 

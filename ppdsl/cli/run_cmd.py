@@ -26,8 +26,8 @@ from .common import add_max_steps, number, refuse_overwriting, require_directory
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Program
-    from ..runtime.devices import Device
-    from ..runtime.launcher import FileOutcome
+    from ..runtime.jobs.devices import Device
+    from ..runtime.jobs.launcher import FileOutcome
     from ..semantics import CommModel
 
 MAX_THREADS = 1024
@@ -88,7 +88,7 @@ def _chosen_framework(model: str | None, env: Mapping[str, str]) -> str:
     PADDLE_TRAINER_ID, torchrun TORCHELASTIC_RUN_ID), else the one a `--model` module imports,
     else the one installed (Paddle when both are)."""
     from ..runtime.framework import TORCH, default_framework
-    from ..runtime.models import framework_of_model
+    from ..runtime.jobs.models import framework_of_model
 
     if "PADDLE_TRAINER_ID" in env:
         return PADDLE
@@ -124,8 +124,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
 def _programs(files: list[str], model: CommModel, steps_limit: int | None = None) -> list[Program]:
     """Each file loaded, linted under `model`, lowered and compiled for every rank."""
     from ..load import load_program
-    from ..runtime.plan import compile_rank
-    from ..runtime.preflight import prepare
+    from ..runtime.interpreter.plan import compile_rank
+    from ..runtime.interpreter.preflight import prepare
 
     programs: list[Program] = []
     for file in files:
@@ -144,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
     import os
     import warnings
 
-    from ..runtime.comm import comm_model_of
-    from ..runtime.worker import in_distributed_env
+    from ..runtime.transport.comm import comm_model_of
+    from ..runtime.jobs.worker import in_distributed_env
     from ..semantics import CommModel
 
     from ..runtime.framework import require
@@ -165,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
         # launcher, any process group) starts: exit 1 for a bad file, 2 for a bad argument.
         if distributed:
             from ..load import load_program
-            from ..runtime.process_layout import check_world
-            from ..runtime.worker import backend_from_env, rank_from_env
+            from ..runtime.jobs.process_layout import check_world
+            from ..runtime.jobs.worker import backend_from_env, rank_from_env
 
             # The launcher's world must hold every replica: said before the framework loads (seconds
             # on a busy host), so that each rank says it before the launcher ends the job over the first.
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
         if not distributed:
             _warn_oversubscription(programs[0].ranks * args.data_parallel, args.threads)
-        from ..runtime.models import check_contract, check_forms
+        from ..runtime.jobs.models import check_contract, check_forms
 
         check_forms(args.model, args.data, args.loss, args.optimizer)
         require(args.framework)  # exit 2 with the install command
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             os.environ["OMP_NUM_THREADS"] = users_threads
     if distributed:
-        from ..runtime.worker import run_from_args
+        from ..runtime.jobs.worker import run_from_args
 
         return run_from_args(args)
     return _launch(args, programs, device)
@@ -206,7 +206,7 @@ def _local_device(requested: str, framework: str, file: str, steps_limit: int) -
     is imported only where a GPU driver's device node exists (`devices.hints_of_gpus`) or a GPU
     is asked for."""
     from ..load import load_program
-    from ..runtime.devices import AUTO, CPU, CPU_DEVICE, choose_device, hints_of_gpus
+    from ..runtime.jobs.devices import AUTO, CPU, CPU_DEVICE, choose_device, hints_of_gpus
     from ..runtime.framework import get_framework
 
     if requested == CPU:
@@ -224,8 +224,8 @@ def _check_batches(data: str | None, framework: str, programs: list[Program], fi
     now, not a failure of every rank after they start."""
     if data is None:
         return
-    from ..runtime.process_layout import batch_splits
-    from ..runtime.models import batch_rows
+    from ..runtime.jobs.process_layout import batch_splits
+    from ..runtime.jobs.models import batch_rows
 
     rows = batch_rows(data, framework)
     if rows is None:
@@ -247,7 +247,7 @@ def _check_batches(data: str | None, framework: str, programs: list[Program], fi
 
 def _warn_oversubscription(ranks: int, requested: int | None) -> None:
     """Before any process starts: more threads than cores slow every step (`oversubscription`)."""
-    from ..runtime.launcher import oversubscription, threads_per_rank
+    from ..runtime.jobs.launcher import oversubscription, threads_per_rank
 
     warning = oversubscription(ranks, threads_per_rank(ranks, requested)[0])
     if warning is not None:
@@ -255,7 +255,7 @@ def _warn_oversubscription(ranks: int, requested: int | None) -> None:
 
 
 def _launch(args: argparse.Namespace, programs: list[Program], device: Device) -> int:
-    from ..runtime.launcher import launch, threads_per_rank
+    from ..runtime.jobs.launcher import launch, threads_per_rank
 
     out = sys.stdout
     first = programs[0]

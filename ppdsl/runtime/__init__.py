@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .process_layout import Layout
+from .jobs.process_layout import Layout
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .from_file import ScheduleFromFile
-    from .handlers import ActionContext, register_handler
-    from .schedule import MessageOrderError, PipelineSchedule, SetupError, StepError
+    from .interpreter.from_file import ScheduleFromFile
+    from .interpreter.handlers import ActionContext, register_handler
+    from .interpreter.schedule import MessageOrderError, PipelineSchedule, SetupError, StepError
 
 __all__ = ["ActionContext", "Layout", "MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError",
            "init_from_env", "register_handler"]
@@ -43,15 +43,15 @@ def init_from_env(framework: str = "paddle") -> int:
 
 def __getattr__(name: str) -> Any:
     if name in ("MessageOrderError", "PipelineSchedule", "SetupError", "StepError"):
-        from . import schedule
+        from .interpreter import schedule
 
         return getattr(schedule, name)
     if name in ("ActionContext", "register_handler"):
-        from . import handlers
+        from .interpreter import handlers
 
         return getattr(handlers, name)
     if name == "ScheduleFromFile":
-        from .from_file import ScheduleFromFile
+        from .interpreter.from_file import ScheduleFromFile
 
         return ScheduleFromFile
     raise AttributeError(name)

@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..diagnostics import UsageError
-from .devices import CPU_DEVICE, Device
+from .jobs.devices import CPU_DEVICE, Device
 
 PADDLE, TORCH = "paddle", "torch"
 FRAMEWORKS = (PADDLE, TORCH)

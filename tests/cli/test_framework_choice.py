@@ -89,7 +89,7 @@ def test_the_readme_has_run_lines_of_both_kinds() -> None:
 
 def test_a_model_that_fails_to_import_fails_the_same_way_every_time(tmp_path: Path) -> None:
     from ppdsl.diagnostics import UsageError
-    from ppdsl.runtime.models import module_of
+    from ppdsl.runtime.jobs.models import module_of
 
     bad = tmp_path / "bad_model.py"
     bad.write_text("def build_stage(i, n):\n    return None\n\nraise RuntimeError('half-way')\n")

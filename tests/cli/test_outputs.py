@@ -134,7 +134,7 @@ def test_a_pair_whose_action_needs_the_other_is_told_as_such(tmp_path: Path, tex
 
 def test_model_specs_say_what_is_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ppdsl.diagnostics import UsageError
-    from ppdsl.runtime.models import resolve
+    from ppdsl.runtime.jobs.models import resolve
 
     (tmp_path / "notcall.py").write_text("build_stage = 3\n")
     (tmp_path / "folder").mkdir()
@@ -148,7 +148,7 @@ def test_model_specs_say_what_is_wrong(tmp_path: Path, monkeypatch: pytest.Monke
 def test_a_model_for_the_other_framework_is_refused_before_the_ranks_start() -> None:
     from conftest import ROOT
     from ppdsl.diagnostics import UsageError
-    from ppdsl.runtime.models import check_contract
+    from ppdsl.runtime.jobs.models import check_contract
 
     model = str(ROOT / "examples" / "torch" / "my_model.py")
     with pytest.raises(UsageError, match="the module imports torch, not paddle: run it with --framework torch"):

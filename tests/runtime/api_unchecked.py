@@ -9,7 +9,7 @@ import sys
 
 from ppdsl.load import load_program
 from ppdsl.runtime import PipelineSchedule, StepError, init_from_env, models
-from ppdsl.runtime.watchdog import Reporter
+from ppdsl.runtime.jobs.watchdog import Reporter
 
 rank = init_from_env()
 program = load_program(sys.argv[1])

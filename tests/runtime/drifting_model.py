@@ -7,7 +7,7 @@ import os
 
 import paddle
 
-from ppdsl.runtime import models
+from ppdsl.runtime.jobs import models
 
 
 class Drift(paddle.nn.Layer):

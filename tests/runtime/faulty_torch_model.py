@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ppdsl.runtime import models
+from ppdsl.runtime.jobs import models
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fault import Trigger  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import paddle
 
-from ppdsl.runtime import models
+from ppdsl.runtime.jobs import models
 
 
 class ScaledLinear(paddle.nn.Linear):

@@ -30,7 +30,7 @@ import ppdsl
 from ppdsl.check import check
 from ppdsl.ir import Action, Batch, Kind, Program, Step
 from ppdsl.lower import lower
-from ppdsl.runtime.plan import peer_of
+from ppdsl.runtime.interpreter.plan import peer_of
 from ppdsl.encoding import RECV_F, SEND_F, encode
 
 from ppdsl.encoding import KIND_MASK
@@ -325,7 +325,7 @@ def _run_launches(jobs: list[tuple[Case, str]], hang_seconds: float) -> list[Res
     cases, a thread one of them left blocked in gloo (a hung or stopped case) shares the
     process, so the case runs again at the head of a new launch. A launch that dies before
     any case starts is retried once; then its first case is reported crashed, with the reason."""
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     results = [Result(c, g) for c, g in jobs]
     todo = list(range(len(jobs)))

@@ -23,13 +23,13 @@ from typing import Any
 import paddle.distributed as dist
 
 from ppdsl import parse
-from ppdsl.runtime import models
-from ppdsl.runtime.comm import Transport
+from ppdsl.runtime.jobs import models
+from ppdsl.runtime.transport.comm import Transport
 from ppdsl.runtime.framework import get_framework
-from ppdsl.runtime.schedule import MessageOrderError, PipelineSchedule
-from ppdsl.runtime.verify import Verifier
-from ppdsl.runtime.watchdog import Reporter, Watchdog
-from ppdsl.runtime.worker import RunConfig, build_stages
+from ppdsl.runtime.interpreter.schedule import MessageOrderError, PipelineSchedule
+from ppdsl.runtime.jobs.verify import Verifier
+from ppdsl.runtime.jobs.watchdog import Reporter, Watchdog
+from ppdsl.runtime.jobs.worker import RunConfig, build_stages
 
 NEVER = 1e9  # the launcher watches the whole run; a hung case must not end the process
 BUDGET_SECONDS = 600.0  # the whole worker, whatever happens

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ppdsl.runtime.background import Background, JobFailed
-from ppdsl.runtime.watchdog import Lane
+from ppdsl.runtime.transport.background import Background, JobFailed
+from ppdsl.runtime.jobs.watchdog import Lane
 
 
 def test_jobs_run_in_posted_order_beside_the_caller() -> None:
@@ -59,8 +59,8 @@ def test_the_thread_disarms_its_lane_after_each_job() -> None:
 def test_a_stuck_lane_ends_the_process_with_the_jobs_label() -> None:
     code = """
 import time
-from ppdsl.runtime.watchdog import Reporter, Watchdog
-from ppdsl.runtime.background import Background
+from ppdsl.runtime.jobs.watchdog import Reporter, Watchdog
+from ppdsl.runtime.transport.background import Background
 wd = Watchdog(0.5, Reporter(0))
 wd.step = 2
 bg = Background("sender", wd.lane())
@@ -80,7 +80,7 @@ def test_a_thread_left_open_finishes_its_jobs_at_exit_and_ends(tmp_path: Path) -
     # daemon thread would otherwise be cut off mid-job (here: before it writes the file).
     code = """
 import sys, threading, time
-from ppdsl.runtime.background import Background
+from ppdsl.runtime.transport.background import Background
 bg = Background("sender")
 bg.post(lambda lane: (time.sleep(0.3), open(sys.argv[1], "w").write("sent")), "0SEND_F0")
 print(threading.active_count())
@@ -97,7 +97,7 @@ def test_a_job_stuck_at_exit_holds_the_exit_up_for_a_bounded_time() -> None:
     # process waits for it only EXIT_SECONDS, not for the 30 s the job would take.
     code = """
 import time
-from ppdsl.runtime.background import Background
+from ppdsl.runtime.transport.background import Background
 bg = Background("sender")
 bg.post(lambda lane: time.sleep(30), "0SEND_F0")
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ppdsl.runtime.comm import GLOO_TIMEOUT_SECONDS, peer_error
+from ppdsl.runtime.transport.comm import GLOO_TIMEOUT_SECONDS, peer_error
 
 # The texts gloo 3.3.1 raised on loopback when the peer was SIGKILLed mid-send (both seen).
 GLOO_TIMEOUT = "[/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:584] TIMEOUT self_rank = 0 pair_rank = 1"

@@ -68,7 +68,7 @@ def _planted_loss(monkeypatch: pytest.MonkeyPatch, where: str) -> Any:
 
     from ppdsl.expansion import parse
     from ppdsl.runtime import PipelineSchedule
-    from ppdsl.runtime.split_backward import DeferredGrads
+    from ppdsl.runtime.interpreter.split_backward import DeferredGrads
     from ppdsl.runtime.torch_backend import split
 
     if where == "accumulate":  # W runs its work but adds nothing
@@ -174,7 +174,7 @@ def test_schedule_from_file_takes_a_users_paddle_layer(tmp_path: Path) -> None:
                                                 ("zbv()", "checkpoint_reentrant"), ("interleaved_1f1b()", "checkpoint"),
                                                 ("dualpipev()", "autocast_bf16")])
 def test_a_users_class_in_torchs_pipeline_stage_across_two_ranks(order: str, setting: str, tmp_path: Path) -> None:
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     f = tmp_path / "s.pps"
     f.write_text(f"pipeline ranks=2 microbatches=4\nuse {order}\n")
@@ -191,7 +191,7 @@ def test_a_users_class_in_torchs_pipeline_stage_across_two_ranks(order: str, set
 @pytest.mark.slow
 @pytest.mark.parametrize("generator", ["zb1p", "zbv"])
 def test_fsdp2_stages_are_exact_with_their_weight_gradients_whole_in_i(generator: str, tmp_path: Path) -> None:
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     f = tmp_path / "count.pps"  # two processes: the launcher counts them from a 2-rank file
     f.write_text("pipeline ranks=2 microbatches=4\nuse 1f1b()\n")

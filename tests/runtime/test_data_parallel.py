@@ -71,7 +71,7 @@ def test_two_by_two_on_torch_verifies(capsys: pytest.CaptureFixture[str], tmp_pa
 
 @pytest.mark.slow
 def test_the_replicas_hold_equal_weights_after_three_steps(tmp_path: Path) -> None:
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     (f,) = _files(tmp_path, "zb1p()")
     outcome = launch([load_program(f)], [f, "3", "2"], steps=0, timeout=30, quiet=True, keep_logs=str(tmp_path),
@@ -118,7 +118,7 @@ def test_under_paddles_launcher_a_killed_rank_ends_every_rank(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_under_paddles_launcher_two_nodes_on_loopback_two_by_two_verifies(tmp_path: Path) -> None:
-    from ppdsl.runtime.launcher import free_ports
+    from ppdsl.runtime.jobs.launcher import free_ports
 
     (port,) = free_ports(1)
     codes, outputs = run_together([[sys.executable, "-m", "paddle.distributed.launch", "--log_dir",
@@ -153,7 +153,7 @@ def test_under_paddles_launcher_the_world_must_be_ranks_times_replicas(tmp_path:
 @pytest.mark.slow
 def test_under_torchrun_the_world_must_be_ranks_times_replicas(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from ppdsl.runtime.launcher import free_ports
+    from ppdsl.runtime.jobs.launcher import free_ports
 
     (port,) = free_ports(1)
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
@@ -201,7 +201,7 @@ def test_fleets_topology_gives_the_layout_and_a_different_order_is_refused() -> 
     from paddle.distributed.fleet.base.topology import CommunicateTopology
 
     from ppdsl.diagnostics import UsageError
-    from ppdsl.runtime.process_layout import layout_of_fleet
+    from ppdsl.runtime.jobs.process_layout import layout_of_fleet
 
     names = ["data", "pipe", "sharding", "sep", "model"]
     topo = CommunicateTopology(names, [2, 3, 1, 1, 1])

@@ -1,4 +1,4 @@
-"""Which device a rank binds (`ppdsl.runtime.devices.choose_device`), given made-up counts and
+"""Which device a rank binds (`ppdsl.runtime.jobs.devices.choose_device`), given made-up counts and
 launcher environments: every branch, with no GPU needed. Then what this CPU machine's real
 adapters answer, and `ppdsl run --device gpu` refused here before any process starts."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
-from ppdsl.runtime.devices import (CPU, GPU, CPU_DEVICE, Device, DeviceError, assigned_gpu, choose_device,
+from ppdsl.runtime.jobs.devices import (CPU, GPU, CPU_DEVICE, Device, DeviceError, assigned_gpu, choose_device,
                                    hints_of_gpus, local_position)
 
 HERE = Path(__file__).parent

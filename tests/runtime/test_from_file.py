@@ -19,7 +19,7 @@ from procs import rank_result  # noqa: E402
 @pytest.mark.slow
 @pytest.mark.parametrize("order", ["gpipe()", "1f1b()"])
 def test_identical_to_paddles_fthenb(order: str, tmp_path: Path) -> None:
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     f = tmp_path / "s.pps"
     f.write_text(f"pipeline ranks=2 microbatches=4\nuse {order}\n")
@@ -49,7 +49,7 @@ def test_stages_are_placed_by_their_index_or_by_the_file() -> None:
     from types import SimpleNamespace
 
     from ppdsl.runtime import SetupError
-    from ppdsl.runtime.from_file import stage_layers
+    from ppdsl.runtime.interpreter.from_file import stage_layers
     from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=2 microbatches=4\nuse interleaved_1f1b(virtual=2)\n", "<t>")

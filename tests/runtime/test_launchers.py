@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ppdsl.runtime.launcher import free_ports
+from ppdsl.runtime.jobs.launcher import free_ports
 
 pytest.importorskip("paddle")
 HERE = Path(__file__).parent

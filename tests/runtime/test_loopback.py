@@ -1,4 +1,4 @@
-"""The interpreter in one process: ranks as threads (`ppdsl.runtime.loopback`), real tensors.
+"""The interpreter in one process: ranks as threads (`ppdsl.runtime.transport.loopback`), real tensors.
 
 Every test here names `loopback`, so `pytest -m "not slow" -k loopback tests/runtime` runs them.
 Each compares what the pipeline computed with the same model run whole (gradients to float
@@ -14,9 +14,9 @@ import pytest
 from ppdsl.expansion import parse
 from ppdsl.ir import Kind, Program
 from ppdsl.runtime.errors import MessageOrderError, SetupError, StepError
-from ppdsl.runtime.handlers import ActionContext, register_handler
-from ppdsl.runtime.loopback import Loopback
-from ppdsl.runtime.schedule import PipelineSchedule
+from ppdsl.runtime.interpreter.handlers import ActionContext, register_handler
+from ppdsl.runtime.transport.loopback import Loopback
+from ppdsl.runtime.interpreter.schedule import PipelineSchedule
 from ppdsl.semantics import CommModel
 
 torch = pytest.importorskip("torch")
@@ -390,7 +390,7 @@ def test_loopback_paddle_layers_of_a_user_class_are_exact() -> None:
 @pytest.mark.parametrize("framework", ["torch", "paddle"])
 def test_loopback_every_kind_of_the_table_has_a_handler_on_each_runtime(framework: str) -> None:
     from ppdsl.kinds import KINDS
-    from ppdsl.runtime import handlers
+    from ppdsl.runtime.interpreter import handlers
 
     for deferred in (None, object()):
         table = handlers.table(deferred)  # type: ignore[arg-type]
@@ -401,8 +401,8 @@ def test_loopback_every_kind_of_the_table_has_a_handler_on_each_runtime(framewor
 
 def test_loopback_a_kind_without_a_handler_or_its_runtime_is_named() -> None:
     from ppdsl.kinds import TABLE
-    from ppdsl.runtime import handlers
-    from ppdsl.runtime.plan import compile_rank
+    from ppdsl.runtime.interpreter import handlers
+    from ppdsl.runtime.interpreter.plan import compile_rank
 
     prog = program("pipeline ranks=1 microbatches=1\nrank 0: 0UNSHARD 0F0 0B0\n")
     plan = compile_rank(prog, 0)
@@ -418,7 +418,7 @@ def test_loopback_a_kind_without_a_handler_or_its_runtime_is_named() -> None:
 
 
 def test_loopback_one_rank_s_refusal_stops_every_rank_before_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ppdsl.runtime import handlers
+    from ppdsl.runtime.interpreter import handlers
 
     real = handlers.unrunnable
     monkeypatch.setattr(handlers, "unrunnable", lambda plan, table, fw: "rank 1 cannot" if plan.rank == 1

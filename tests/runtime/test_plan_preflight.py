@@ -17,8 +17,8 @@ from ppdsl.cli import main
 from ppdsl.diagnostics import PpsError, UsageError
 from ppdsl.encoding import encode
 from ppdsl.load import load_program
-from ppdsl.runtime import plan as P
-from ppdsl.runtime.preflight import deadlock, prepare
+from ppdsl.runtime.interpreter import plan as P
+from ppdsl.runtime.interpreter.preflight import deadlock, prepare
 from ppdsl.semantics import CommModel
 
 HERE = Path(__file__).parent

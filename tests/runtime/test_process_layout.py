@@ -8,9 +8,9 @@ import pytest
 
 from ppdsl.diagnostics import UsageError
 from ppdsl.load import load_program
-from ppdsl.runtime import plan as P
-from ppdsl.runtime.process_layout import Layout, batch_splits, check_world
-from ppdsl.runtime.preflight import prepare
+from ppdsl.runtime.interpreter import plan as P
+from ppdsl.runtime.jobs.process_layout import Layout, batch_splits, check_world
+from ppdsl.runtime.interpreter.preflight import prepare
 from ppdsl.semantics import CommModel
 
 

@@ -121,7 +121,7 @@ def test_a_linear_the_split_cannot_defer_warns_once_and_verifies(capsys: pytest.
 @pytest.mark.slow
 def test_default_run_trains_prints_each_loss_and_profiles(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from ppdsl.profiles import parse_profile
-    from ppdsl.runtime.launcher import cores
+    from ppdsl.runtime.jobs.launcher import cores
 
     f = tmp_path / "zb1p.pps"  # compute-only: the runtime lowers it, and so must the simulation
     f.write_text("pipeline ranks=2 microbatches=4\nuse zb1p()\n")
@@ -186,7 +186,7 @@ def test_killed_rank_is_named_and_never_leaves_the_other_hanging(
 
 
 def test_a_rank_that_crashes_in_native_code_leaves_its_python_stacks(tmp_path: Path) -> None:
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     # A rank that is not Paddle's (whose import puts its own handler first): Python's
     # faulthandler, which the launcher turns on, writes every thread's stack to the rank's log.
@@ -228,7 +228,7 @@ def test_bad_model_and_loss_are_clear_errors(capsys: pytest.CaptureFixture[str],
 
 @pytest.mark.slow
 def test_ranks_holding_different_programs_fail_together(tmp_path: Path) -> None:
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     a, b = str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_1f1b_batched.pps")
     outcome = launch([load_program(a)], [a, b], steps=1, timeout=20, quiet=True, keep_logs=str(tmp_path),
@@ -241,7 +241,7 @@ def test_ranks_holding_different_programs_fail_together(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_example_training_loop_uses_the_api_directly(tmp_path: Path) -> None:
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     f = str(HAND / "2r_zb_iw.pps")
     outcome = launch([load_program(f)], [f, "8"], steps=0, timeout=30, quiet=True, keep_logs=str(tmp_path),
@@ -298,7 +298,7 @@ def test_a_batch_that_does_not_split_is_refused_before_any_rank_starts(capsys: p
 def test_a_users_model_does_not_choose_the_threads(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # Importing paddle (the model does) sets OMP_NUM_THREADS in the launching process.
-    from ppdsl.runtime.launcher import cores
+    from ppdsl.runtime.jobs.launcher import cores
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     f = tmp_path / "1f1b.pps"

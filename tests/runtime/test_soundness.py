@@ -101,7 +101,7 @@ def test_a_crash_after_other_cases_is_judged_again_in_fresh_processes(monkeypatc
     pytest.importorskip("paddle")
     import attrs
 
-    from ppdsl.runtime import launcher
+    from ppdsl.runtime.jobs import launcher
 
     by_name = {c.name: c for c in S.cases()}
     clean = by_name["1f1b 2r"]
@@ -129,7 +129,7 @@ def test_the_guard_under_the_launcher_stops_every_rank_at_once(tmp_path: Path) -
     pytest.importorskip("paddle")
     import time
 
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     f = tmp_path / "swap.pps"
     f.write_text(S.ISSUE_BUFFERED_SWAP)
@@ -147,7 +147,7 @@ def test_the_guard_under_the_launcher_stops_every_rank_at_once(tmp_path: Path) -
 def test_ranks_must_agree_on_the_guard(tmp_path: Path) -> None:
     pytest.importorskip("paddle")
     from ppdsl.load import load_program
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     f = str(HERE / "schedules" / "2r_zb_iw.pps")
     outcome = launch([load_program(f)], ["--guard-mix", f], steps=1, timeout=20, quiet=True, keep_logs=str(tmp_path),
@@ -164,7 +164,7 @@ def test_a_label_reads_back_and_a_garbled_one_is_refused(framework: str) -> None
     import numpy as np
 
     from ppdsl.ir import Kind
-    from ppdsl.runtime.comm import HEADER_WORDS, Label, PeerError, Transport
+    from ppdsl.runtime.transport.comm import HEADER_WORDS, Label, PeerError, Transport
     from ppdsl.runtime.framework import get_framework
 
     fw = get_framework(framework)

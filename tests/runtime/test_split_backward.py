@@ -10,7 +10,7 @@ paddle = pytest.importorskip("paddle")
 
 import numpy as np  # noqa: E402  # after the skip: numpy comes with the paddle extra
 
-from ppdsl.runtime.split_backward import DeferredGrads, SplitLinears  # noqa: E402
+from ppdsl.runtime.interpreter.split_backward import DeferredGrads, SplitLinears  # noqa: E402
 
 WIDTH = 6
 
@@ -137,7 +137,7 @@ class _SeesTheCollector(paddle.nn.Layer):  # type: ignore[misc]  # paddle is unt
 def test_a_step_runs_with_the_cyclic_collector_paused_unless_asked_not_to(pause: bool) -> None:
     import gc
 
-    from ppdsl.runtime.schedule import PipelineSchedule
+    from ppdsl.runtime.interpreter.schedule import PipelineSchedule
     from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=1 microbatches=2\nrank 0: 0F0 0I0 0F1 0I1 0W1 0W0\n")
@@ -159,8 +159,8 @@ def test_a_profile_leaves_its_own_memory_counting_out_of_every_action(monkeypatc
     """On a clock that only the memory count moves, every action (a pair too) measures 0."""
     import time
 
-    from ppdsl.runtime.memory import LiveMemory
-    from ppdsl.runtime.schedule import PipelineSchedule
+    from ppdsl.runtime.interpreter.live_memory import LiveMemory
+    from ppdsl.runtime.interpreter.schedule import PipelineSchedule
     from ppdsl.expansion import parse
 
     now = [0.0]

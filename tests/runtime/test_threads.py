@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
-from ppdsl.runtime.launcher import cores, oversubscription, threads_per_rank
+from ppdsl.runtime.jobs.launcher import cores, oversubscription, threads_per_rank
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_run_warns_before_it_starts_a_rank(capsys: pytest.CaptureFixture[str]) -
 
 def test_a_one_rank_program_says_one_rank() -> None:
     from ppdsl.diagnostics import UsageError
-    from ppdsl.runtime.plan import compile_rank
+    from ppdsl.runtime.interpreter.plan import compile_rank
     from ppdsl.expansion import parse
 
     program = parse("pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0\n", "one.pps")
@@ -66,7 +66,7 @@ def test_a_one_rank_program_says_one_rank() -> None:
 
 
 def test_threads_per_rank_fits_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ppdsl.runtime.launcher as launcher
+    import ppdsl.runtime.jobs.launcher as launcher
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(launcher, "cores", lambda: 8)

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from ppdsl.load import load_program
-from ppdsl.runtime.launcher import free_ports, launch
-from ppdsl.runtime.preflight import prepare
+from ppdsl.runtime.jobs.launcher import free_ports, launch
+from ppdsl.runtime.interpreter.preflight import prepare
 from ppdsl.semantics import CommModel
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -87,7 +87,7 @@ def test_split_backward_defers_the_weight_gradients_and_equals_the_unsplit_backw
     import torch
 
     from ppdsl.runtime.framework import get_framework
-    from ppdsl.runtime.split_backward import DeferredGrads, SplitLinears
+    from ppdsl.runtime.interpreter.split_backward import DeferredGrads, SplitLinears
 
     plain, split = _stage(0), _stage(0)
     store = DeferredGrads(get_framework("torch"))
@@ -133,7 +133,7 @@ def test_split_backward_in_microbatch_order_is_bit_identical() -> None:
     import torch
 
     from ppdsl.runtime.framework import get_framework
-    from ppdsl.runtime.split_backward import DeferredGrads, SplitLinears
+    from ppdsl.runtime.interpreter.split_backward import DeferredGrads, SplitLinears
 
     plain, split = _stage(1), _stage(1)
     store = DeferredGrads(get_framework("torch"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppdsl.cli import main
-from ppdsl.runtime import values as V
+from ppdsl.runtime.interpreter import values as V
 
 paddle = pytest.importorskip("paddle")
 HERE = Path(__file__).parent
@@ -17,9 +17,9 @@ MODEL = str(HERE / "values_model.py")
 
 
 def test_split_join_and_call_follow_paddles_convention() -> None:
-    layout, members = V.split({"h": 1, "mask": 2})
-    assert layout == V.Layout(V.DICT, ("h", "mask")) and layout.join(members) == {"h": 1, "mask": 2}
-    assert V.split((1, 2))[0].form == V.TUPLE and V.split(3) == (V.Layout(V.SINGLE), [3])
+    form, members = V.split({"h": 1, "mask": 2})
+    assert form == V.Form(V.DICT, ("h", "mask")) and form.join(members) == {"h": 1, "mask": 2}
+    assert V.split((1, 2))[0].form == V.TUPLE and V.split(3) == (V.Form(V.SINGLE), [3])
     assert V.call(lambda *a, **k: (a, k), (1, 2), {"z": 0}) == ((1, 2), {"z": 0})
     assert V.call(lambda *a, **k: (a, k), {"h": 1}) == ((), {"h": 1})
     with pytest.raises(V.StageValueError, match="only string keys"):
@@ -31,7 +31,7 @@ def test_a_header_round_trips_and_a_bad_one_is_refused(framework: str) -> None:
     pytest.importorskip(framework)
     import numpy as np
 
-    from ppdsl.runtime.comm import DTYPES, MAX_DIMS, MAX_ELEMENTS, Transport
+    from ppdsl.runtime.transport.comm import DTYPES, MAX_DIMS, MAX_ELEMENTS, Transport
     from ppdsl.runtime.framework import get_framework
 
     fw = get_framework(framework)
@@ -90,7 +90,7 @@ def test_the_grouped_path_carries_dict_values_like_the_gloo_path(tmp_path: Path)
     import sys
 
     from ppdsl.load import load_program
-    from ppdsl.runtime.launcher import launch
+    from ppdsl.runtime.jobs.launcher import launch
 
     f = str(HERE / "schedules" / "2r_1f1b_batched.pps")
     outcome = launch([load_program(f)], [f], steps=0, timeout=60, quiet=True, keep_logs=str(tmp_path),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import paddle
 
-from ppdsl.runtime import models
+from ppdsl.runtime.jobs import models
 
 NUM_STAGES = 3
 

@@ -13,7 +13,7 @@ from typing import Any
 import paddle
 import paddle.distributed as dist
 
-from ..devices import PADDLE_SELECTED, Device
+from ..jobs.devices import PADDLE_SELECTED, Device
 from ..framework import PADDLE, Framework, GradRefused
 from . import rendezvous, split
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..split_backward import DeferredGrads
+from ..interpreter.split_backward import DeferredGrads
 from .blas import accumulate_product
 
 def _rows(t: Any) -> Any:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..devices import Device
+from ..jobs.devices import Device
 from ..framework import TORCH, Framework, GradRefused
 from . import split
 

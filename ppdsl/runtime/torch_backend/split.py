@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..split_backward import DeferredGrads
+from ..interpreter.split_backward import DeferredGrads
 
 
 def _rows(t: Any) -> Any:

@@ -28,9 +28,9 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..wording import plural
-from ..ir import Program
-from .framework import framework_of, get_framework
+from ...wording import plural
+from ...ir import Program
+from ..framework import framework_of, get_framework
 from .schedule import PipelineSchedule, SetupError
 
 # Paddle's own options that change how a batch is chunked or merged; ppdsl has one way.
@@ -87,7 +87,7 @@ class ScheduleFromFile:
         if isinstance(path_or_program, Program):
             program = path_or_program
         else:
-            from ..load import load_program
+            from ...load import load_program
 
             program = load_program(os.fspath(path_or_program))
         if n_microbatches is not None and n_microbatches != program.microbatches:

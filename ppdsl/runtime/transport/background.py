@@ -22,7 +22,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from .watchdog import Lane
+from ..jobs.watchdog import Lane
 
 Job = Callable[[Lane | None], None]
 # How long an unclosed thread's jobs may hold up the exit. After a step the thread is idle and

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 from attrs import frozen
 
-from ..diagnostics import UsageError
-from ..wording import plural
+from ...diagnostics import UsageError
+from ...wording import plural
 
 CPU, GPU, AUTO = "cpu", "gpu", "auto"
 REQUESTS = (AUTO, CPU, GPU)

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from attrs import frozen
 
-from ..ir import Action, Kind
-from ..semantics import CommModel
-from .framework import Framework
+from ...ir import Action, Kind
+from ...semantics import CommModel
+from ..framework import Framework
 from .background import Background
-from .process_layout import Layout
-from .watchdog import Lane, Watchdog
+from ..jobs.process_layout import Layout
+from ..jobs.watchdog import Lane, Watchdog
 
 if TYPE_CHECKING:  # pragma: no cover
     Tensor = Any

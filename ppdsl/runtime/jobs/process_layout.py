@@ -16,8 +16,8 @@ from typing import Any
 
 from attrs import Attribute, field, frozen
 
-from ..diagnostics import UsageError
-from ..wording import plural
+from ...diagnostics import UsageError
+from ...wording import plural
 
 
 def _at_least_one(_: object, attribute: Attribute[int], value: int) -> None:

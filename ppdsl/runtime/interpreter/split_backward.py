@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .framework import Framework
+    from ..framework import Framework
 
 Key = tuple[int, int]
 
@@ -45,7 +45,7 @@ class DeferredGrads:
 
     def __init__(self, framework: Framework | None = None) -> None:
         if framework is None:
-            from .framework import get_framework
+            from ..framework import get_framework
 
             framework = get_framework()
         self.framework = framework

@@ -20,10 +20,10 @@ import socket
 import statistics
 from typing import Any
 
-from ..ir import KIND_BY_NAME, Kind
-from ..links import peer_of
-from ..profiles import profile_json
-from ..memory import Sizes, peak_bytes, peak_stage_activations
+from ...ir import KIND_BY_NAME, Kind
+from ...links import peer_of
+from ...profiles import profile_json
+from ...memory import Sizes, peak_bytes, peak_stage_activations
 from .watchdog import Reporter
 
 _LABEL = re.compile(r"^(\d+)([A-Z_]+?)(\d+)?$")
@@ -86,7 +86,7 @@ def stage_sizes(sched: Any, optimizer: Any = None) -> dict[int, tuple[int, int, 
 
 
 def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: int = 0, optimizer: Any = None) -> None:
-    from .comm import gather_objects
+    from ..transport.comm import gather_objects
 
     mine = local_actions(sched.timings, cfg.warmup, sched.started)
     for entry in mine:

@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..semantics import CommModel
+from ...semantics import CommModel
 from .comm import PeerError
-from .framework import Framework, get_framework
-from .process_layout import Layout
-from .watchdog import Watchdog
+from ..framework import Framework, get_framework
+from ..jobs.process_layout import Layout
+from ..jobs.watchdog import Watchdog
 
 T = TypeVar("T")
 POLL = 0.01  # how often a wait looks whether another rank failed

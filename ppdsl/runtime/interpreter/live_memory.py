@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .framework import Framework
+from ..framework import Framework
 from .plan import F, I, Op
 from .stage import Stage
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .framework import Framework
+    from ..framework import Framework
     from .watchdog import Watchdog
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .framework import Framework
+    from ..framework import Framework
 
 # A value's shape of container; see the module docstring for how each one is called.
 SINGLE, TUPLE, DICT = "single", "tuple", "dict"
@@ -32,7 +32,7 @@ class StageValueError(ValueError):
 
 
 @frozen
-class Layout:
+class Form:
     """How a value's members are put back together: the form, and the keys of a dict."""
 
     form: str
@@ -54,16 +54,16 @@ class Layout:
         return f"member {self.keys[index]!r}"
 
 
-def split(value: Any) -> tuple[Layout, list[Any]]:
+def split(value: Any) -> tuple[Form, list[Any]]:
     """A value -> its layout and its members, in order."""
     if type(value) in (tuple, list):
-        return Layout(TUPLE), list(value)
+        return Form(TUPLE), list(value)
     if isinstance(value, Mapping):
         keys = tuple(value)
         if not all(isinstance(k, str) for k in keys):
             raise StageValueError(f"a stage's dict value has keys {list(keys)!r}; only string keys name arguments")
-        return Layout(DICT, keys), [value[k] for k in keys]
-    return Layout(SINGLE), [value]
+        return Form(DICT, keys), [value[k] for k in keys]
+    return Form(SINGLE), [value]
 
 
 def call(layer: Callable[..., Any], value: Any, kwargs: Mapping[str, Any] | None = None) -> Any:
@@ -155,7 +155,7 @@ def describe(fw: Framework, value: Any, training: bool, where: str) -> dict[str,
 class Incoming:
     """What a receiver allocates from a header: the layout, and each member's buffer spec."""
 
-    layout: Layout
+    form: Form
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
     grads: tuple[bool, ...]
@@ -166,7 +166,7 @@ class Incoming:
     def join(self, fw: Framework, buffers: Sequence[Any]) -> Any:
         for b, g in zip(buffers, self.grads):
             fw.set_requires_grad(b, g)
-        return self.layout.join(buffers)
+        return self.form.join(buffers)
 
 
 def parse_description(meta: Any, dtypes: Sequence[str], max_dims: int, max_elements: int) -> Incoming:
@@ -197,4 +197,4 @@ def parse_description(meta: Any, dtypes: Sequence[str], max_dims: int, max_eleme
         shapes.append(tuple(shape))
         types.append(str(m[1]))
         grads.append(m[2])
-    return Incoming(Layout(form, tuple(keys) if form == DICT else ()), tuple(shapes), tuple(types), tuple(grads))
+    return Incoming(Form(form, tuple(keys) if form == DICT else ()), tuple(shapes), tuple(types), tuple(grads))

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .background import Background
-from .comm import PeerError
-from .framework import Framework
-from .watchdog import Lane, Watchdog
+from ..transport.background import Background
+from ..transport.comm import PeerError
+from ..framework import Framework
+from ..jobs.watchdog import Lane, Watchdog
 
 # The most bytes one collective carries (PyTorch DDP's default bucket is 25 MiB): large enough
 # that a stage's buckets are few, small enough that the first bucket's sum can start while

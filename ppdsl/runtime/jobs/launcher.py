@@ -25,11 +25,11 @@ from typing import Any, TextIO
 
 from attrs import define, field
 
-from ..wording import plural
-from ..ir import Program
-from ..lower import needs_lowering
+from ...wording import plural
+from ...ir import Program
+from ...lower import needs_lowering
 from .devices import CPU_DEVICE, Device
-from .plan import compile_rank
+from ..interpreter.plan import compile_rank
 from .progress import progress_line
 
 STARTUP_SECONDS = 60.0  # importing paddle and joining the group, on a busy machine

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import values
-from .framework import Framework, GradRefused
+from ..framework import Framework, GradRefused
 from .split_backward import DeferredGrads
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import values
+from ..interpreter import values
 from .watchdog import Reporter
 
 
@@ -62,7 +62,7 @@ class Verifier:
         return grads, [float(v) for v in losses]
 
     def check_step(self, step: int, inputs: Any, target: Any, losses: list[Any]) -> None:
-        from .comm import gather_objects
+        from ..transport.comm import gather_objects
 
         fw = self.fw
         gathered = gather_objects(fw, self._mine(losses))

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
-from ..ir import KIND_BY_NAME, Kind
-from ..kinds import TABLE, KindRow
+from ...ir import KIND_BY_NAME, Kind
+from ...kinds import TABLE, KindRow
 from . import values
-from .errors import StepError
+from ..errors import StepError
 from .plan import BATCH, OVERLAP, RECV_F, SEND_B, SEND_F, Op, Plan
 from .split_backward import DeferredGrads
 from .stage import Stage
-from .wire import Exchange
+from ..transport.wire import Exchange
 
 if TYPE_CHECKING:  # pragma: no cover
     from .schedule import PipelineSchedule

@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ..diagnostics import UsageError
-from ..wording import plural
-from .framework import FRAMEWORKS, PADDLE, Framework, get_framework, require
+from ...diagnostics import UsageError
+from ...wording import plural
+from ..framework import FRAMEWORKS, PADDLE, Framework, get_framework, require
 
-BUILTIN = "ppdsl.runtime.models"
+BUILTIN = "ppdsl.runtime.jobs.models"
 # `--optimizer` names (each framework's adapter maps them to its optimizer classes).
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
@@ -130,7 +130,7 @@ def _check_framework(spec: str, module: Any, framework: str) -> None:
 def batch_rows(spec: str, framework: str) -> int | None:
     """The rows (dimension 0) of the first batch that `--data spec` yields, read once before
     any rank starts; None when its inputs hold no tensor with a dimension."""
-    from .values import split
+    from ..interpreter.values import split
 
     source = load_callable(spec, "data")
     try:

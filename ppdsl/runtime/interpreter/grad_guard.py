@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import StepError
-from .framework import Framework
+from ..errors import StepError
+from ..framework import Framework
 
 
 class GradGuard:

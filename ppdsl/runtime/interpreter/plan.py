@@ -10,14 +10,14 @@ import hashlib
 
 from attrs import frozen
 
-from ..check import analyse
-from ..diagnostics import UsageError, render_header
-from ..encoding import peer_stage
-from ..wording import plural
-from .errors import SetupError
-from ..ir import Action, Batch, Idle, Kind, Overlap, Program
-from ..lower import needs_lowering
-from ..syntax.printer import print_program
+from ...check import analyse
+from ...diagnostics import UsageError, render_header
+from ...encoding import peer_stage
+from ...wording import plural
+from ..errors import SetupError
+from ...ir import Action, Batch, Idle, Kind, Overlap, Program
+from ...lower import needs_lowering
+from ...syntax.printer import print_program
 
 # Interpreter op codes. Compute kinds keep Kind's values; the rest are the runtime's own.
 F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)

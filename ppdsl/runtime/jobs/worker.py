@@ -20,19 +20,19 @@ from typing import Any
 
 from attrs import frozen
 
-from ..diagnostics import PpsError, UsageError
-from ..wording import plural
-from ..limits import DEFAULT_MAX_LOWERED_STEPS
-from ..load import load_program
-from ..semantics import CommModel
+from ...diagnostics import PpsError, UsageError
+from ...wording import plural
+from ...limits import DEFAULT_MAX_LOWERED_STEPS
+from ...load import load_program
+from ...semantics import CommModel
 from . import models
-from . import values
-from .comm import comm_model_of, gather_objects
+from ..interpreter import values
+from ..transport.comm import comm_model_of, gather_objects
 from .devices import AUTO, CPU, Device, choose_device, local_position
-from .framework import PADDLE, TORCH, Framework, get_framework
+from ..framework import PADDLE, TORCH, Framework, get_framework
 from .models import SetupFailure, build_stages, make_optimizer
-from .plan import Plan, compile_rank, count_actions
-from .preflight import prepare
+from ..interpreter.plan import Plan, compile_rank, count_actions
+from ..interpreter.preflight import prepare
 from .progress import RankZeroProgress
 from .process_layout import Layout
 from .watchdog import Reporter, Watchdog
@@ -157,7 +157,7 @@ def main(cfg: RunConfig) -> int:
         reporter.send("exit", code=code)
         return code
     except Exception as exc:  # noqa: BLE001 - every failure is reported, never a bare traceback
-        from .schedule import StepError
+        from ..interpreter.schedule import StepError
 
         if isinstance(exc, StepError):
             reporter.send("error", step=exc.step, action=exc.action, message=str(exc), peer=exc.peer)
@@ -240,7 +240,7 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
         reporter.send("setup_error", file=index, step=-1, action="set-up", message=f"rank {r}: {e}")
         return 1
     assert setup.plan is not None and setup.batches is not None
-    from .schedule import PipelineSchedule
+    from ..interpreter.schedule import PipelineSchedule
 
     layout = setup.layout
     assert layout is not None

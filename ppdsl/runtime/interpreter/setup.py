@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..ir import Program
-from ..wording import plural
-from .errors import SetupError
-from .framework import Framework, framework_of, get_framework
+from ...ir import Program
+from ...wording import plural
+from ..errors import SetupError
+from ..framework import Framework, framework_of, get_framework
 from .plan import Plan
-from .process_layout import Layout
+from ..jobs.process_layout import Layout
 
 
 def on_gpu(fw: Framework, layers: Mapping[int, Any]) -> bool:

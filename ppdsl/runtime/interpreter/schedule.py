@@ -27,25 +27,25 @@ from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
-from ..gcpause import no_gc
-from ..ir import Kind, Program
-from ..semantics import CommModel
+from ...gcpause import no_gc
+from ...ir import Kind, Program
+from ...semantics import CommModel
 from .plan import Op, compile_rank, has_split_backward, last_backward_labels, reduction_points
 from . import setup, values
-from .background import JobFailed
+from ..transport.background import JobFailed
 from . import handlers as handlers_
-from .comm import Carrier, PeerError, Transport, comm_model_of, gather_objects
-from .errors import MessageOrderError, SetupError, StepError
-from .framework import Framework
-from .memory import LiveMemory
+from ..transport.comm import Carrier, PeerError, Transport, comm_model_of, gather_objects
+from ..errors import MessageOrderError, SetupError, StepError
+from ..framework import Framework
+from .live_memory import LiveMemory
 from .preflight import lint, prepare
-from .process_layout import Layout
+from ..jobs.process_layout import Layout
 from .reduction import GradientReducer
 from .grad_guard import GradGuard
 from .stage import Stage
 from .split_backward import DeferredGrads, SplitLinears
-from .watchdog import Reporter, Watchdog
-from .wire import Wire
+from ..jobs.watchdog import Reporter, Watchdog
+from ..transport.wire import Wire
 
 __all__ = ["MessageOrderError", "PipelineSchedule", "SetupError", "StepError"]
 

@@ -7,11 +7,11 @@ refused here, with the wait-for cycle, instead of hanging at run time. No paddle
 
 from __future__ import annotations
 
-from ..check import check
-from ..diagnostics import Diagnostic, PpsError
-from ..ir import Program
-from ..lower import lower, needs_lowering, unit_run
-from ..semantics import CommModel, execute, wait_cycle
+from ...check import check
+from ...diagnostics import Diagnostic, PpsError
+from ...ir import Program
+from ...lower import lower, needs_lowering, unit_run
+from ...semantics import CommModel, execute, wait_cycle
 
 
 def lint(program: Program, model: CommModel) -> list[Diagnostic]:

@@ -26,13 +26,13 @@ from typing import Any
 
 from attrs import define
 
-from ..ir import Kind
-from ..links import peer_of
-from .plan import Op, Plan
-from . import values
+from ...ir import Kind
+from ...links import peer_of
+from ..interpreter.plan import Op, Plan
+from ..interpreter import values
 from .comm import DTYPES, LABEL, MAX_DIMS, MAX_ELEMENTS, Label, Carrier, PeerError, Transport, comm_model_of
-from .framework import Framework
-from .errors import MessageOrderError, SetupError
+from ..framework import Framework
+from ..errors import MessageOrderError, SetupError
 
 Key = tuple[int, int]
 Then = Callable[[], None] | None

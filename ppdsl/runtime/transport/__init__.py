@@ -1,0 +1,2 @@
+"""How ranks exchange values: process groups or threads (loopback), the wire format of
+messages, and sending beside compute."""
