@@ -272,7 +272,15 @@ def _launch(args: argparse.Namespace, programs: list[Program], device: Device) -
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
                      keep_logs=args.logs, names=args.file, threads=threads, device=device, replicas=replicas)
     if outcome.failure is not None:
-        print(f"ppdsl run: failed: {outcome.failure}", file=sys.stderr)
+        root = outcome.root
+        if root is None:
+            print(f"ppdsl run: failed: {outcome.failure}", file=sys.stderr)
+            return 1
+        # As each rank says it under another launcher: the failed rank's block, then the others' line.
+        print(root.block(outcome.traceback, args.verbose), file=sys.stderr)
+        others = [r for r in range(first.ranks * replicas) if r != root.rank]
+        if others:
+            print(root.stopped_line(others), file=sys.stderr)
         return 1
     for index, file in enumerate(args.file):
         f = outcome.file(index)
