@@ -69,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-grad-guard", action="store_true",
                    help="do not check that every parameter a stage's forward used ends the step with a gradient")
     p.add_argument("--verbose", "-v", action="store_true",
-                   help="each rank says which path each of its stages' weight gradients takes (split or whole)")
+                   help="each rank says which path each of its stages' weight gradients takes (split or whole), "
+                        "and a rank that fails prints its whole traceback")
     p.add_argument("--blocking-sends", action="store_true",
                    help="on gloo, make each send wait for its receive (the rendezvous model) instead of "
                         "sending in the background beside compute (the buffered model)")

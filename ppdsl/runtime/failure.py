@@ -329,8 +329,12 @@ class Teller:
         """Stop watching (a run that ended well), on the main thread."""
         self._closing.set()
         if self._wakeup is not None:
-            signal.set_wakeup_fd(-1)
+            write = signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            try:
+                os.write(write, b"\0")  # wakes the watching thread now, not at its next poll
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join(1.0)
 
