@@ -306,7 +306,7 @@ class Teller:
         self.reporter = reporter
         self.verbose = verbose
         self.board: Board | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by SIGTERM's handler on the main thread
         self._code: int | None = None  # set by the first to tell
         self._stopped = False  # this rank stopped for another's failure
         self._told = threading.Event()
@@ -362,6 +362,8 @@ class Teller:
             if cause is not None:
                 code = self.stop_for(cause)
         if code is not None:
+            # Let the telling (on the other thread, or interrupted on this one) finish.
+            self._told.wait(1.0 if threading.current_thread() is threading.main_thread() else TELL_SECONDS)
             self._end(code)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -426,17 +428,18 @@ class Teller:
         has read it: this rank may serve the store they read. The exit status."""
         if not self._first(failure.code):
             return self._code or failure.code
+        # What the user reads first: a launcher stops the job once it knows (told next, or the
+        # other ranks, once they read the store). Under ppdsl's launcher stderr is the rank's
+        # log: the whole traceback goes there.
+        print(failure.block(trace, self.verbose or self.reporter.attached), file=sys.stderr, flush=True)
+        # torchrun's summary repeats it in one line: the block is said once, here.
+        write_error_file(failure.headline + (f" (at {failure.where})" if failure.where else ""), int(failure.time))
         board = self.board
-        if board is not None and board.open:  # first: a launcher told of it stops the others at once
+        if board is not None and board.open:
             board.post(failure)
             board.told()
         self.reporter.send("error", step=failure.step, action=failure.action, message=failure.headline,
                            peer=failure.kind != RAISED, failure=failure.to_dict(), traceback=trace)
-        # Under ppdsl's launcher stderr is the rank's log: the whole traceback goes there.
-        block = failure.block(trace, self.verbose or self.reporter.attached)
-        print(block, file=sys.stderr, flush=True)
-        # torchrun's summary repeats it in one line: the block is said once, here.
-        write_error_file(failure.headline + (f" (at {failure.where})" if failure.where else ""), int(failure.time))
         self._told.set()
         deadline = time.monotonic() + TELL_SECONDS
         while board is not None and board.open and time.monotonic() < deadline and not board.all_told(self.world):
@@ -449,8 +452,8 @@ class Teller:
             return self._code or cause.code
         self._stopped = True
         line = cause.stopped_line([self.rank])
-        self.reporter.send("stopped", message=line, cause=cause.to_dict())
         print(line, file=sys.stderr, flush=True)
+        self.reporter.send("stopped", message=line, cause=cause.to_dict())
         # Dated after the cause: torchrun names the earliest failure its root cause.
         write_error_file(line.removeprefix("ppdsl run: "), max(int(time.time()), int(cause.time) + 1))
         if self.board is not None:
