@@ -69,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-grad-guard", action="store_true",
                    help="do not check that every parameter a stage's forward used ends the step with a gradient")
     p.add_argument("--verbose", "-v", action="store_true",
-                   help="each rank says which path each of its stages' weight gradients takes (split or whole)")
+                   help="each rank says which path each of its stages' weight gradients takes (split or whole), "
+                        "and a rank that fails prints its whole traceback")
     p.add_argument("--blocking-sends", action="store_true",
                    help="on gloo, make each send wait for its receive (the rendezvous model) instead of "
                         "sending in the background beside compute (the buffered model)")
@@ -272,7 +273,15 @@ def _launch(args: argparse.Namespace, programs: list[Program], device: Device) -
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
                      keep_logs=args.logs, names=args.file, threads=threads, device=device, replicas=replicas)
     if outcome.failure is not None:
-        print(f"ppdsl run: failed: {outcome.failure}", file=sys.stderr)
+        root = outcome.root
+        if root is None:
+            print(f"ppdsl run: failed: {outcome.failure}", file=sys.stderr)
+            return 1
+        # As each rank says it under another launcher: the failed rank's block, then the others' line.
+        print(root.block(outcome.traceback, args.verbose), file=sys.stderr)
+        others = [r for r in range(first.ranks * replicas) if r != root.rank]
+        if others:
+            print(root.stopped_line(others), file=sys.stderr)
         return 1
     for index, file in enumerate(args.file):
         f = outcome.file(index)

@@ -238,6 +238,13 @@ class Framework(abc.ABC):
         framework's own teardown at interpreter exit may abort the process otherwise)."""
 
     @abc.abstractmethod
+    def open_store(self, seconds: float) -> Any:
+        """A connection of its own to the key-value store the default group was made with
+        (`add(key, n) -> int`, `set(key, bytes)`, `get(key) -> bytes`), for the failure
+        notices (`failure.Board`); `seconds` bounds a wait where the framework offers it.
+        It may block while the store is not there: open it on a thread that may wait."""
+
+    @abc.abstractmethod
     def is_initialized(self) -> bool: ...
 
     @abc.abstractmethod

@@ -90,6 +90,6 @@ def test_a_rank_that_dies_ends_every_rank_within_the_timeout(tmp_path: Path) -> 
     logs = _logs(tmp_path / "logs")
     assert done.returncode != 0
     # Rank 0 was talking to the dead rank: it names it, by a lost connection or its own timeout.
-    assert re.search(r"rank 0: .*(lost rank 1 while (sending to|receiving from|exchanging with) it|timed out after 5 s at step 0, action 0\S+ "
+    assert re.search(r"rank 0[:,] .*(lost rank 1 while (sending to|receiving from|exchanging with) it|timed out after 5 s at step 0, action 0\S+ "
                      r"\(.*rank 1\))", logs), logs[-3000:]
     assert seconds < 60  # start-up (paddle imports) plus at most one --timeout

@@ -29,6 +29,7 @@ from ...wording import plural
 from ...ir import Program
 from ...lower import needs_lowering
 from .devices import CPU_DEVICE, Device
+from .failure import RAISED, Failure
 from ..interpreter.plan import compile_rank
 from .progress import progress_line
 
@@ -69,9 +70,14 @@ class Outcome:
     code: int = 0
     files: dict[int, FileOutcome] = field(factory=dict)
     failure: str | None = None
-    # Every failure seen, (rank of importance, message): a rank's own exception or death ranks
-    # 0; a rank that only lost its peer (a broken connection, a timeout) ranks 1.
-    failures: list[tuple[int, str]] = field(factory=list)
+    # The failure as its rank told it (None for a death the launcher saw, or a set-up refusal),
+    # and its traceback: what `ppdsl run` prints of it (`Failure.block`).
+    root: Failure | None = None
+    traceback: str = ""
+    # Every failure seen, (rank of importance, message, as told): a rank's own exception or death
+    # ranks 0; a rank that only lost its peer (a broken connection, a timeout) ranks 1.
+    failures: list[tuple[int, str, Failure | None, str]] = field(factory=list)
+    told: set[int] = field(factory=set)  # the ranks that told of a failure, theirs or another's
     profile: dict[str, Any] | None = None
     warnings: list[str] = field(factory=list)
     events: list[dict[str, Any]] = field(factory=list)
@@ -285,16 +291,15 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
             exited[rank] = code
             if fd_of[rank] in open_fds:
                 pump(fd_of[rank])  # what it said before exiting comes first
-            if code != 0 and rank not in outcome.exits and not any(f[1].startswith(f"rank {rank}") for f in outcome.failures):
-                outcome.failures.append((0, _death(rank, code, programs, tmp)))
+            if code != 0 and rank not in outcome.exits and rank not in outcome.told:
+                outcome.failures.append((0, _death(rank, code, programs, tmp), None, ""))
         if outcome.failures:
             # The first report is often a peer's "connection lost"; give the rank that really
             # failed a moment to say so (or to be seen dead) and report the root cause.
             if grace is None:
                 grace = time.monotonic() + GRACE_SECONDS
             if min(f[0] for f in outcome.failures) == 0 or time.monotonic() > grace:
-                outcome.failure = min(outcome.failures, key=lambda f: f[0])[1]
-                outcome.code = 1
+                _root(outcome)
                 return
         if len(ready) < n and time.monotonic() - started > STARTUP_SECONDS + timeout:
             missing = sorted(set(range(n)) - ready)
@@ -305,7 +310,7 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
     for fd in list(open_fds):
         pump(fd)
     if outcome.failures and outcome.failure is None:
-        outcome.failure = min(outcome.failures, key=lambda f: f[0])[1]
+        _root(outcome)
     verdicts = [f.verify for f in outcome.files.values() if f.verify is not None]
     if any(not v.get("ok") for v in verdicts):
         outcome.code = 1
@@ -324,10 +329,18 @@ def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[i
         f.losses[int(e["step"])] = float(e["loss"])
         progress.step(int(e.get("file", 0)), int(e["step"]), float(e["loss"]))
     elif kind in ("error", "timeout", "setup_error"):
-        message = str(e.get("message"))
-        if kind == "timeout":
-            message = f"rank {rank}: {message}"
-        outcome.failures.append((1 if kind == "timeout" or e.get("peer") else 0, message))
+        outcome.told.add(rank)
+        failure = Failure.from_dict(e["failure"]) if "failure" in e else None
+        if failure is not None:
+            outcome.failures.append((0 if failure.kind == RAISED else 1, failure.headline, failure,
+                                     str(e.get("traceback", ""))))
+        else:
+            message = str(e.get("message"))
+            if kind == "timeout":
+                message = f"rank {rank}: {message}"
+            outcome.failures.append((1 if kind == "timeout" or e.get("peer") else 0, message, None, ""))
+    elif kind == "stopped":  # for another rank's failure, which that rank reports itself
+        outcome.told.add(rank)
     elif kind == "verify":
         f.verify = e
         progress.verdict(int(e.get("file", 0)), e)
@@ -354,6 +367,12 @@ def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[i
             print(f"ppdsl run: {message}", file=sys.stderr, flush=True)
     elif kind == "exit":
         outcome.exits[rank] = int(e.get("code", 0))
+
+
+def _root(outcome: Outcome) -> None:
+    """The root cause among the failures seen: the first of the most important."""
+    _, outcome.failure, outcome.root, outcome.traceback = min(outcome.failures, key=lambda f: f[0])
+    outcome.code = 1
 
 
 def _death(rank: int, code: int, programs: Sequence[Program], tmp: Path) -> str:

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 # Exit status of a rank whose wait timed out (1 is an exception, 2 a usage error).
@@ -35,8 +36,8 @@ class Reporter:
 
     def send(self, event: str, **fields: Any) -> None:
         record = {"event": event, "rank": self.rank, **fields}
-        if self.fd is None:
-            if event in ("error", "timeout", "info"):
+        if self.fd is None:  # a failure is printed where it is told (`failure.Teller`)
+            if event == "info":
                 print(f"ppdsl run: rank {self.rank}: {fields.get('message', '')}", file=sys.stderr, flush=True)
             return
         data = (json.dumps(record) + "\n").encode()
@@ -75,6 +76,8 @@ class Watchdog(Lane):
         self.timeout = timeout
         self.reporter = reporter
         self.step = -1
+        # Tells a timeout (step, action, message) and ends the process (`failure.Teller.timed_out`).
+        self.on_timeout: Callable[[int, str, str], None] | None = None
         self._lanes: list[Lane] = [self]
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="ppdsl-watchdog", daemon=True)
@@ -106,6 +109,9 @@ class Watchdog(Lane):
         label, what = lane.label, lane.what
         where = f"step {self.step}, action {label}" if self.step >= 0 else label
         message = f"timed out after {self.timeout:g} s at {where}" + (f" ({what})" if what else "")
+        if self.on_timeout is not None:
+            self.on_timeout(self.step, label, message)
         self.reporter.send("timeout", step=self.step, action=label, message=message)
+        print(f"ppdsl run: rank {self.reporter.rank}: {message}", file=sys.stderr)
         sys.stderr.flush()
         os._exit(TIMEOUT_EXIT)

@@ -29,6 +29,7 @@ from . import models
 from ..interpreter import values
 from ..transport.comm import comm_model_of, gather_objects
 from .devices import AUTO, CPU, Device, choose_device, local_position
+from .failure import STORE_SECONDS, Teller
 from ..framework import PADDLE, TORCH, Framework, get_framework
 from .models import SetupFailure, build_stages, make_optimizer
 from ..interpreter.plan import Plan, compile_rank, count_actions
@@ -152,24 +153,17 @@ def main(cfg: RunConfig) -> int:
     rank, world = rank_from_env(cfg.framework)
     reporter = Reporter(rank)
     watchdog = Watchdog(cfg.timeout, reporter)
+    teller = Teller(rank, world, reporter, cfg.verbose or bool(os.environ.get("PPDSL_DEBUG")))
+    watchdog.on_timeout = teller.timed_out
     try:
-        code = _main(cfg, rank, world, reporter, watchdog)
+        code = _main(cfg, rank, world, reporter, watchdog, teller)
         reporter.send("exit", code=code)
         return code
-    except Exception as exc:  # noqa: BLE001 - every failure is reported, never a bare traceback
-        from ..interpreter.schedule import StepError
-
-        if isinstance(exc, StepError):
-            reporter.send("error", step=exc.step, action=exc.action, message=str(exc), peer=exc.peer)
-        else:
-            where = f" at step {watchdog.step}" if watchdog.step >= 0 else ""
-            reporter.send("error", step=watchdog.step, action=watchdog.label,
-                          message=f"rank {rank}{where}: {type(exc).__name__}: {exc}")
-        if os.environ.get("PPDSL_DEBUG"):
-            import traceback
-
-            traceback.print_exc()
-        return 1
+    except Exception as exc:  # noqa: BLE001 - every failure is told once (failure.py), never a bare traceback
+        code = teller.fail(exc, watchdog.step, "")
+        if teller.board is None:
+            return code
+        teller.exit(code)  # its threads may be blocked in the framework, on peers that are gone
 
 
 def bind_device(fw: Framework, requested: str, rank: int, world: int) -> Device:
@@ -199,7 +193,7 @@ def apply_threads(fw: Framework) -> None:
         fw.set_threads(int(value))
 
 
-def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: Watchdog) -> int:
+def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: Watchdog, teller: Teller) -> int:
     t_start = time.perf_counter()
     fw = get_framework(cfg.framework)
     bind_device(fw, cfg.device, rank, world)  # before the group: NCCL binds the same GPU
@@ -210,6 +204,7 @@ def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: W
     watchdog.arm("starting the process group", "all ranks")
     if world > 1:  # one rank needs no group (and Paddle's collectives refuse a 1-rank default one)
         fw.init_process_group()
+        teller.watch(lambda: fw.open_store(STORE_SECONDS))
     watchdog.disarm()
     watchdog.timeout = saved
     reporter.send("ready", seconds=time.perf_counter() - t_start)
@@ -220,6 +215,7 @@ def _main(cfg: RunConfig, rank: int, world: int, reporter: Reporter, watchdog: W
         code = max(code, train(cfg, fw, file, index, rank, world, backend, reporter, watchdog, status))
         if code and not cfg.verify:
             break
+    teller.close()
     if world > 1:
         fw.destroy_process_group()
     return code

@@ -212,6 +212,16 @@ class PaddleFramework(Framework):
     def destroy_process_group(self) -> None:
         pass  # Paddle's groups end with the process; its launcher's runs exit cleanly without a teardown call
 
+    def open_store(self, seconds: float) -> Any:
+        from paddle.base import core
+
+        where = rendezvous.store_endpoint(os.environ)
+        if where is None:
+            return None
+        # No workers to wait for (0): a client that only connects. Its calls have no timeout of
+        # their own; a connection to a store that is gone is retried without end.
+        return core.TCPStore(where[0], where[1], False, 0, max(1, int(seconds)))
+
     def is_initialized(self) -> bool:
         return bool(dist.is_initialized())
 

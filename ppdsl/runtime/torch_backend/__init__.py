@@ -207,6 +207,13 @@ class TorchFramework(Framework):
         if self.is_initialized():
             dist.destroy_process_group()
 
+    def open_store(self, seconds: float) -> Any:
+        from datetime import timedelta
+
+        # env:// rendezvous: rank 0's store, or torchrun's agent's (TORCHELASTIC_USE_AGENT_STORE).
+        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                             timeout=timedelta(seconds=seconds), wait_for_workers=False)
+
     def is_initialized(self) -> bool:
         return bool(dist.is_available() and dist.is_initialized())
 
