@@ -66,14 +66,14 @@ class Framework(abc.ABC):
 
     @abc.abstractmethod
     def empty(self, shape: Sequence[int], dtype: str) -> Any:
-        """An uninitialised buffer; `dtype` is one of `comm.DTYPES`."""
+        """An uninitialised buffer; `dtype` is one of `messages.DTYPES`."""
 
     @abc.abstractmethod
     def empty_like(self, t: Any) -> Any: ...
 
     @abc.abstractmethod
     def dtype_name(self, t: Any) -> str:
-        """`float32`, `int64`, ... (the names of `comm.DTYPES`)."""
+        """`float32`, `int64`, ... (the names of `messages.DTYPES`)."""
 
     def shape(self, t: Any) -> list[int]:
         return [int(d) for d in t.shape]
@@ -241,7 +241,7 @@ class Framework(abc.ABC):
     def open_store(self, seconds: float) -> Any:
         """A connection of its own to the key-value store the default group was made with
         (`add(key, n) -> int`, `set(key, bytes)`, `get(key) -> bytes`), for the failure
-        notices (`failure.Board`); `seconds` bounds a wait where the framework offers it.
+        notices (`notices.Board`); `seconds` bounds a wait where the framework offers it.
         It may block while the store is not there: open it on a thread that may wait."""
 
     @abc.abstractmethod

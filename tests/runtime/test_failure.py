@@ -22,8 +22,8 @@ import pytest
 
 from ppdsl.runtime.transport.background import JobFailed
 from ppdsl.runtime.errors import StepError
-from ppdsl.runtime.jobs.failure import (LOST, RAISED, TIMEOUT, Board, Failure, bounded, cause_of, failure_of,
-                                   user_frame, write_error_file)
+from ppdsl.runtime.jobs.failure import LOST, RAISED, TIMEOUT, Failure, failure_of, user_frame
+from ppdsl.runtime.jobs.notices import Board, bounded, cause_of, write_error_file
 from ppdsl.runtime.jobs.launcher import Outcome, Progress, _event, free_ports
 
 HERE = Path(__file__).parent

@@ -164,12 +164,13 @@ def test_a_label_reads_back_and_a_garbled_one_is_refused(framework: str) -> None
     import numpy as np
 
     from ppdsl.ir import Kind
-    from ppdsl.runtime.transport.comm import HEADER_WORDS, Label, PeerError, Transport
+    from ppdsl.runtime.transport.comm import PeerError
+    from ppdsl.runtime.transport.messages import HEADER_WORDS, Label, empty_header
     from ppdsl.runtime.framework import get_framework
 
     fw = get_framework(framework)
     label = Label(Kind.SEND_B, 2, 1, 3)
-    wire = label.tensor(fw, Transport.empty_header(fw))
+    wire = label.tensor(fw, empty_header(fw))
     assert fw.shape(wire) == fw.shape(Label.empty(fw))  # every labelled header has one size
     assert Label.read(fw, wire, 4, 2) == label and label.action == "2SEND_B1"
     for bad in ([int(Kind.RECV_F), 0, 0, 1], [int(Kind.SEND_F), 4, 0, 1], [int(Kind.SEND_F), 0, 2, 1],

@@ -31,23 +31,24 @@ def test_a_header_round_trips_and_a_bad_one_is_refused(framework: str) -> None:
     pytest.importorskip(framework)
     import numpy as np
 
-    from ppdsl.runtime.transport.comm import DTYPES, MAX_DIMS, MAX_ELEMENTS, Transport
+    from ppdsl.runtime.transport import messages as M
+    from ppdsl.runtime.transport.messages import DTYPES, MAX_DIMS, MAX_ELEMENTS
     from ppdsl.runtime.framework import get_framework
 
     fw = get_framework(framework)
     h = fw.leaf(fw.from_numpy(np.ones((2, 3), dtype="float32")), True)
     mask = fw.from_numpy(np.zeros(2, dtype="int64"))
-    meta = V.describe(fw, (h, mask), True, "test")
-    got = V.parse_description(Transport.decode_header(fw, Transport.encode_header(fw, meta)), DTYPES, MAX_DIMS,
+    meta = M.describe(fw, (h, mask), True, "test")
+    got = M.parse_description(M.decode_header(fw, M.encode_header(fw, meta)), DTYPES, MAX_DIMS,
                               MAX_ELEMENTS)
     assert got.shapes == ((2, 3), (2,)) and got.dtypes == ("float32", "int64") and got.grads == (True, False)
     with pytest.raises(V.StageValueError, match="more than the"):
-        V.parse_description({"form": "single", "keys": [], "members": [[[1 << 20, 1 << 20], "float32", False]]},
+        M.parse_description({"form": "single", "keys": [], "members": [[[1 << 20, 1 << 20], "float32", False]]},
                             DTYPES, MAX_DIMS, MAX_ELEMENTS)
     with pytest.raises(V.StageValueError, match="garbled"):
-        V.parse_description({"form": "dict", "keys": ["a"], "members": []}, DTYPES, MAX_DIMS, MAX_ELEMENTS)
+        M.parse_description({"form": "dict", "keys": ["a"], "members": []}, DTYPES, MAX_DIMS, MAX_ELEMENTS)
     with pytest.raises(V.StageValueError, match=f"member 1 is a str, not a {fw.tensor_type}"):
-        V.describe(fw, (h, "x"), True, "test")
+        M.describe(fw, (h, "x"), True, "test")
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ from . import models
 from ..interpreter import values
 from ..transport.comm import comm_model_of, gather_objects
 from .devices import AUTO, CPU, Device, choose_device, local_position
-from .failure import STORE_SECONDS, Teller
+from .notices import STORE_SECONDS, Teller
 from ..framework import PADDLE, TORCH, Framework, get_framework
 from .models import SetupFailure, build_stages, make_optimizer
 from ..interpreter.plan import Plan, compile_rank, count_actions
@@ -159,7 +159,7 @@ def main(cfg: RunConfig) -> int:
         code = _main(cfg, rank, world, reporter, watchdog, teller)
         reporter.send("exit", code=code)
         return code
-    except Exception as exc:  # noqa: BLE001 - every failure is told once (failure.py), never a bare traceback
+    except Exception as exc:  # noqa: BLE001 - every failure is told once (notices.py), never a bare traceback
         code = teller.fail(exc, watchdog.step, "")
         if teller.board is None:
             return code

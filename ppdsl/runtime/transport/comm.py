@@ -1,4 +1,5 @@
-"""Point-to-point transport: one 2-rank group per communicating pair, timeouts, shape headers.
+"""Point-to-point transport: one 2-rank group per communicating pair, timeouts (what the messages
+hold is `messages.py`).
 
 Why pair groups: on gloo, every operation in a group advances one shared message counter, so
 a send between two members of a larger group desynchronises (see the notes on Paddle on
@@ -13,14 +14,10 @@ model of the transport it really has before the first step.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from attrs import frozen
-
-from ...ir import Action, Kind
 from ...semantics import CommModel
 from ..framework import Framework
 from .background import Background
@@ -30,17 +27,8 @@ from ..jobs.watchdog import Lane, Watchdog
 if TYPE_CHECKING:  # pragma: no cover
     Tensor = Any
 
-# The dtypes a received buffer may have.
-DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
-MAX_DIMS = 8
-# One header per message, before the first step's data of each cross-rank activation: a fixed
-# int64 tensor (the receiver must size its buffer before knowing anything), word 0 the length of
-# a JSON description in bytes, then the JSON, 8 bytes a word. JSON because the description
-# grows (a layout, keys, per-member shape, dtype and gradient flag; other fields may follow).
-HEADER_WORDS = 256
-MAX_HEADER_BYTES = (HEADER_WORDS - 1) * 8
-# The most elements the receiver allocates for one member from a header (8 GB of float32).
-MAX_ELEMENTS = 1 << 31
+
+
 
 
 def gather_objects(fw: Framework, obj: Any) -> list[Any]:
@@ -48,12 +36,6 @@ def gather_objects(fw: Framework, obj: Any) -> list[Any]:
     if not fw.is_initialized() or fw.world_size() == 1:
         return [obj]
     return fw.all_gather_object(obj)
-# The guard's label on the first step: [kind of the send, its stage, its microbatch, how many
-# sends on this link it is]. Its words lead the header a forward send already sends (one
-# message), and a backward send sends a labelled empty header before its data (the same size,
-# so a message of one kind fits where the other was expected and the label can say so). The
-# label only prefixes the header: it needs nothing of what the header holds.
-LABEL = 4
 
 
 def comm_model_of(backend: str, background: bool = False) -> CommModel:
@@ -263,81 +245,6 @@ class Transport:
             raise peer_error(exc, "exchanging with", self.global_rank(ops[0][2]), time.monotonic() - t0) from None
         if wd is not None:
             wd.disarm()
-
-    # --- headers: sent once per cross-rank activation, on the first step --------------------
-    @staticmethod
-    def encode_header(fw: Framework, meta: dict[str, Any]) -> Tensor:
-        import numpy as np
-
-        data = json.dumps(meta, separators=(",", ":")).encode()
-        if len(data) > MAX_HEADER_BYTES:
-            raise ValueError(f"the description of a value to send takes {len(data)} bytes, more than the "
-                             f"{MAX_HEADER_BYTES} a header holds: send fewer members")
-        words = np.zeros(HEADER_WORDS, dtype="<i8")
-        words[0] = len(data)
-        words[1:] = np.frombuffer(data.ljust(MAX_HEADER_BYTES, b"\0"), dtype="<i8")
-        return fw.from_numpy(words)
-
-    @staticmethod
-    def empty_header(fw: Framework) -> Tensor:
-        import numpy as np
-
-        return fw.from_numpy(np.zeros(HEADER_WORDS, dtype="<i8"))
-
-    @staticmethod
-    def decode_header(fw: Framework, header: Tensor) -> dict[str, Any]:
-        import numpy as np
-
-        words = np.ascontiguousarray(fw.to_numpy(header), dtype="<i8")
-        n = int(words[0])
-        if not 0 < n <= MAX_HEADER_BYTES:
-            raise PeerError(f"garbled header (length {n}): the ranks disagree about what is sent")
-        try:
-            meta = json.loads(words[1:].tobytes()[:n].decode())
-        except (UnicodeDecodeError, ValueError):
-            raise PeerError("garbled header: the ranks disagree about what is sent") from None
-        if not isinstance(meta, dict):
-            raise PeerError(f"garbled header {meta!r}")
-        return meta
-
-
-@frozen
-class Label:
-    """What a message is: the sending action and its place among the sends on its link."""
-
-    kind: Kind
-    stage: int
-    microbatch: int
-    ordinal: int  # 1 for the first message sent on this link in the step
-
-    @property
-    def action(self) -> str:
-        return str(Action(self.stage, self.kind, self.microbatch))
-
-    def tensor(self, fw: Framework, header: Tensor) -> Tensor:
-        """The label followed by a header: what goes on the wire."""
-        import numpy as np
-
-        label = np.array([int(self.kind), self.stage, self.microbatch, self.ordinal], dtype="<i8")
-        return fw.from_numpy(np.concatenate([label, fw.to_numpy(header).astype("<i8")]))
-
-    @staticmethod
-    def empty(fw: Framework) -> Tensor:
-        """A buffer for a labelled header."""
-        import numpy as np
-
-        return fw.from_numpy(np.zeros(LABEL + HEADER_WORDS, dtype="<i8"))
-
-    @classmethod
-    def read(cls, fw: Framework, tensor: Tensor, stages: int, microbatches: int) -> Label:
-        """The label in a received tensor; PeerError when it cannot be one (a message of
-        another kind arrived where a label should: the ranks are out of step)."""
-        kind, stage, mb, ordinal = (int(v) for v in fw.to_numpy(tensor).tolist()[:LABEL])
-        if kind not in (int(Kind.SEND_F), int(Kind.SEND_B)) or not 0 <= stage < stages \
-                or not 0 <= mb < microbatches or ordinal < 1:
-            raise PeerError(f"garbled message label {[kind, stage, mb, ordinal]}: the ranks are out of step "
-                            "(does every rank run with the label guard?)")
-        return cls(Kind(kind), stage, mb, ordinal)
 
 
 GLOO_TIMEOUT_SECONDS = 30.0  # gloo's own limit on one send or receive

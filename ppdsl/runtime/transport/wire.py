@@ -30,7 +30,9 @@ from ...ir import Kind
 from ...links import peer_of
 from ..interpreter.plan import Op, Plan
 from ..interpreter import values
-from .comm import DTYPES, LABEL, MAX_DIMS, MAX_ELEMENTS, Label, Carrier, PeerError, Transport, comm_model_of
+from . import messages
+from .comm import Carrier, PeerError, comm_model_of
+from .messages import DTYPES, LABEL, MAX_DIMS, MAX_ELEMENTS, Label
 from ..framework import Framework
 from ..errors import MessageOrderError, SetupError
 
@@ -75,7 +77,7 @@ class Wire:
         self._received_on: dict[int, int] = {}
         # Agreed on the first step: the shapes each send carries, what each receive allocates.
         self._sent: dict[tuple[int, Key], list[list[int]]] = {}
-        self._incoming: dict[Key, values.Incoming] = {}
+        self._incoming: dict[Key, messages.Incoming] = {}
 
     def first_step_done(self) -> None:
         self.labels = False
@@ -167,12 +169,12 @@ class Wire:
         exchange = Exchange(op.label, True, op.peer)
         if (op.code, key) not in self._sent:
             try:
-                meta = values.describe(fw, value, self.plan.training, where)
-                header, error = Transport.encode_header(fw, meta), None
+                meta = messages.describe(fw, value, self.plan.training, where)
+                header, error = messages.encode_header(fw, meta), None
                 self._sent[(op.code, key)] = [fw.shape(t) for t in values.split(value)[1]]
             except values.StageValueError as exc:
                 # The receiver learns why instead of timing out; this rank stops after sending.
-                header, error = Transport.encode_header(fw, {"error": str(exc)}), str(exc)
+                header, error = messages.encode_header(fw, {"error": str(exc)}), str(exc)
 
             def refuse() -> None:
                 if error is not None:
@@ -184,7 +186,7 @@ class Wire:
         def data() -> list[Message]:
             members = values.split(value)[1]
             if not all(fw.is_tensor(t) for t in members):
-                values.describe(fw, value, False, where)  # raises, naming the member
+                messages.describe(fw, value, False, where)  # raises, naming the member
             tensors = [fw.detach(t) for t in members]
             self._same_shapes(op, tensors)
             return [(True, t, op.peer, None) for t in tensors]
@@ -242,11 +244,11 @@ class Wire:
                              "the ranks agreed shapes on the first step")
 
     def _read_incoming(self, op: Op, header: Any) -> None:
-        meta = Transport.decode_header(self.fw, self._unlabelled(op, header))
+        meta = messages.decode_header(self.fw, self._unlabelled(op, header))
         if "error" in meta:
             raise SetupError(f"rank {op.peer} could not send stage {op.stage - 1}'s output: {meta['error']}")
         try:
-            incoming = values.parse_description(meta, DTYPES, MAX_DIMS, MAX_ELEMENTS)
+            incoming = messages.parse_description(meta, DTYPES, MAX_DIMS, MAX_ELEMENTS)
         except values.StageValueError as exc:
             raise PeerError(f"from rank {op.peer}: {exc}") from None
         self._incoming[(op.stage, op.microbatch)] = incoming
@@ -259,10 +261,10 @@ class Wire:
             return header
         n = self._sent_on[op.peer] = self._sent_on.get(op.peer, 0) + 1
         label = Label(Kind(op.code), op.stage, op.microbatch, n)
-        return label.tensor(self.fw, Transport.empty_header(self.fw) if header is None else header)
+        return label.tensor(self.fw, messages.empty_header(self.fw) if header is None else header)
 
     def _header_buffer(self) -> Any:
-        return Label.empty(self.fw) if self.labels else Transport.empty_header(self.fw)
+        return Label.empty(self.fw) if self.labels else messages.empty_header(self.fw)
 
     def _unlabelled(self, op: Op, received: Any) -> Any:
         """The header part of a received header, after checking its label (first step)."""
