@@ -315,13 +315,11 @@ def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Dia
     for an action it has no kind for)."""
     names = DIALECTS[dialect].write_names
     path = program.source.path if program.source else "<program>"
-    unwritable = sorted(k for k in encode(program).kinds if k < len(Kind) and Kind(k) not in names)
-    if unwritable:
-        kind = Kind(unwritable[0])
-        rows = program.rows
-        at = _first_located(rows, lambda a: a.kind is kind)
+    if any(k < len(Kind) and Kind(k) not in names for k in encode(program).kinds):
+        at = _first_located(program.rows, lambda a: a.kind not in names)
         span = program.source.step_span(*at[:2]) if program.source else Span(1, 1)
-        raise PpsError([Diagnostic("PPS031", f"PyTorch's CSV has no `{kind.name}` action: `{at[2]}` cannot be written",
+        raise PpsError([Diagnostic("PPS031", f"PyTorch's CSV has no `{at[2].kind.name}` action: `{at[2]}` cannot be "
+                                   "written",
                                    path, span.line, span.column, rank=at[0], step=at[1],
                                    help=f"keep the schedule as .pps; PyTorch's CSV has {', '.join(names.values())}")])
     text_of = ActionText.for_program(program, names)
