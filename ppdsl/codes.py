@@ -47,6 +47,9 @@ CODES: Final[dict[str, str]] = {
     "PPS106": "backward work in a forward-only (mode=inference) program",
     "PPS107": "a backward runs before its forward, or W before its I, on the same rank",
     "PPS108": "the actions wait on each other in a cycle (compute-only program)",
+    "PPS109": "a recompute (R) runs after the backward that needs it, or no backward needs it",
+    "PPS110": "an OFFLOAD without its RELOAD, or a RELOAD without its OFFLOAD",
+    "PPS111": "activations read while offloaded (between OFFLOAD and RELOAD), or moved before they are made",
     # --- checker: communication and deadlock
     "PPS201": "a send has no matching receive",
     "PPS202": "a receive has no matching send",

@@ -226,7 +226,10 @@ class CostModel:
             i = given.get("I", f)
             w = given.get("W", f)
             b = i + w
-        return {"F": f, "B": b, "I": i, "W": w}
+        # A recompute is the forward again; moving activations costs what is given (a copy
+        # lane's time, `OFFLOAD`/`RELOAD`), else nothing.
+        return {"F": f, "B": b, "I": i, "W": w, "R": given.get("R", f), "OFFLOAD": given.get("OFFLOAD", 0.0),
+                "RELOAD": given.get("RELOAD", 0.0)}
 
     def table(self, stages: int, shares: Sequence[int] | None = None) -> list[tuple[float, ...]]:
         """Per stage, the duration of each compute Kind, indexed by Kind value (non-compute: 0).

@@ -25,6 +25,7 @@ literal in them.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from typing import Final, Literal, NamedTuple
 
@@ -32,7 +33,9 @@ Category = Literal["compute", "comm", "stage"]
 # What an action does to its (stage, microbatch)'s activations (`memory.signs`): makes them
 # live; frees them (a full backward); frees them when the backward is split (the weight
 # gradient, which still needs the saved inputs); nothing.
-Memory = Literal["live", "frees", "frees_split", ""]
+# makes them live again after a forward that kept only its input (a recompute: that forward
+# then counts nothing); moves them to host memory; brings them back.
+Memory = Literal["live", "frees", "frees_split", "remakes", "moves_out", "moves_in", ""]
 RUNTIMES: Final = frozenset(("torch", "paddle"))
 
 
@@ -83,6 +86,7 @@ class KindRow(NamedTuple):
     picture: str = "OTHER"
     short: str = ""  # its label in a narrow cell (`SF3`); empty: its name
     runtimes: frozenset[str] = RUNTIMES
+    in_csv: bool = True  # whether PyTorch's CSV has it (`convert` refuses to write one that is not)
 
     @property
     def csv(self) -> dict[str, str]:
@@ -108,6 +112,8 @@ PICTURES: Final[tuple[Picture, ...]] = (
     Picture("B", "backward", "#54a24b", "B", "B"),
     Picture("I", "backward (input)", "#f58518", "I", "I"),
     Picture("W", "backward (weight)", "#b279a2", "W", "W"),
+    Picture("R", "recompute", "#9ecae9", "R", "R"),
+    Picture("MOVE", "offload / reload", "#ff9da6", "m", "OF/RL"),
     Picture("OVERLAP", "overlapped F+B", "#72b7b2", "+", "F+B", step=True),
     Picture("SEND", "send", "#8c8c8c", "s", "S"),
     Picture("RECV", "receive", "#bab0ac", "r", "R"),
@@ -127,23 +133,35 @@ KINDS: Final[tuple[KindRow, ...]] = (
     KindRow("I", 1, "compute", legacy_csv="B", local="F_DONE", input=(1, "GRAD_DONE"), received="RECV_B_DONE",
             completes=("GRAD_DONE", "I_DONE"), backward=True, cost="I", picture="I"),
     KindRow("W", 2, "compute", local="I_DONE", backward=True, memory="frees_split", cost="W", picture="W"),
-    KindRow("SEND_F", 4, "comm", sends="F_DONE", completes=("MSG_F_SENT",), peer=(1, "RECV_F"), cost="comm",
+    # The forward again, with autograd, from the input its `F` kept; after that `F` and before
+    # the first backward, which its stage's row order makes wait for it (one rank runs both).
+    KindRow("R", 4, "compute", local="F_DONE", memory="remakes", cost="R", picture="R", runtimes=frozenset(),
+            in_csv=False),
+    # The activations of a (stage, microbatch) to host memory and back, on the copy lane.
+    KindRow("OFFLOAD", 5, "compute", local="F_DONE", memory="moves_out", cost="OFFLOAD", picture="MOVE",
+            short="OF", runtimes=frozenset(), in_csv=False),
+    KindRow("RELOAD", 6, "compute", local="F_DONE", memory="moves_in", cost="RELOAD", picture="MOVE",
+            short="RL", runtimes=frozenset(), in_csv=False),
+    KindRow("SEND_F", 8, "comm", sends="F_DONE", completes=("MSG_F_SENT",), peer=(1, "RECV_F"), cost="comm",
             picture="SEND", short="SF"),
-    KindRow("RECV_F", 5, "comm", completes=("RECV_F_DONE",), peer=(-1, "SEND_F"), cost="comm", picture="RECV",
+    KindRow("RECV_F", 7, "comm", completes=("RECV_F_DONE",), peer=(-1, "SEND_F"), cost="comm", picture="RECV",
             short="RF"),
-    KindRow("SEND_B", 6, "comm", sends="GRAD_DONE", completes=("MSG_B_SENT",), peer=(-1, "RECV_B"), cost="comm",
+    KindRow("SEND_B", 10, "comm", sends="GRAD_DONE", completes=("MSG_B_SENT",), peer=(-1, "RECV_B"), cost="comm",
             picture="SEND", short="SB"),
-    KindRow("RECV_B", 7, "comm", completes=("RECV_B_DONE",), peer=(1, "SEND_B"), cost="comm", picture="RECV",
+    KindRow("RECV_B", 9, "comm", completes=("RECV_B_DONE",), peer=(1, "SEND_B"), cost="comm", picture="RECV",
             short="RB"),
-    KindRow("UNSHARD", 8, "stage", short="U"),
-    KindRow("RESHARD", 9, "stage", short="RS"),
-    KindRow("REDUCE_GRAD", 10, "stage", short="RG"),
+    KindRow("UNSHARD", 11, "stage", short="U"),
+    KindRow("RESHARD", 12, "stage", short="RS"),
+    KindRow("REDUCE_GRAD", 13, "stage", short="RG"),
 )
 
 # Values the bit layout keeps free beyond what the tables use, for kinds and for slots. None:
 # the layout is as wide as the tables need, and a row or slot that needs more widens it (every
 # table over codes or keys doubles with a bit, so spare bits cost time on every program).
 SPARE: Final = 0
+
+
+_NAME = re.compile(r"[A-Z_]+\Z")
 
 
 class TableError(ValueError):
@@ -190,9 +208,9 @@ class Derived(NamedTuple):
         activations live, -1 for the one that frees them (`split`: the backward is split)."""
         sign = [0] * (self.kind_mask + 1)
         for row in self.rows:
-            if row.memory == "live":
+            if row.memory in ("live", "remakes", "moves_in"):
                 sign[row.value] = 1
-            elif row.memory == ("frees_split" if split else "frees"):
+            elif row.memory == "moves_out" or row.memory == ("frees_split" if split else "frees"):
                 sign[row.value] = -1
         return sign
 
@@ -238,13 +256,10 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int
             raise TableError(f"{r.name}: a send or receive, and only one, names a peer kind")
         if r.category != "compute" and (r.local or r.input or r.received):
             raise TableError(f"{r.name}: only a compute waits for its own work or a neighbour's")
-    # The whole-run reader (`syntax.scan.PlainRuns`) cuts a word after each letter that ends the
-    # name of a kind taking a microbatch: a stage-only name may hold none of them.
-    ends = {name[-1] for r in rows if r.category != "stage" for name in r.csv.values()}
+    # The readers cut a word between its kind's letters and its microbatch's digits.
     for r in rows:
-        if r.category == "stage" and any(set(name) & ends for name in r.csv.values()):
-            raise TableError(f"{r.name}: a stage-only name may hold none of {', '.join(sorted(ends))}, the letters "
-                             "that end a kind taking a microbatch")
+        if not all(_NAME.match(name) for name in r.csv.values()):
+            raise TableError(f"{r.name}: a kind's name is upper-case letters and `_`")
     producers: dict[int, tuple[int, ...]] = {}
     for s in slots:
         producers[s.value] = tuple(r.value for r in rows if s.name in r.completes)
@@ -299,13 +314,16 @@ class Kind(enum.IntEnum):
     I = 1  # noqa: E741 - PyTorch's name for backward-input
     W = 2
     B = 3
-    SEND_F = 4
-    RECV_F = 5
-    SEND_B = 6
-    RECV_B = 7
-    UNSHARD = 8
-    RESHARD = 9
-    REDUCE_GRAD = 10
+    R = 4
+    OFFLOAD = 5
+    RELOAD = 6
+    RECV_F = 7
+    SEND_F = 8
+    RECV_B = 9
+    SEND_B = 10
+    UNSHARD = 11
+    RESHARD = 12
+    REDUCE_GRAD = 13
 
     @property
     def is_compute(self) -> bool:

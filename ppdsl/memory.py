@@ -5,7 +5,10 @@ forward `F(s,m)` makes its stage's share live, 1/v when the rank of s holds v st
 (`rank_weights`: a V chunk counts 1/2, so 1F1B and ZB-V both peak at p, as the zero-bubble
 papers count), or the stage's weight when weights are given. The backward that consumes it
 frees it: `B(s,m)`, or `W(s,m)` when the backward is split, since the weight gradient still
-needs the saved inputs. In an overlapped pair the
+needs the saved inputs. A forward whose (stage, microbatch) has a recompute `R` keeps only its
+input, which the unit does not count, and the `R` makes its activations live again; an
+`OFFLOAD` frees them from the device (to host memory) and its `RELOAD` makes them live again.
+In an overlapped pair the
 forward allocates before the backward frees, so both count at that step. Peaks are measured
 per rank in step order, which is the order a rank allocates in whatever the timing.
 
@@ -31,8 +34,10 @@ from .encoding import B, Encoded, F, I, W, encode
 from .gather import gather
 from .kinds import TABLE
 from .layout import KIND_BITS, KIND_MASK
-from .ir import Program
+from .ir import Kind, Program
 
+
+R, OFFLOAD, RELOAD = int(Kind.R), int(Kind.OFFLOAD), int(Kind.RELOAD)
 
 UNIT = "microbatches of a rank's activations"  # what every printed peak and limit counts
 # A limit in bytes (`--max-memory 6GiB`): decimal and binary multiples, as disks and
@@ -78,10 +83,16 @@ def signs(split: bool) -> list[int]:
 
 def _split(enc: Encoded) -> set[int]:
     """The `stage * M + mb` whose backward is split (the program has their `I`)."""
+    return _having(enc, I)
+
+
+def _having(enc: Encoded, kind: int) -> set[int]:
+    """The `stage * M + mb` the program has an action of `kind` of."""
     out: set[int] = set()
-    if I in enc.kinds:
+    if kind in enc.kinds:
         for codes in enc.codes:
-            out.update(map(rshift, compress(codes, map(eq, map(and_, codes, repeat(KIND_MASK)), repeat(I))), repeat(KIND_BITS)))
+            out.update(map(rshift, compress(codes, map(eq, map(and_, codes, repeat(KIND_MASK)), repeat(kind))),
+                           repeat(KIND_BITS)))
     return out
 
 
@@ -101,6 +112,9 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
     if kept is not None:
         assert weights is not None, "bytes kept after I need the forward's bytes"
         return _byte_deltas(enc, weights, kept)
+    if R in enc.kinds:  # a forward's weight depends on whether its (stage, microbatch) has an `R`
+        per_stage = [1.0] * enc.stages if weights is None else [float(w) for w in weights]
+        return _byte_deltas(enc, per_stage, per_stage)
     # A program with both kinds of backward: a `B` frees and so does a `W` (of a split one).
     sign = signs(split=False)
     split: set[int] = set()
@@ -131,10 +145,13 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
 
 
 def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float]) -> list[list[float]]:
-    """`_deltas` by one lookup per action: `F` adds its stage's weight, a `B` not split frees
-    it, an `I` frees all but `kept` and its `W` frees `kept`."""
+    """`_deltas` by one lookup per action: `F` adds its stage's weight (nothing when an `R`
+    of its (stage, microbatch) makes it again: the forward keeps only its input), a `B` not
+    split frees it, an `I` frees all but `kept` and its `W` frees `kept`; `R` and `RELOAD`
+    add it, `OFFLOAD` frees it (to host memory)."""
     M = enc.microbatches
     split = _split(enc)
+    remade = _having(enc, R)
     out: list[list[float]] = []
     km, kb = KIND_MASK, KIND_BITS
     for codes in enc.codes:
@@ -143,7 +160,11 @@ def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float]) 
             k, sm = c & km, c >> kb
             s = sm // M
             if k == F:
+                row.append(0.0 if sm in remade else weights[s])
+            elif k == R or k == RELOAD:
                 row.append(weights[s])
+            elif k == OFFLOAD:
+                row.append(-weights[s])
             elif k == B and sm not in split:
                 row.append(-weights[s])
             elif k == I:

@@ -20,6 +20,7 @@ from ppdsl.render import overview, terminal, timeline
 from ppdsl.syntax import scan
 
 F, I, W, B = Kind.F, Kind.I, Kind.W, Kind.B
+R, OFFLOAD, RELOAD = Kind.R, Kind.OFFLOAD, Kind.RELOAD
 SEND_F, RECV_F, SEND_B, RECV_B = Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B
 
 
@@ -124,7 +125,9 @@ def test_the_literal_finder_finds_what_the_loops_used_to_spell() -> None:
 
 def test_the_dependency_rule_is_the_table_s() -> None:
     # As it was written by hand before the table: the table states the same rule.
-    assert encoding.LOCAL_NEEDS == ((F, B), (F, I), (I, W))
+    # R, OFFLOAD and RELOAD wait for their forward; what they come before (the backward) is
+    # their stage's row order, checked by `check.memory_actions`.
+    assert encoding.LOCAL_NEEDS == ((F, B), (F, I), (I, W), (F, R), (F, OFFLOAD), (F, RELOAD))
     assert encoding.OWN_SLOT == {F: layout.F_DONE, I: layout.I_DONE}
     assert encoding.INPUT_FROM_STAGE == {F: (-1, layout.F_DONE), B: (1, layout.GRAD_DONE), I: (1, layout.GRAD_DONE)}
     assert encoding.INPUT_FROM_RECEIVE == {F: layout.RECV_F_DONE, B: layout.RECV_B_DONE, I: layout.RECV_B_DONE}
@@ -145,8 +148,8 @@ def test_the_readers_and_the_csv_dialects_name_every_kind() -> None:
     assert set(KIND_BY_NAME) == names and all(KIND_BY_NAME[n].name == n for n in names)
     assert scan.KIND_LIST == ", ".join(k.name for k in Kind)
     for dialect, column in ((CurrentDialect, "current"), (LegacyDialect, "legacy")):
-        assert set(dialect.write_names) == set(Kind)
-        assert {dialect.write_names[Kind[r.name]] for r in KINDS} == {r.csv[column] for r in KINDS}
+        assert set(dialect.write_names) == {k for k in Kind if k.row.in_csv} == set(Kind) - {R, OFFLOAD, RELOAD}
+        assert {dialect.write_names[Kind[r.name]] for r in KINDS if r.in_csv} == {r.csv[column] for r in KINDS if r.in_csv}
         assert {v: k for k, v in dialect.read_names.items()} == dialect.write_names
     assert LegacyDialect.write_names[B] == "BW" and LegacyDialect.write_names[I] == "B"
 
@@ -156,18 +159,20 @@ def test_the_memory_signs_are_the_table_s() -> None:
         sign = memory.signs(split)
         assert len(sign) == layout.KIND_SPACE
         frees = "frees_split" if split else "frees"
-        assert sign == [1 if v in {r.value for r in KINDS if r.memory == "live"} else
-                        -1 if v in {r.value for r in KINDS if r.memory == frees} else 0 for v in range(layout.KIND_SPACE)]
+        assert sign == [1 if v in {r.value for r in KINDS if r.memory in ("live", "remakes", "moves_in")} else
+                        -1 if v in {r.value for r in KINDS if r.memory in (frees, "moves_out")} else 0
+                        for v in range(layout.KIND_SPACE)]
     assert memory.signs(False)[:4] == [1, 0, 0, -1] and memory.signs(True)[:4] == [1, 0, -1, 0]
+    assert [memory.signs(False)[k] for k in (R, OFFLOAD, RELOAD)] == [1, -1, 1]
 
 
 def test_the_cost_keys_are_the_table_s() -> None:
-    assert costs.COMPUTE_KINDS == ("F", "B", "I", "W")
+    assert costs.COMPUTE_KINDS == ("F", "B", "I", "W", "R", "OFFLOAD", "RELOAD")
     assert set(costs.COMPUTE_KINDS) == {r.cost for r in KINDS if r.category == "compute"}
     assert {r.cost for r in KINDS if r.category == "comm"} <= set(costs.GLOBAL_KEYS)
     assert all(r.cost is None for r in KINDS if r.category == "stage")
     table = costs.CostModel((("F", 1.0), ("B", 3.0))).table(1)
-    assert [table[0][Kind[key]] for key in costs.COMPUTE_KINDS] == [1.0, 3.0, 1.5, 1.5]
+    assert [table[0][Kind[key]] for key in costs.COMPUTE_KINDS] == [1.0, 3.0, 1.5, 1.5, 1.0, 0.0, 0.0]
 
 
 def test_the_pictures_legend_and_colours_cover_every_kind() -> None:
@@ -222,7 +227,7 @@ def test_a_new_stage_only_row_is_picked_up_by_every_derivation() -> None:
 
 @pytest.mark.parametrize("spare", [0, SPARE, 8])
 def test_eight_more_kinds_and_slots_widen_the_layout_and_nothing_else(spare: int) -> None:
-    extra = tuple(KindRow(f"EXTRA{n}", len(KINDS) + n, "stage") for n in range(8))
+    extra = tuple(KindRow(f"EXTRA_{chr(65 + n)}", len(KINDS) + n, "stage") for n in range(8))
     slots = (*SLOTS, *(SlotRow(f"EXTRA{n}_DONE", len(SLOTS) + n, f"X{n}") for n in range(8)))
     wider = derive((*KINDS, *extra), slots, spare)
     assert wider.kind_mask > max(r.value for r in wider.rows)  # the end of a row is still no kind
@@ -241,12 +246,12 @@ def test_eight_more_kinds_and_slots_widen_the_layout_and_nothing_else(spare: int
 
 
 def test_a_new_compute_row_that_moves_the_sends_off_their_parity_is_refused() -> None:
-    # A recompute of the forward: needs its own F, completes nothing new (a sketch of a row the
-    # values of the sends would move for; the derivations follow).
+    # One more compute kind (a prefetch of the input, a sketch): the sends and receives move
+    # up by one, and the sends' values turn odd.
     rows = [r if r.category == "compute" else r._replace(value=r.value + 1) for r in KINDS]
-    rows.insert(4, KindRow("R", 4, "compute", local="F_DONE", cost="R", picture="F"))
+    rows.insert(7, KindRow("PREFETCH", len(TABLE.compute), "compute", local="F_DONE", cost="PREFETCH"))
     with pytest.raises(TableError, match="sends must have even values"):
-        derive(rows)  # SEND_F at 5: a send's value must stay even (the loops' RECEIVE_BIT)
+        derive(rows)  # SEND_F odd: a send's value must stay even (the loops' RECEIVE_BIT)
 
 
 @pytest.mark.parametrize(("rows", "message"), [
@@ -255,7 +260,7 @@ def test_a_new_compute_row_that_moves_the_sends_off_their_parity_is_refused() ->
     ((KindRow("U", 0, "stage"), KINDS[0]._replace(value=1)), "compute, then"),
     ((*KINDS, KindRow("X", len(KINDS), "stage", local="F_DONE")), "only a compute waits"),
     ((*KINDS, KindRow("X", len(KINDS), "stage", completes=("NOPE",))), "names no slot"),
-    ((*KINDS, KindRow("OFFLOAD", len(KINDS), "stage")), "may hold none of B, F, I, W"),
+    ((*KINDS, KindRow("ZERO-GRAD", len(KINDS), "stage")), "upper-case letters"),
 ])
 def test_a_table_the_layout_cannot_take_is_refused(rows: tuple[KindRow, ...], message: str) -> None:
     with pytest.raises(TableError, match=message):

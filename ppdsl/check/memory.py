@@ -25,7 +25,7 @@ from .context import Context
 
 FAMILY = "memory"
 CODES = ("PPS301", "PPS302")
-REQUIRES: tuple[str, ...] = ("structure", "completeness")  # families that must have found no error
+REQUIRES: tuple[str, ...] = ("structure", "completeness", "memory actions")  # families that must have found no error
 
 
 def _number(x: float) -> str:

@@ -25,12 +25,12 @@ space against the file's cells.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import ClassVar, cast
 
 from ..diagnostics import Diagnostic, PpsError, Severity
-from ..encoding import read_rows
+from ..encoding import encode, read_rows
 from ..wording import plural
 from ..ir import (IDLE, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment,
                   SourceMap, Span, Step, actions_of, make_action, steps_from_codes)
@@ -50,8 +50,9 @@ SMALL_SHAPE = 65_536
 
 
 def _spellings(dialect: str) -> dict[Kind, str]:
-    """Each kind's spelling in one dialect: its row's `csv` in the table of kinds (`ppdsl/kinds.py`)."""
-    return {k: k.row.csv[dialect] for k in Kind}
+    """Each kind's spelling in one dialect: its row's `csv` in the table of kinds (`ppdsl/kinds.py`),
+    for the kinds PyTorch's CSV has (`in_csv`)."""
+    return {k: k.row.csv[dialect] for k in Kind if k.row.in_csv}
 
 
 class CurrentDialect:
@@ -295,18 +296,34 @@ def _shape(reader: _Reader, rows: LazyRows, cells: int, source: SourceMap, path:
 
 
 def _first_span(rows: LazyRows, source: SourceMap, wanted: Callable[[Action], bool]) -> Span:
+    rank, index, _ = _first_located(rows, wanted)
+    return source.step_span(rank, index)
+
+
+def _first_located(rows: Sequence[Sequence[Step]], wanted: Callable[[Action], bool]) -> tuple[int, int, Action]:
+    """(rank, step, action) of the first action `wanted` holds of."""
     for rank, row in enumerate(rows):
         for index, step in enumerate(row):
-            if any(wanted(a) for a in actions_of(step)):
-                return source.step_span(rank, index)
-    return Span(1, 1)  # pragma: no cover - only called for a value some action has
+            for a in actions_of(step):
+                if wanted(a):
+                    return rank, index, a
+    raise ValueError("no such action")  # pragma: no cover - only called for a kind the program has
 
 
 def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Diagnostic]]:
-    """Program -> CSV text, plus warnings for what the format cannot express."""
-    text_of = ActionText.for_program(program, DIALECTS[dialect].write_names)
-    warnings: list[Diagnostic] = []
+    """Program -> CSV text, plus warnings for what the format cannot express (PpsError, PPS031,
+    for an action it has no kind for)."""
+    names = DIALECTS[dialect].write_names
     path = program.source.path if program.source else "<program>"
+    if any(k < len(Kind) and Kind(k) not in names for k in encode(program).kinds):
+        at = _first_located(program.rows, lambda a: a.kind not in names)
+        span = program.source.step_span(*at[:2]) if program.source else Span(1, 1)
+        raise PpsError([Diagnostic("PPS031", f"PyTorch's CSV has no `{at[2].kind.name}` action: `{at[2]}` cannot be "
+                                   "written",
+                                   path, span.line, span.column, rank=at[0], step=at[1],
+                                   help=f"keep the schedule as .pps; PyTorch's CSV has {', '.join(names.values())}")])
+    text_of = ActionText.for_program(program, names)
+    warnings: list[Diagnostic] = []
     # Legacy `B` reads back as backward-input only when a `W` for it follows; a lone one
     # would come back as a full backward.
     lone_inputs: set[tuple[int, int | None]] = set()

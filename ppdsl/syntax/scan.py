@@ -19,7 +19,7 @@ was given, so the caller can turn it into a file:line:col diagnostic.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, repeat
 from operator import is_, not_
 from typing import TypeVar, cast
@@ -266,16 +266,14 @@ class PlainRuns:
     def __init__(self, names: Mapping[str, Kind], separator: str, idle: str):
         self.names = names
         self.separator = separator
-        self.ends = sorted({name[-1] for name, kind in names.items() if not kind.stage_only})
-        # A stage-only word (`3UNSHARD`) is cut after its whole name: its microbatch piece is
-        # empty. No such name has a letter of `ends` (which would cut it first).
-        self.stage_only_names = [name for name, kind in names.items() if kind.stage_only]
-        assert not any(set(name) & set(self.ends) for name in self.stage_only_names)
-        # A letter of every stage-only name and of no other (`A`): a row without it has no
-        # stage-only word, told by one search of the row rather than one a name.
-        others = "".join(name for name, kind in names.items() if not kind.stage_only)
-        marks = set.intersection(*map(set, self.stage_only_names)).difference(others) if self.stage_only_names else set()
-        self.stage_only_mark = min(marks) if marks else ""
+        self.ends, self.repairs, self.repair_marks = cut_letters(names, separator)
+        # A stage-only word (`3UNSHARD`) whose name ends in no letter of `ends` is cut after its
+        # whole name: its microbatch piece is empty (one ending in such a letter is cut there).
+        self.stage_only_names = [name for name, kind in names.items() if kind.stage_only and name[-1] not in self.ends]
+        # Letters one of which is in every stage-only name and none in another (`H`, `G`): a
+        # row without them has no stage-only word, told by a search of the row a letter rather
+        # than one a name (None: no such letters, every row is looked at word by word).
+        self.stage_only_marks = marking({name for name, kind in names.items() if kind.stage_only}, names)
         self.bare: dict[int | None, bool] = {None: True}  # stage-kind -> whether it takes no microbatch
         # An idle word between separators, and what it is replaced with: the mark and an
         # empty microbatch once cut (`~F` + separator), read as the idle step's (None, None).
@@ -333,12 +331,18 @@ class PlainRuns:
         cut = padded[len(separator):len(padded) - len(separator)]
         for letter in self.ends:  # (str.translate to two characters is ten times slower)
             cut = cut.replace(letter, letter + separator)
-        bare = False  # whether a stage-only word is there
-        if self.stage_only_mark in cut:  # ("" is in every text: no such letter, every name is looked for)
+        # A letter of `ends` inside a name (`RECV_F`'s `R`) was cut too: such a cut is the only
+        # separator between two letters, and is taken out again.
+        if self.repair_marks is None or any(map(text.__contains__, self.repair_marks)):
+            for cut_pair, pair in self.repairs:
+                while cut_pair in cut:
+                    cut = cut.replace(cut_pair, pair)
+        # Whether a stage-only word may be there.
+        bare = self.stage_only_marks is None or any(map(text.__contains__, self.stage_only_marks))
+        if bare:
             for name in self.stage_only_names:
                 if name in cut:
                     cut = cut.replace(name, name + separator)
-                    bare = True
         pieces = cut.split(separator)
         if len(pieces) != 2 * (text.count(separator) + 1):
             return None
@@ -375,6 +379,33 @@ class PlainRuns:
         plain = list(compress(words, map(not_, is_pair)))
         codes = self.read(self.separator.join(plain)) if plain else ([], [])
         return None if codes is None else (is_pair, codes, halves)
+
+
+def cut_letters(names: Mapping[str, Kind], separator: str) -> tuple[list[str], list[tuple[str, str]],
+                                                                   list[str] | None]:
+    """How `PlainRuns.read` cuts a run's words at the end of their kind: (the letters that end
+    a kind taking a microbatch, cut after; the pairs of letters inside a name whose first is
+    such a letter, as cut and as written, put back together; letters one of which is in every
+    row that needs a pair put back, or None when no such few letters tell)."""
+    ends = sorted({name[-1] for name, kind in names.items() if not kind.stage_only})
+    pairs = sorted({name[i:i + 2] for name in names for i in range(len(name) - 1) if name[i] in ends})
+    repairs = [(pair[0] + separator + pair[1], pair) for pair in pairs]
+    return ends, repairs, marking({name for name in names if any(pair in name for pair in pairs)}, names)
+
+
+def marking(some: set[str], names: Iterable[str]) -> list[str] | None:
+    """A few letters, each in no name outside `some`, one of which is in every name of `some`
+    (a row holding none of them holds no word of `some`); None when there are none such."""
+    rest = set("".join(name for name in names if name not in some))
+    left = [set(name) - rest for name in some]
+    if not all(left):
+        return None
+    marks: list[str] = []
+    while left:  # the letter in the most names not yet told, and again
+        letter = max(sorted(set().union(*left)), key=lambda c: sum(c in own for own in left))
+        marks.append(letter)
+        left = [own for own in left if letter not in own]
+    return marks
 
 
 # Stands for an idle word in `PlainRuns.read`: a character no token has (a run holding one is

@@ -75,3 +75,8 @@ def test_the_shipped_zbv_picture_is_what_the_tool_draws_now(tmp_path: Path, monk
     shipped = (DOCS / "img" / "zbv.svg").read_text(encoding="utf-8")
     assert "makespan 26.8 " in drawn
     assert shipped == drawn, "docs/img/zbv.svg is stale: remake it with the command in docs/simulate.md"
+
+
+def test_simulate_md_recompute_example(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    command = "ppdsl simulate recompute.pps"
+    assert _run(command, DOCS / "examples", monkeypatch, capsys) == _console("simulate.md", command)

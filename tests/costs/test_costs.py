@@ -18,9 +18,12 @@ ROWS = "rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1\n"
 
 
 def test_defaults_and_derivation() -> None:
-    assert CostModel().kind_costs() == {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
-    assert CostModel((("F", 2.0),)).kind_costs() == {"F": 2.0, "B": 4.0, "I": 2.0, "W": 2.0}
-    assert CostModel((("B", 3.0),)).kind_costs() == {"F": 1.0, "B": 3.0, "I": 1.5, "W": 1.5}
+    moves = {"OFFLOAD": 0.0, "RELOAD": 0.0}
+    assert CostModel().kind_costs() == {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, "R": 1.0, **moves}
+    assert CostModel((("F", 2.0),)).kind_costs() == {"F": 2.0, "B": 4.0, "I": 2.0, "W": 2.0, "R": 2.0, **moves}
+    assert CostModel((("B", 3.0),)).kind_costs() == {"F": 1.0, "B": 3.0, "I": 1.5, "W": 1.5, "R": 1.0, **moves}
+    # A recompute costs its forward unless given.
+    assert CostModel((("F", 2.0), ("R", 1.5), ("OFFLOAD", 0.25))).kind_costs()["R"] == 1.5
     assert CostModel((("B", 3.0), ("W", 1.0))).kind_costs()["I"] == 2.0
     assert CostModel((("I", 2.0), ("W", 0.5))).kind_costs()["B"] == 2.5
 

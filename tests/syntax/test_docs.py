@@ -38,6 +38,8 @@ CONSTRUCTS = {
     "stages=": r"stages=\d",
     "a costs line": r"(?m)^costs ",
     "a generator": r"(?m)^use \w+\(",
+    "a recompute": r"\b\d+R\d+\b",
+    "an offload and its reload": r"\b(\d+)OFFLOAD(\d+)\b.*\b\1RELOAD\2\b",
 }
 
 
