@@ -36,10 +36,10 @@ def test_plan_names_peers_pairs_and_labels() -> None:
     program = load_program(str(HAND / "2r_v_overlap.pps"))
     plan = P.compile_rank(program, 0)
     assert plan.local_stages == (0, 3) and plan.pairs == ((0, 1),)
-    sends = [op for op in plan.ops if op.code == P.SEND_F]
+    sends = [op for op in plan.ops if op.kind == P.SEND_F]
     assert [(op.label, op.peer) for op in sends] == [("0SEND_F0", 1), ("0SEND_F1", 1)]
-    overlap = next(op for op in plan.ops if op.code == P.OVERLAP)
-    assert [p.code for p in overlap.parts] == [P.F, P.B]  # forward first
+    overlap = next(op for op in plan.ops if op.kind == P.OVERLAP)
+    assert [p.kind for p in overlap.parts] == [P.F, P.B]  # forward first
     assert P.compile_rank(program, 1).digest == plan.digest
 
 

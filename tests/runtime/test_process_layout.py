@@ -57,9 +57,9 @@ def test_each_stage_is_reduced_after_its_last_backward_action(generator: str, tm
     for index, stages in ends.items():
         for s in stages:
             parts = [p for op in plan.ops[index + 1:] for p in (op.parts or (op,))]
-            assert not any(p.stage == s and p.code in P.BACKWARD for p in parts), (generator, s)
+            assert not any(p.stage == s and p.kind in P.BACKWARD for p in parts), (generator, s)
             here = plan.ops[index].parts or (plan.ops[index],)
-            assert any(p.stage == s and p.code in P.BACKWARD for p in here)
+            assert any(p.stage == s and p.kind in P.BACKWARD for p in here)
 
 
 def test_the_index_looks_inside_overlapped_pairs_and_batches() -> None:

@@ -50,7 +50,7 @@ class ActionContext:
 
     @property
     def kind(self) -> Kind:
-        return Kind(self.op.code)
+        return Kind(self.op.kind)
 
     @property
     def label(self) -> str:
@@ -194,11 +194,11 @@ def reduce_grads(sched: PipelineSchedule, op: Op) -> None:
 def exchange(sched: PipelineSchedule, op: Op) -> Exchange:
     stage, m = sched.stages[op.stage], op.microbatch
     wire = sched.wire
-    if op.code == SEND_F:
+    if op.kind == SEND_F:
         return wire.send_f(op, stage.outputs[m])
-    if op.code == SEND_B:
+    if op.kind == SEND_B:
         return wire.send_b(op, stage.input_grads.pop(m))
-    if op.code == RECV_F:
+    if op.kind == RECV_F:
         return wire.recv_f(op, lambda value: stage.received.__setitem__(m, value))
     return wire.recv_b(op, values.grad_members(sched.fw, stage.outputs[m]),
                        lambda grads: stage.output_grads.__setitem__(m, grads))
@@ -217,7 +217,7 @@ def overlap(sched: PipelineSchedule, op: Op) -> None:
     """An overlapped pair: its parts' handlers, forwards first (a forward never needs a backward)."""
     handlers = sched.handlers
     for part in op.parts:
-        handlers[part.code](sched, part)
+        handlers[part.kind](sched, part)
         if sched.profile:  # the forward allocates before the backward frees: both count
             sched.memory.observe(sched.stages, part)
 
@@ -243,10 +243,10 @@ def unrunnable(plan: Plan, handlers: Mapping[int, Handler], framework: str,
     with no handler, or whose row in the table of kinds does not list that runtime."""
     for op in plan.ops:
         for part in op.parts or (op,):
-            row = rows.get(part.code)
+            row = rows.get(part.kind)
             if row is None:
                 continue
-            if framework not in row.runtimes or part.code not in handlers:
+            if framework not in row.runtimes or part.kind not in handlers:
                 runs = ", ".join(sorted(row.runtimes)) or "no runtime yet"
                 return (f"rank {plan.rank} has {part.label}, but the {framework} runtime has no handler for "
                         f"{row.name} actions (the table of action kinds says: {runs})")
@@ -272,7 +272,7 @@ def compile_ops(plan: Plan, table: Mapping[int, Handler], reductions: Mapping[in
     """(handler, op) per op of the plan; an op that ends stages' backward also starts their reduction."""
     out: list[tuple[Handler, Op]] = []
     for i, op in enumerate(plan.ops):
-        handler = table[op.code]
+        handler = table[op.kind]
         if i in reductions:
             handler = reducing(handler, reductions[i])
         out.append((handler, op))

@@ -47,9 +47,9 @@ class LiveMemory:
         """After an action (`op`: which; an F or an I also measures its stage's size)."""
         t0 = time.perf_counter()
         self._observe(stages)
-        if op is not None and op.code in (F, I):
+        if op is not None and op.kind in (F, I):
             stage = stages[op.stage]
-            table = self.activation if op.code == F else self.kept
+            table = self.activation if op.kind == F else self.kept
             m = op.microbatch
             size = self._bytes(stage.fw, stage.graph_tensors(m), [(op.stage, m)] if m in stage.outputs else [])
             table[op.stage] = max(table.get(op.stage, 0), size)

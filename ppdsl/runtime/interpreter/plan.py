@@ -32,7 +32,7 @@ class Op:
     """One thing a rank does. `peer` is the global rank a send/receive talks to (else -1);
     `microbatch` is -1 for a stage-only kind, an overlapped pair and a batch."""
 
-    code: int
+    kind: int  # a `Kind` value, or OVERLAP / BATCH for a step of several actions
     stage: int
     microbatch: int
     peer: int
@@ -123,7 +123,7 @@ def compile_rank(program: Program, rank: int) -> Plan:
             assert isinstance(step, Overlap)
             # A forward never needs a backward, so forwards first always respects the data
             # dependencies between the two halves of a pair.
-            ordered = sorted((_op(p, rank, program) for p in step.parts), key=lambda o: o.code != F)
+            ordered = sorted((_op(p, rank, program) for p in step.parts), key=lambda o: o.kind != F)
             ops.append(Op(OVERLAP, -1, -1, -1, str(step), tuple(ordered)))
         else:
             assert isinstance(step, Batch)
@@ -159,7 +159,7 @@ def last_backward(plan: Plan) -> dict[int, tuple[int, ...]]:
     last: dict[int, int] = {}
     for index, op in enumerate(plan.ops):
         for part in op.parts or (op,):
-            if part.code in BACKWARD:
+            if part.kind in BACKWARD:
                 last[part.stage] = index
     ends: dict[int, list[int]] = {}
     for stage, index in sorted(last.items()):
@@ -173,7 +173,7 @@ def reduction_points(plan: Plan) -> dict[int, tuple[int, ...]]:
     come after that backward, once."""
     placed: dict[int, list[int]] = {}
     for index, op in enumerate(plan.ops):
-        if op.code == REDUCE_GRAD:
+        if op.kind == REDUCE_GRAD:
             placed.setdefault(op.stage, []).append(index)
     implicit = last_backward(plan)
     out: dict[int, tuple[int, ...]] = {}
@@ -199,11 +199,11 @@ def last_backward_labels(plan: Plan) -> dict[int, str]:
     labels: dict[int, str] = {}
     for op in plan.ops:
         for part in op.parts or (op,):
-            if part.code in BACKWARD:
+            if part.kind in BACKWARD:
                 labels[part.stage] = part.label
     return labels
 
 
 def has_split_backward(plan: Plan) -> bool:
     """The plan has an `I` or a `W` (looking inside overlapped pairs)."""
-    return any(o.code in (I, W) for op in plan.ops for o in (op.parts or (op,)))
+    return any(o.kind in (I, W) for op in plan.ops for o in (op.parts or (op,)))

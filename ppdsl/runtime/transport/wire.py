@@ -167,11 +167,11 @@ class Wire:
         where = f"stage {op.stage}'s output, sent to rank {op.peer} by {op.label}"
         fw = self.fw
         exchange = Exchange(op.label, True, op.peer)
-        if (op.code, key) not in self._sent:
+        if (op.kind, key) not in self._sent:
             try:
                 meta = messages.describe(fw, value, self.plan.training, where)
                 header, error = messages.encode_header(fw, meta), None
-                self._sent[(op.code, key)] = [fw.shape(t) for t in values.split(value)[1]]
+                self._sent[(op.kind, key)] = [fw.shape(t) for t in values.split(value)[1]]
             except values.StageValueError as exc:
                 # The receiver learns why instead of timing out; this rank stops after sending.
                 header, error = messages.encode_header(fw, {"error": str(exc)}), str(exc)
@@ -234,7 +234,7 @@ class Wire:
     # --- headers and the shapes agreed on the first step ---------------------------------
     def _same_shapes(self, op: Op, tensors: list[Any]) -> None:
         """A backward's first send records its shapes; later sends must have the first's."""
-        k = (op.code, (op.stage, op.microbatch))
+        k = (op.kind, (op.stage, op.microbatch))
         shapes = [self.fw.shape(t) for t in tensors]
         known = self._sent.get(k)
         if known is None:
@@ -260,7 +260,7 @@ class Wire:
         if not self.labels:
             return header
         n = self._sent_on[op.peer] = self._sent_on.get(op.peer, 0) + 1
-        label = Label(Kind(op.code), op.stage, op.microbatch, n)
+        label = Label(Kind(op.kind), op.stage, op.microbatch, n)
         return label.tensor(self.fw, messages.empty_header(self.fw) if header is None else header)
 
     def _header_buffer(self) -> Any:
@@ -277,7 +277,7 @@ class Wire:
         """Stop with both actions named when the message is not the one `op` expects."""
         n = self._received_on[op.peer] = self._received_on.get(op.peer, 0) + 1
         got = Label.read(self.fw, received, self.plan.stages, self.plan.microbatches)
-        kind, stage = peer_of(op.code, op.stage)
+        kind, stage = peer_of(op.kind, op.stage)
         want = Label(Kind(kind), stage, op.microbatch, n)
         if got == want:
             return
