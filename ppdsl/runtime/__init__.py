@@ -12,8 +12,10 @@ interpreter is written once against `framework.Framework`, whose Paddle and torc
 (`paddle_backend`, `torch_backend`) are the only modules that import a framework.
 
 Each action kind runs through a handler (`handlers.py`); `register_handler(kind, fn)` replaces
-or wraps one. `loopback.Loopback` runs a job's ranks as threads of one process. See docs/runtime.md. `ppdsl run` is a thin layer over this API (`worker.py`), with a local
-process launcher (`launcher.py`) that needs no framework itself.
+or wraps one. `Loopback` runs a job's ranks as threads of one process. `ppdsl run` is a thin
+layer over this API (`worker.py`), with a local process launcher (`launcher.py`) that needs no
+framework itself. The rooms: `interpreter` (a rank's program and its execution), `transport`
+(how ranks exchange values), `jobs` (starting and supervising ranks). See docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .interpreter.from_file import ScheduleFromFile
     from .interpreter.handlers import ActionContext, register_handler
     from .interpreter.schedule import MessageOrderError, PipelineSchedule, SetupError, StepError
+    from .transport.loopback import Loopback
 
-__all__ = ["ActionContext", "Layout", "MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError",
+__all__ = ["ActionContext", "Layout", "Loopback", "MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError",
            "init_from_env", "register_handler"]
 
 
@@ -50,6 +53,10 @@ def __getattr__(name: str) -> Any:
         from .interpreter import handlers
 
         return getattr(handlers, name)
+    if name == "Loopback":
+        from .transport.loopback import Loopback
+
+        return Loopback
     if name == "ScheduleFromFile":
         from .interpreter.from_file import ScheduleFromFile
 
