@@ -21,8 +21,7 @@ import paddle.distributed as dist
 from paddle.distributed.fleet.base.topology import CommunicateTopology
 
 from ppdsl.load import load_program
-from ppdsl.runtime import PipelineSchedule, models
-from ppdsl.runtime.jobs.process_layout import layout_of_fleet
+from ppdsl.runtime import PipelineSchedule, layout_of_fleet, models
 
 PIPELINE, REPLICAS = 2, 2
 

@@ -29,8 +29,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .interpreter.handlers import ActionContext, register_handler
     from .interpreter.schedule import MessageOrderError, PipelineSchedule, SetupError, StepError
     from .transport.loopback import Loopback
+    from .jobs import models
+    from .jobs.process_layout import layout_of_fleet
 
-__all__ = ["ActionContext", "Layout", "Loopback", "MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError",
+__all__ = ["ActionContext", "Layout", "Loopback", "layout_of_fleet", "models", "MessageOrderError", "PipelineSchedule", "ScheduleFromFile", "SetupError", "StepError",
            "init_from_env", "register_handler"]
 
 
@@ -53,6 +55,14 @@ def __getattr__(name: str) -> Any:
         from .interpreter import handlers
 
         return getattr(handlers, name)
+    if name == "models":  # the built-in model, for scripts that train it (examples/fleet_hybrid)
+        from .jobs import models
+
+        return models
+    if name == "layout_of_fleet":
+        from .jobs.process_layout import layout_of_fleet
+
+        return layout_of_fleet
     if name == "Loopback":
         from .transport.loopback import Loopback
 
