@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+sys.path.insert(0, str(ROOT / "tests" / "runtime" / "helpers"))
 
 import ppdsl  # noqa: E402
 import soundness as S  # noqa: E402

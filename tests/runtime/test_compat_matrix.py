@@ -179,7 +179,7 @@ def test_a_users_class_in_torchs_pipeline_stage_across_two_ranks(order: str, set
     f = tmp_path / "s.pps"
     f.write_text(f"pipeline ranks=2 microbatches=4\nuse {order}\n")
     outcome = launch([load_program(str(f))], [str(f), setting], steps=0, timeout=60, quiet=True,
-                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "user_model_pair.py")])
+                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "helpers" / "user_model_pair.py")])
     assert outcome.code == 0, outcome.failure
     for rank in (0, 1):
         record = rank_result(tmp_path, rank)
@@ -196,7 +196,7 @@ def test_fsdp2_stages_are_exact_with_their_weight_gradients_whole_in_i(generator
     f = tmp_path / "count.pps"  # two processes: the launcher counts them from a 2-rank file
     f.write_text("pipeline ranks=2 microbatches=4\nuse 1f1b()\n")
     outcome = launch([load_program(str(f))], [generator], steps=0, timeout=60, quiet=True,
-                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "fsdp_stages.py")])
+                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "helpers" / "fsdp_stages.py")])
     assert outcome.code == 0, outcome.failure
     for rank in (0, 1):
         record = rank_result(tmp_path, rank)

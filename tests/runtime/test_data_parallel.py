@@ -75,7 +75,7 @@ def test_the_replicas_hold_equal_weights_after_three_steps(tmp_path: Path) -> No
 
     (f,) = _files(tmp_path, "zb1p()")
     outcome = launch([load_program(f)], [f, "3", "2"], steps=0, timeout=30, quiet=True, keep_logs=str(tmp_path),
-                     command=[sys.executable, str(HERE / "dp_weights.py")], replicas=2)
+                     command=[sys.executable, str(HERE / "helpers" / "dp_weights.py")], replicas=2)
     assert outcome.code == 0, outcome.failure
     results = [rank_result(tmp_path, r) for r in range(4)]
     assert [r["replica"] for r in results] == [0, 0, 1, 1]
@@ -93,7 +93,7 @@ def test_a_killed_rank_ends_all_four_and_is_named(capsys: pytest.CaptureFixture[
     monkeypatch.setenv("PPDSL_FAULT", "kill:1:2:3")
     t0 = time.monotonic()
     code, out, err = _run(capsys, str(HERE / "schedules" / "2r_1f1b_batched.pps"), "--dp", "2", "--steps", "3",
-                          "-q", "--timeout", "5", "--model", f"{HERE / 'faulty_model.py'}:build_stage")
+                          "-q", "--timeout", "5", "--model", f"{HERE / 'helpers' / 'faulty_model.py'}:build_stage")
     assert code == 1
     assert "rank 3 was killed by signal 9 at step 0, action 1F2" in err, err
     assert time.monotonic() - t0 < 60
@@ -107,7 +107,7 @@ def test_under_paddles_launcher_a_killed_rank_ends_every_rank(tmp_path: Path) ->
     done = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "logs"),
                            "--nproc_per_node", "4", PPDSL, "run", str(HERE / "schedules" / "2r_1f1b_batched.pps"),
                            "--dp", "2", "--steps", "3", "--timeout", "5",
-                           "--model", f"{HERE / 'faulty_model.py'}:build_stage"],
+                           "--model", f"{HERE / 'helpers' / 'faulty_model.py'}:build_stage"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
     assert done.returncode != 0
     assert time.monotonic() - t0 < 120  # start-up plus at most a few --timeout

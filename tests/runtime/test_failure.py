@@ -227,14 +227,14 @@ def _launch(launcher: str, tmp_path: Path, fault: str, *extra: str) -> tuple[int
     env["PPDSL_FAULT"] = fault
     run = [PPDSL, "run", SCHEDULE, "--steps", "3", "--timeout", "10", *extra]
     if launcher == "ppdsl":
-        command = [*run, "--model", f"{HERE / 'faulty_model.py'}:build_stage", "--logs", str(tmp_path / "logs")]
+        command = [*run, "--model", f"{HERE / 'helpers' / 'faulty_model.py'}:build_stage", "--logs", str(tmp_path / "logs")]
     elif launcher == "paddle":
         command = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "logs"),
-                   "--nproc_per_node", "2", *run, "--model", f"{HERE / 'faulty_model.py'}:build_stage"]
+                   "--nproc_per_node", "2", *run, "--model", f"{HERE / 'helpers' / 'faulty_model.py'}:build_stage"]
     else:
         (port,) = free_ports(1)
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-                   *run, "--framework", "torch", "--model", f"{HERE / 'faulty_torch_model.py'}:build_stage"]
+                   *run, "--framework", "torch", "--model", f"{HERE / 'helpers' / 'faulty_torch_model.py'}:build_stage"]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
     logs = "\n".join(p.read_text(errors="replace") for p in sorted((tmp_path / "logs").glob("*"))
                      if p.is_file()) if (tmp_path / "logs").is_dir() else ""
@@ -257,7 +257,7 @@ def test_a_rank_that_raises_is_told_once_and_the_other_names_it(launcher: str, v
     code, out, logs = _launch(launcher, tmp_path, "raise:1:11", *(["--verbose"] if verbose else []))
     shown = f"{out}\n--- logs ---\n{logs}"[-6000:]
     block = "ppdsl run: failed: rank 1, step 2, action 1F3: ValueError: boom in the model\n" \
-            f"  at {HERE / 'fault.py'}:"
+            f"  at {HERE / 'helpers' / 'fault.py'}:"
     assert out.count(block) == 1, shown
     assert out.count('      raise ValueError("boom in the model")') == 1, shown
     line = "ppdsl run: rank 0: stopped because rank 1 raised at step 2, action 1F3: ValueError: boom in the model"

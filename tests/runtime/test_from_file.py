@@ -24,7 +24,7 @@ def test_identical_to_paddles_fthenb(order: str, tmp_path: Path) -> None:
     f = tmp_path / "s.pps"
     f.write_text(f"pipeline ranks=2 microbatches=4\nuse {order}\n")
     outcome = launch([load_program(str(f))], [str(f), "2"], steps=0, timeout=60, quiet=True,
-                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "paddle_api_pair.py")])
+                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "helpers" / "paddle_api_pair.py")])
     assert outcome.code == 0, outcome.failure
     for rank in (0, 1):
         record = rank_result(tmp_path, rank)

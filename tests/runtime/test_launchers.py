@@ -84,7 +84,7 @@ def test_a_rank_that_dies_ends_every_rank_within_the_timeout(tmp_path: Path) -> 
     env["PPDSL_FAULT"] = "kill:1:2"
     t0 = time.monotonic()
     done = subprocess.run(_launcher(tmp_path / "logs", "--nproc_per_node", "2", PPDSL, "run", str(f), "--steps", "3",
-                                    "--timeout", "5", "--model", f"{HERE / 'faulty_model.py'}:build_stage"),
+                                    "--timeout", "5", "--model", f"{HERE / 'helpers' / 'faulty_model.py'}:build_stage"),
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_SECONDS)
     seconds = time.monotonic() - t0
     logs = _logs(tmp_path / "logs")

@@ -111,7 +111,7 @@ def test_split_backward_opt_out_is_exact(capsys: pytest.CaptureFixture[str]) -> 
 def test_a_linear_the_split_cannot_defer_warns_once_and_verifies(capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
     code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", FUSED_RTOL, "-q", "--model",
-                             f"{HERE / 'scaled_linear_model.py'}:build_stage")
+                             f"{HERE / 'helpers' / 'scaled_linear_model.py'}:build_stage")
     assert code == 0, err
     _verified(out, files)
     warnings = re.findall(r"ppdsl run: warning: .*", err)
@@ -152,7 +152,7 @@ def test_verify_catches_a_wrong_gradient(capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0, err
     # ...and a model whose stage differs between the two builds is caught by name.
     code, out, err, _ = _run(capsys, f, "--steps", "1", "--verify", "-q", "--model",
-                             f"{HERE / 'drifting_model.py'}:build_stage")
+                             f"{HERE / 'helpers' / 'drifting_model.py'}:build_stage")
     assert code == 1
     assert re.search(r"verify FAILED|gradient of stage\d\.", out + err)
 
@@ -163,7 +163,7 @@ def _fault(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, 
            *extra: str, timeout: str = "4") -> tuple[int, str, float]:
     monkeypatch.setenv("PPDSL_FAULT", fault)
     code, out, err, seconds = _run(capsys, str(HAND / "2r_1f1b_batched.pps"), "--steps", "3", "-q", "--timeout",
-                                   timeout, "--model", f"{HERE / 'faulty_model.py'}:build_stage", *extra)
+                                   timeout, "--model", f"{HERE / 'helpers' / 'faulty_model.py'}:build_stage", *extra)
     return code, err, seconds
 
 
@@ -217,10 +217,10 @@ def test_a_peer_that_never_answers_times_out(capsys: pytest.CaptureFixture[str],
 @pytest.mark.slow
 def test_bad_model_and_loss_are_clear_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     f = str(HAND / "2r_zb_iw.pps")
-    faulty = HERE / "faulty_model.py"
+    faulty = HERE / "helpers" / "faulty_model.py"
     code, out, err, _ = _run(capsys, f, "-q", "--model", f"{faulty}:not_a_layer")
     assert code == 1 and "returned dict, not a paddle.nn.Layer" in err and "Traceback" not in err
-    code, out, err, _ = _run(capsys, f, "-q", "--model", f"{HERE / 'three_stage_model.py'}:build_stage")
+    code, out, err, _ = _run(capsys, f, "-q", "--model", f"{HERE / 'helpers' / 'three_stage_model.py'}:build_stage")
     assert code == 2 and "NUM_STAGES=3" in err and "2 stages" in err  # refused before spawning
     code, out, err, _ = _run(capsys, f, "-q", "--loss", f"{faulty}:vector_loss")
     assert code == 1 and "must return a scalar" in err and "action 1F0" in err
@@ -232,7 +232,7 @@ def test_ranks_holding_different_programs_fail_together(tmp_path: Path) -> None:
 
     a, b = str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_1f1b_batched.pps")
     outcome = launch([load_program(a)], [a, b], steps=1, timeout=20, quiet=True, keep_logs=str(tmp_path),
-                     command=[sys.executable, str(HERE / "api_mismatch.py")])
+                     command=[sys.executable, str(HERE / "helpers" / "api_mismatch.py")])
     assert outcome.code == 1
     for rank in (0, 1):
         lines = [json.loads(x) for x in (tmp_path / f"rank{rank}.log").read_text().splitlines() if x.startswith("{")]

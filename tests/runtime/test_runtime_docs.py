@@ -31,7 +31,7 @@ def _section(title: str) -> str:
 def test_the_drop_in_snippets_are_what_the_side_by_side_test_runs() -> None:
     for title, script_name, count in (("## A drop-in for Paddle's", "paddle_api_pair.py", 3),
                                       ("### A drop-in for `torch.distributed.pipelining`", "torch_api_pair.py", 2)):
-        script = (Path(__file__).parent / script_name).read_text()
+        script = (Path(__file__).parent / "helpers" / script_name).read_text()
         snippets = [b for b in _blocks("python", _section(title)) if "PipelineStage(" in b or "if rank == 0:" in b]
         assert len(snippets) == count, title
         for block in snippets:

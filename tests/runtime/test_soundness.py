@@ -135,7 +135,7 @@ def test_the_guard_under_the_launcher_stops_every_rank_at_once(tmp_path: Path) -
     f.write_text(S.ISSUE_BUFFERED_SWAP)
     t0 = time.monotonic()
     outcome = launch([ppdsl.parse(S.ISSUE_BUFFERED_SWAP)], [str(f)], steps=1, timeout=60, quiet=True,
-                     command=[sys.executable, str(HERE / "api_unchecked.py")])
+                     command=[sys.executable, str(HERE / "helpers" / "api_unchecked.py")])
     seconds = time.monotonic() - t0
     assert outcome.code == 1 and outcome.failure is not None
     assert ORDER.search(outcome.failure), outcome.failure
@@ -151,7 +151,7 @@ def test_ranks_must_agree_on_the_guard(tmp_path: Path) -> None:
 
     f = str(HERE / "schedules" / "2r_zb_iw.pps")
     outcome = launch([load_program(f)], ["--guard-mix", f], steps=1, timeout=20, quiet=True, keep_logs=str(tmp_path),
-                     command=[sys.executable, str(HERE / "api_mismatch.py")])
+                     command=[sys.executable, str(HERE / "helpers" / "api_mismatch.py")])
     assert outcome.code == 1
     for rank in (0, 1):
         lines = [json.loads(x) for x in (tmp_path / f"rank{rank}.log").read_text().splitlines() if x.startswith("{")]

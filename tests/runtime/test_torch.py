@@ -36,7 +36,7 @@ def test_identical_to_torchs_own_schedule(order: str, torch_class: str, tmp_path
     f = tmp_path / "s.pps"
     f.write_text(f"pipeline ranks=2 microbatches=4\nuse {order}\n")
     outcome = launch([load_program(str(f))], [str(f), "2", torch_class], steps=0, timeout=60, quiet=True,
-                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "torch_api_pair.py")])
+                     keep_logs=str(tmp_path), command=[sys.executable, str(HERE / "helpers" / "torch_api_pair.py")])
     assert outcome.code == 0, outcome.failure
     for rank in (0, 1):
         record = rank_result(tmp_path, rank)
@@ -246,7 +246,7 @@ def _fault(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("PPDSL_FAULT", fault)
     t0 = time.monotonic()
     code = main(["run", str(HERE / "schedules" / "2r_1f1b_batched.pps"), "--framework", "torch", "--steps", "3",
-                 "-q", "--timeout", timeout, "--model", f"{HERE / 'faulty_torch_model.py'}:build_stage"])
+                 "-q", "--timeout", timeout, "--model", f"{HERE / 'helpers' / 'faulty_torch_model.py'}:build_stage"])
     return code, capsys.readouterr().err, time.monotonic() - t0
 
 

@@ -13,7 +13,7 @@ from ppdsl.runtime.interpreter import values as V
 
 paddle = pytest.importorskip("paddle")
 HERE = Path(__file__).parent
-MODEL = str(HERE / "values_model.py")
+MODEL = str(HERE / "helpers" / "values_model.py")
 
 
 def test_split_join_and_call_follow_paddles_convention() -> None:
@@ -95,7 +95,7 @@ def test_the_grouped_path_carries_dict_values_like_the_gloo_path(tmp_path: Path)
 
     f = str(HERE / "schedules" / "2r_1f1b_batched.pps")
     outcome = launch([load_program(f)], [f], steps=0, timeout=60, quiet=True, keep_logs=str(tmp_path),
-                     command=[sys.executable, str(HERE / "grouped_path.py")])
+                     command=[sys.executable, str(HERE / "helpers" / "grouped_path.py")])
     assert outcome.code == 0, outcome.failure
     for rank in (0, 1):
         text = (tmp_path / f"rank{rank}.log").read_text()

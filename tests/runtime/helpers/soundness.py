@@ -82,7 +82,7 @@ def _receive_first_gpipe(ranks: int, microbatches: int, batched: bool) -> Progra
 
 def docs_block(page: str, fence: str, after: str) -> str:
     """The first ```fence block after the heading `after` of docs/`page`."""
-    text = (HERE.parents[1] / "docs" / page).read_text(encoding="utf-8")
+    text = (HERE.parents[2] / "docs" / page).read_text(encoding="utf-8")
     return re.findall(rf"^```{fence}\n(.*?)^```", text[text.index(after):], flags=re.S | re.M)[0]
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
 from compat_torch_models import WIDTH, Block  # noqa: E402
 
 from ppdsl.expansion import parse  # noqa: E402

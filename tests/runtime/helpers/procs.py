@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 
 # What `ppdsl run` prints for `scaled_linear_model.py`'s Linear subclass: test_run holds the
 # run to it, and test_runtime_docs holds docs/runtime.md to the same line.

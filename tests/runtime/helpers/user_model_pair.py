@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
 from compat_torch_models import WIDTH, Block  # noqa: E402
 
 from ppdsl.load import load_program  # noqa: E402
