@@ -117,3 +117,30 @@ def test_these_tests_pass_where_paddle_cannot_be_imported(tmp_path: Path) -> Non
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "8 passed" in r.stdout and "skipped" not in r.stdout
+
+
+def test_a_prepared_program_is_prepared_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ppdsl.runtime.interpreter import preflight
+
+    program = ppdsl.parse("pipeline ranks=2 microbatches=2\nuse 1f1b()\n")
+    calls: list[str] = []
+    real = preflight.lint
+    monkeypatch.setattr(preflight, "lint", lambda p, model: calls.append(str(model)) or real(p, model))
+    ready = preflight.prepare(program, CommModel.BUFFERED)
+    linted = len(calls)
+    assert linted >= 1
+    assert preflight.prepare(ready, CommModel.BUFFERED) is ready and len(calls) == linted
+    preflight.prepare(ready, CommModel.RENDEZVOUS)  # another model: linted under it
+    assert calls[linted:] == ["rendezvous"]
+
+
+def test_the_digest_tells_programs_apart_without_printing_them() -> None:
+    def digest(text: str) -> str:
+        return P.program_digest(ppdsl.parse("pipeline ranks=2 microbatches=2\n" + text))
+
+    base = digest("rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1F1 1B0 1B1\n")
+    assert base == digest("rank 0: 0F{0..1} 0B{0..1}\nrank 1: 1F0 1F1 1B0 1B1\n")  # the same actions
+    for other in ("rank 0: 0F0 0F1 0B1 0B0\nrank 1: 1F0 1F1 1B0 1B1\n",  # an order
+                  "rank 0: 0F0 _ 0F1 0B0 0B1\nrank 1: 1F0 1F1 1B0 1B1\n",  # an idle step
+                  "rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 (1F1;1B0) 1B1\n"):  # an overlapped pair
+        assert digest(other) != base, other

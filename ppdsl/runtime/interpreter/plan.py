@@ -7,17 +7,17 @@ validate a file) without importing the framework.
 from __future__ import annotations
 
 import hashlib
+from array import array
 
 from attrs import frozen
 
 from ...check import analyse
 from ...diagnostics import UsageError, render_header
-from ...encoding import peer_stage
+from ...encoding import encode, peer_stage
 from ...wording import plural
 from ..errors import SetupError
 from ...ir import Action, Batch, Idle, Kind, Overlap, Program
 from ...lower import needs_lowering
-from ...syntax.printer import print_program
 
 # Interpreter op codes. Compute kinds keep Kind's values; the rest are the runtime's own.
 F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)
@@ -69,8 +69,18 @@ def peer_of(action: Action, placement: tuple[int, ...]) -> int:
 
 
 def program_digest(program: Program) -> str:
-    """What all ranks must agree on: the explicit program text (rows, header, placement)."""
-    return hashlib.sha256(print_program(program).encode()).hexdigest()
+    """What all ranks must agree on: the program's shape and every rank's actions, read off its
+    integer encoding (which the checker made and keeps on the program), never printed."""
+    enc = encode(program)
+    h = hashlib.sha256(repr((program.ranks, program.stages, program.microbatches, program.mode,
+                             program.placement)).encode())
+    for rank in range(program.ranks):
+        h.update(b"|codes")
+        h.update(array("q", enc.codes[rank]).tobytes())
+        steps = enc.steps[rank]  # where idle steps and groups fall (None: one action a step)
+        h.update(b"|steps" + (array("q", steps).tobytes() if steps is not None else b"-"))
+        h.update(repr(sorted(enc.groups[rank].items())).encode())
+    return h.hexdigest()
 
 
 def communicating_pairs(program: Program) -> tuple[tuple[int, int], ...]:

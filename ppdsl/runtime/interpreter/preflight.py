@@ -14,6 +14,10 @@ from ...lower import lower, needs_lowering, unit_run
 from ...semantics import CommModel, execute, wait_cycle
 
 
+# Kept on a prepared program (`Program.derived`): the (model, check) it is ready to run under.
+_PREPARED = "runtime.prepared"
+
+
 def lint(program: Program, model: CommModel) -> list[Diagnostic]:
     """The checker's errors for this program under `model` (empty when it is sound)."""
     return [d for d in check(program, comm_model=str(model)) if d.is_error]
@@ -37,10 +41,14 @@ def prepare(program: Program, model: CommModel, check: bool = True) -> Program:
     """The program ready to run: linted under `model` and lowered to explicit send/recv.
 
     Raises PpsError with the checker's diagnostics (a hang under `model` is PPS210 among
-    them). Each program is analysed once: the analysis stays on it for `compile_rank`.
+    them). Each program is analysed once: the analysis stays on it for `compile_rank`, and a
+    program prepared under `model` is returned as it is (a process prepares it once).
     `check=False` only lowers: the bypass for tests and experts, who then rely on the
     runtime's label guard (docs/runtime.md) to stop a mismatched order.
     """
+    ready = program.derived.get(_PREPARED)
+    if isinstance(ready, set) and (str(model), check) in ready:
+        return program  # prepared already in this process (the worker, then its schedule)
     lowering = needs_lowering(program)
     if lowering:
         unit_run(program)  # made first and kept: the lint's deadlock rule reads it, lower() places by it
@@ -53,4 +61,7 @@ def prepare(program: Program, model: CommModel, check: bool = True) -> Program:
         if errors:  # pragma: no cover - lowering produces sound programs from sound ones
             raise PpsError(errors)
     # No run of its own to look for a hang: the lint ran the program under `model` (PPS210).
+    marks = program.derived.setdefault(_PREPARED, set())
+    assert isinstance(marks, set)
+    marks.add((str(model), check))
     return program
