@@ -241,7 +241,7 @@ class CostModel:
         out = []
         for s in range(stages):
             c = self.kind_costs(s, 1.0 if shares is None else 1.0 / shares[s])
-            row = [0.0] * len(Kind)
+            row = [0.0] * (max(Kind) + 1)  # indexed by kind value
             for kind in COMPUTE_KINDS:
                 row[Kind[kind]] = c[kind]
             out.append(tuple(row))

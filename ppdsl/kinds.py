@@ -87,6 +87,11 @@ class KindRow(NamedTuple):
     short: str = ""  # its label in a narrow cell (`SF3`); empty: its name
     runtimes: frozenset[str] = RUNTIMES
     in_csv: bool = True  # whether PyTorch's CSV has it (`convert` refuses to write one that is not)
+    # Whether the whole-run reader cuts its words at its name's last letter. The reader cuts a
+    # run at every such letter at once; a letter that also stands inside other names (R in
+    # RECV_F, D in SEND_F) would cut those too, and every row of sends would need mending. A
+    # kind that does not is read word by word in the rows that hold it.
+    read_whole: bool = True
 
     @property
     def csv(self) -> dict[str, str]:
@@ -136,23 +141,23 @@ KINDS: Final[tuple[KindRow, ...]] = (
     # The forward again, with autograd, from the input its `F` kept; after that `F` and before
     # the first backward, which its stage's row order makes wait for it (one rank runs both).
     KindRow("R", 4, "compute", local="F_DONE", memory="remakes", cost="R", picture="R", runtimes=frozenset(),
-            in_csv=False),
+            in_csv=False, read_whole=False),
     # The activations of a (stage, microbatch) to host memory and back, on the copy lane.
     KindRow("OFFLOAD", 5, "compute", local="F_DONE", memory="moves_out", cost="OFFLOAD", picture="MOVE",
-            short="OF", runtimes=frozenset(), in_csv=False),
+            short="OF", runtimes=frozenset(), in_csv=False, read_whole=False),
     KindRow("RELOAD", 6, "compute", local="F_DONE", memory="moves_in", cost="RELOAD", picture="MOVE",
-            short="RL", runtimes=frozenset(), in_csv=False),
+            short="RL", runtimes=frozenset(), in_csv=False, read_whole=False),
     KindRow("SEND_F", 8, "comm", sends="F_DONE", completes=("MSG_F_SENT",), peer=(1, "RECV_F"), cost="comm",
             picture="SEND", short="SF"),
-    KindRow("RECV_F", 7, "comm", completes=("RECV_F_DONE",), peer=(-1, "SEND_F"), cost="comm", picture="RECV",
+    KindRow("RECV_F", 9, "comm", completes=("RECV_F_DONE",), peer=(-1, "SEND_F"), cost="comm", picture="RECV",
             short="RF"),
     KindRow("SEND_B", 10, "comm", sends="GRAD_DONE", completes=("MSG_B_SENT",), peer=(-1, "RECV_B"), cost="comm",
             picture="SEND", short="SB"),
-    KindRow("RECV_B", 9, "comm", completes=("RECV_B_DONE",), peer=(1, "SEND_B"), cost="comm", picture="RECV",
+    KindRow("RECV_B", 11, "comm", completes=("RECV_B_DONE",), peer=(1, "SEND_B"), cost="comm", picture="RECV",
             short="RB"),
-    KindRow("UNSHARD", 11, "stage", short="U"),
-    KindRow("RESHARD", 12, "stage", short="RS"),
-    KindRow("REDUCE_GRAD", 13, "stage", short="RG"),
+    KindRow("UNSHARD", 12, "stage", short="U"),
+    KindRow("RESHARD", 13, "stage", short="RS"),
+    KindRow("REDUCE_GRAD", 14, "stage", short="RG"),
 )
 
 # Values the bit layout keeps free beyond what the tables use, for kinds and for slots. None:
@@ -223,8 +228,6 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int
     by_name = {r.name: r for r in rows}
     if len(by_value) != len(rows) or len(by_name) != len(rows):
         raise TableError("two kinds share a value or a name")
-    if sorted(by_value) != list(range(len(rows))):
-        raise TableError("kind values must be 0, 1, 2, ... with no gap")
     slot_value = {s.name: s.value for s in slots}
     if sorted(slot_value.values()) != list(range(len(slots))):
         raise TableError("slot values must be 0, 1, 2, ... with no gap")
@@ -233,8 +236,17 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int
         return tuple(sorted(r.value for r in rows if r.category == category))
 
     compute, comm, stage = values("compute"), values("comm"), values("stage")
-    if list(compute + comm + stage) != list(range(len(rows))):
+    # The sends and receives start at the first multiple of their block's size (a power of two)
+    # at or after the compute kinds: one bit then marks them all (`EXCHANGE_BIT`), which the
+    # hot loops test, and the values below them left free take more compute kinds.
+    block = 1 << max(len(comm) - 1, 0).bit_length()
+    comm_start = -(-len(compute) // block) * block
+    expected = [*range(len(compute)), *range(comm_start, comm_start + len(comm) + len(stage))]
+    if list(compute + comm + stage) != sorted(by_value):
         raise TableError("kind values must run compute, then send/receive, then stage-only")
+    if sorted(by_value) != expected:
+        raise TableError(f"kind values must be 0, 1, 2, ... with no gap, but for the sends and receives, which "
+                         f"start at {comm_start} (the first multiple of {block} after the compute kinds)")
     sends = tuple(sorted(r.value for r in rows if r.category == "comm" and r.sends is not None))
     receives = tuple(sorted(set(comm) - set(sends)))
     receive_bit = 1
@@ -244,7 +256,7 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int
                          and not any(k & b for k in compute)), 0)
     # Bits for every value, the spare ones and the top one: the row's end past every kind, and
     # NOTHING past every slot.
-    kind_bits = (len(rows) + spare).bit_length()
+    kind_bits = (max(by_value, default=-1) + 1 + spare).bit_length()
     slot_bits = (len(slots) + spare).bit_length()
     compute_max = compute[-1] if compute else -1
     comm_max = comm[-1] if comm else compute_max
@@ -317,13 +329,13 @@ class Kind(enum.IntEnum):
     R = 4
     OFFLOAD = 5
     RELOAD = 6
-    RECV_F = 7
     SEND_F = 8
-    RECV_B = 9
+    RECV_F = 9
     SEND_B = 10
-    UNSHARD = 11
-    RESHARD = 12
-    REDUCE_GRAD = 13
+    RECV_B = 11
+    UNSHARD = 12
+    RESHARD = 13
+    REDUCE_GRAD = 14
 
     @property
     def is_compute(self) -> bool:
@@ -361,7 +373,7 @@ if [(k.name, k.value) for k in Kind] != sorted(((r.name, r.value) for r in KINDS
 
 
 def _flags(values: tuple[int, ...]) -> tuple[bool, ...]:
-    return tuple(k in values for k in range(len(KINDS)))
+    return tuple(k in values for k in range(TABLE.kind_mask + 1))
 
 
 _IS_COMPUTE, _IS_COMM, _IS_STAGE = _flags(TABLE.compute), _flags(TABLE.comm), _flags(TABLE.stage)

@@ -35,7 +35,7 @@ LOW = (1 << SHIFT) - 1
 F, I, W, B = int(Kind.F), int(Kind.I), int(Kind.W), int(Kind.B)
 SEND_F, RECV_F, SEND_B, RECV_B = int(Kind.SEND_F), int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
 KIND_SPACE = KIND_MASK + 1  # how many kind values the low bits hold: the length of a table per kind
-KIND_OF: tuple[Kind, ...] = tuple(Kind(k) if k < len(Kind) else Kind.F for k in range(KIND_SPACE))
+KIND_OF: tuple[Kind, ...] = tuple(Kind(k) if k in TABLE.by_value else Kind.F for k in range(KIND_SPACE))
 
 # Slots of a dependency key: key = sm << SLOT_BITS | slot, where sm = stage * microbatches + mb
 # (`kinds.SLOTS`).

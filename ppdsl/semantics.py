@@ -297,7 +297,7 @@ class _Engine:
         S, M = enc.stages, enc.microbatches
         SM = S * M
         needs_hops = not with_comms and any(map(any, input_hop))
-        computes, comms = len(COMPUTE_KINDS), len(COMM_KINDS)  # Kind values: computes, then sends and receives
+        computes = len(COMPUTE_KINDS)  # Kind values: the computes first, 0 .. computes - 1
         if timing.is_unit:
             return [1.0] * computes + [0.0] * (KIND_SPACE - computes), DUR_PER_KIND, None
         hop_time: list[float] | None = None
@@ -313,8 +313,10 @@ class _Engine:
                         if hops[s]:
                             hop_time[kind_slice(s, k, M)] = [msg] * M
             if len(set(rows)) <= 1:  # the same on every stage: a table of KIND_SPACE
-                return (list(rows[0] if rows else (0.0,) * computes) + [msg] * comms
-                        + [0.0] * (KIND_SPACE - computes - comms), DUR_PER_KIND, hop_time)
+                per_kind = list(rows[0] if rows else (0.0,) * computes) + [0.0] * (KIND_SPACE - computes)
+                for k in COMM_KINDS:
+                    per_kind[k] = msg
+                return per_kind, DUR_PER_KIND, hop_time
             dur = [0.0] * code_space(S, M)
             for s, row in enumerate(rows):
                 for k in COMPUTE_KINDS:

@@ -23,6 +23,8 @@ F, I, W, B = Kind.F, Kind.I, Kind.W, Kind.B
 R, OFFLOAD, RELOAD = Kind.R, Kind.OFFLOAD, Kind.RELOAD
 SEND_F, RECV_F, SEND_B, RECV_B = Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B
 
+NEXT = max(r.value for r in KINDS) + 1  # the value a new stage-only row takes
+
 
 def _value(category: str) -> set[int]:
     return {r.value for r in KINDS if r.category == category}
@@ -54,17 +56,21 @@ def test_the_layout_s_constants_are_derived_from_the_table() -> None:
     assert layout.NOTHING == layout.SLOT_MASK > max(s.value for s in SLOTS)
     assert layout.kind_of(layout.INVALID_CODE) == layout.KIND_MASK
     # As wide as the table needs, and `kinds.SPARE` values more.
-    assert layout.KIND_BITS == (len(KINDS) + SPARE).bit_length()
+    assert layout.KIND_BITS == (max(values) + 1 + SPARE).bit_length()
     assert layout.SLOT_BITS == (len(SLOTS) + SPARE).bit_length()
     # Kind values: compute, then sends and receives, then stage-only, as the loops' bounds say.
     assert set(range(layout.COMPUTE_MAX + 1)) == _value("compute") == set(layout.COMPUTE_KINDS)
-    assert set(range(layout.COMPUTE_MAX + 1, layout.COMM_MAX + 1)) == _value("comm") == set(layout.COMM_KINDS)
+    # The sends and receives start where one bit marks them all (the values between are free).
+    comm = _value("comm")
+    assert comm == set(range(min(comm), layout.COMM_MAX + 1)) == set(layout.COMM_KINDS)
+    assert layout.EXCHANGE_BIT and all(k & layout.EXCHANGE_BIT for k in comm)
+    assert not any(k & layout.EXCHANGE_BIT for k in _value("compute"))
     assert all(v > layout.COMM_MAX for v in _value("stage"))
     # A receive has RECEIVE_BIT, a send not; EXCHANGE_BIT (when not 0) marks the sends and
     # receives among the kinds up to COMM_MAX.
     assert all(bool(k & encoding.RECEIVE_BIT) == Kind(k).is_recv for k in layout.COMM_KINDS)
     if layout.EXCHANGE_BIT:
-        assert all(bool(k & layout.EXCHANGE_BIT) == Kind(k).is_comm for k in range(layout.COMM_MAX + 1))
+        assert all(bool(k & layout.EXCHANGE_BIT) == Kind(k).is_comm for k in TABLE.by_value if k <= layout.COMM_MAX)
     assert {s.name: s.value for s in SLOTS} == {name: getattr(layout, name) for name in TABLE.slot_value}
     assert layout.SLOT_NAMES == {s.value: s.label for s in SLOTS}
     # The kinds as plain ints, and the table of Kind per value.
@@ -207,7 +213,7 @@ def test_every_kind_says_which_runtimes_run_it() -> None:
 # Adding a row is enough
 
 
-ZERO_GRAD = KindRow("ZERO_GRAD", len(KINDS), "stage", short="ZG")
+ZERO_GRAD = KindRow("ZERO_GRAD", NEXT, "stage", short="ZG")
 
 
 def test_a_new_stage_only_row_is_picked_up_by_every_derivation() -> None:
@@ -217,7 +223,7 @@ def test_a_new_stage_only_row_is_picked_up_by_every_derivation() -> None:
                                                                           TABLE.comm_max)
     assert more.kind_bits >= TABLE.kind_bits and more.slot_bits == TABLE.slot_bits
     assert more.names["ZERO_GRAD"] == more.legacy_names["ZERO_GRAD"] == ZERO_GRAD.value
-    assert more.signs(False)[ZERO_GRAD.value] == 0 and more.signs(False) == TABLE.signs(False)
+    assert more.signs(False)[ZERO_GRAD.value] == 0 and more.signs(False)[:len(TABLE.signs(False))] == TABLE.signs(False)
     assert more.producers == TABLE.producers and more.local_needs == TABLE.local_needs
     assert more.cost_keys == TABLE.cost_keys and ZERO_GRAD.picture in {p.key for p in PICTURES}
     assert more.by_value[ZERO_GRAD.value] is ZERO_GRAD
@@ -227,7 +233,7 @@ def test_a_new_stage_only_row_is_picked_up_by_every_derivation() -> None:
 
 @pytest.mark.parametrize("spare", [0, SPARE, 8])
 def test_eight_more_kinds_and_slots_widen_the_layout_and_nothing_else(spare: int) -> None:
-    extra = tuple(KindRow(f"EXTRA_{chr(65 + n)}", len(KINDS) + n, "stage") for n in range(8))
+    extra = tuple(KindRow(f"EXTRA_{chr(65 + n)}", NEXT + n, "stage") for n in range(8))
     slots = (*SLOTS, *(SlotRow(f"EXTRA{n}_DONE", len(SLOTS) + n, f"X{n}") for n in range(8)))
     wider = derive((*KINDS, *extra), slots, spare)
     assert wider.kind_mask > max(r.value for r in wider.rows)  # the end of a row is still no kind
@@ -242,25 +248,31 @@ def test_eight_more_kinds_and_slots_widen_the_layout_and_nothing_else(spare: int
     assert {k: v for k, v in wider.producers.items() if v} == {k: v for k, v in TABLE.producers.items()}
     # With eight values to spare, the layout of today's table holds eight more of each as it is.
     roomy = derive(KINDS, SLOTS, 8)
-    assert roomy.kind_mask - len(KINDS) >= 8 and roomy.nothing - len(SLOTS) >= 8
+    assert roomy.kind_mask - NEXT >= 8 and roomy.nothing - len(SLOTS) >= 8
 
 
-def test_a_new_compute_row_that_moves_the_sends_off_their_parity_is_refused() -> None:
-    # One more compute kind (a prefetch of the input, a sketch): the sends and receives move
-    # up by one, and the sends' values turn odd.
+def test_a_new_compute_row_takes_a_free_value_below_the_sends() -> None:
+    # One more compute kind (a prefetch of the input, a sketch) takes the value left free below
+    # the sends and receives, which keep their values and the bit that marks them.
+    prefetch = KindRow("PREFETCH", len(TABLE.compute), "compute", local="F_DONE", cost="PREFETCH")
+    more = derive((*KINDS, prefetch))
+    assert more.comm == TABLE.comm and more.exchange_bit == TABLE.exchange_bit and more.kind_bits == TABLE.kind_bits
+
+
+def test_sends_and_receives_off_their_aligned_start_are_refused() -> None:
+    # Moved up by one, the sends' values turn odd and no bit marks the four: refused.
     rows = [r if r.category == "compute" else r._replace(value=r.value + 1) for r in KINDS]
-    rows.insert(7, KindRow("PREFETCH", len(TABLE.compute), "compute", local="F_DONE", cost="PREFETCH"))
-    with pytest.raises(TableError, match="sends must have even values"):
-        derive(rows)  # SEND_F odd: a send's value must stay even (the loops' RECEIVE_BIT)
+    with pytest.raises(TableError, match="the sends and receives, which start at 8"):
+        derive(rows)
 
 
 @pytest.mark.parametrize(("rows", "message"), [
-    ((*KINDS, KindRow("X", len(KINDS) + 1, "stage")), "no gap"),
-    ((*KINDS, KindRow("F", len(KINDS), "stage")), "share a value or a name"),
+    ((*KINDS, KindRow("X", NEXT + 1, "stage")), "no gap"),
+    ((*KINDS, KindRow("F", NEXT, "stage")), "share a value or a name"),
     ((KindRow("U", 0, "stage"), KINDS[0]._replace(value=1)), "compute, then"),
-    ((*KINDS, KindRow("X", len(KINDS), "stage", local="F_DONE")), "only a compute waits"),
-    ((*KINDS, KindRow("X", len(KINDS), "stage", completes=("NOPE",))), "names no slot"),
-    ((*KINDS, KindRow("ZERO-GRAD", len(KINDS), "stage")), "upper-case letters"),
+    ((*KINDS, KindRow("X", NEXT, "stage", local="F_DONE")), "only a compute waits"),
+    ((*KINDS, KindRow("X", NEXT, "stage", completes=("NOPE",))), "names no slot"),
+    ((*KINDS, KindRow("ZERO-GRAD", NEXT, "stage")), "upper-case letters"),
 ])
 def test_a_table_the_layout_cannot_take_is_refused(rows: tuple[KindRow, ...], message: str) -> None:
     with pytest.raises(TableError, match=message):

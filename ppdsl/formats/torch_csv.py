@@ -35,6 +35,7 @@ from ..wording import plural
 from ..ir import (IDLE, Action, Batch, Idle, Kind, LazyRows, Overlap, Program, RowCodes, Segment,
                   SourceMap, Span, Step, actions_of, make_action, steps_from_codes)
 from ..gcpause import no_gc
+from ..kinds import TABLE
 from ..limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS, MAX_REPORTED_ERRORS, MAX_STAGES
 from ..syntax.printer import ActionText
 from ..syntax.scan import PlainRuns, TokenReader, number, shown
@@ -315,7 +316,7 @@ def write_csv(program: Program, dialect: str = "current") -> tuple[str, list[Dia
     for an action it has no kind for)."""
     names = DIALECTS[dialect].write_names
     path = program.source.path if program.source else "<program>"
-    if any(k < len(Kind) and Kind(k) not in names for k in encode(program).kinds):
+    if any(k in TABLE.by_value and Kind(k) not in names for k in encode(program).kinds):
         at = _first_located(program.rows, lambda a: a.kind not in names)
         span = program.source.step_span(*at[:2]) if program.source else Span(1, 1)
         raise PpsError([Diagnostic("PPS031", f"PyTorch's CSV has no `{at[2].kind.name}` action: `{at[2]}` cannot be "

@@ -387,8 +387,11 @@ def cut_letters(names: Mapping[str, Kind], separator: str) -> tuple[list[str], l
     a kind taking a microbatch, cut after; the pairs of letters inside a name whose first is
     such a letter, as cut and as written, put back together; letters one of which is in every
     row that needs a pair put back, or None when no such few letters tell)."""
-    ends = sorted({name[-1] for name, kind in names.items() if not kind.stage_only})
-    pairs = sorted({name[i:i + 2] for name in names for i in range(len(name) - 1) if name[i] in ends})
+    whole = [name for name, kind in names.items() if kind.row.read_whole]
+    ends = sorted({name[-1] for name in whole if not names[name].stage_only})
+    # (a name not read whole that holds such a letter is cut there too: its rows fall apart
+    # into pieces no prefix matches, and are read word by word)
+    pairs = sorted({name[i:i + 2] for name in whole for i in range(len(name) - 1) if name[i] in ends})
     repairs = [(pair[0] + separator + pair[1], pair) for pair in pairs]
     return ends, repairs, marking({name for name in names if any(pair in name for pair in pairs)}, names)
 

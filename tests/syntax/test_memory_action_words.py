@@ -1,6 +1,7 @@
-"""`R`, `OFFLOAD` and `RELOAD` read the same in the whole-run reader and the careful path, beside
-the kinds whose names hold the letters they end in (`RECV_F`'s R, `SEND_F`'s D), and a typo of
-one is told with a did-you-mean."""
+"""`R`, `OFFLOAD` and `RELOAD` read the same through the fast reader and the careful path (a row
+holding one is read word by word: their names end in letters that stand inside other names,
+`RECV_F`'s R, `SEND_F`'s D), rows without them are still read whole, and a typo of one is told
+with a did-you-mean."""
 
 from __future__ import annotations
 
@@ -21,23 +22,20 @@ ROWS = [
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_the_whole_run_reader_reads_them(row: str) -> None:
+def test_the_whole_run_reader_leaves_their_rows_to_the_word_by_word_reader(row: str) -> None:
+    assert PlainRuns(KIND_BY_NAME, " ", "_").read(row) is None
+
+
+def test_rows_of_the_other_kinds_are_read_whole_and_cut_at_f_i_w_b_only() -> None:
     runs = PlainRuns(KIND_BY_NAME, " ", "_")
+    row = "0RECV_F1 0SEND_B2 1UNSHARD 0F1 1REDUCE_GRAD 2RESHARD _ 3B4"
     codes = runs.read(row)
     assert codes is not None, "read word by word instead of whole"
-    words = row.split()
-    kinds = [None if w == "_" else KIND_BY_NAME[w.strip("0123456789")] for w in words]
+    kinds = [None if w == "_" else KIND_BY_NAME[w.strip("0123456789")] for w in row.split()]
     assert [None if sk is None else Kind(sk & 15) for sk in codes[0]] == kinds
-
-
-def test_the_cut_letters_and_what_is_put_back_come_from_the_names() -> None:
-    ends, repairs, marks = cut_letters(KIND_BY_NAME, " ")
-    assert ends == ["B", "D", "F", "I", "R", "W"]
-    assert ("R E", "RE") in repairs and ("F F", "FF") in repairs and ("D _", "D_") in repairs
-    # A row of F, I, W, B and R holds no mark: nothing is put back, at no cost.
-    assert marks is not None and not set(marks) & set("FIWBR")
-    # The CSV's names (no R, OFFLOAD, RELOAD) cut at F, I, W, B only; its stage-only names
-    # after their whole name, as `PlainRuns` did before these kinds.
+    # Cut after F, I, W, B alone: no letter inside another name, nothing to put back.
+    assert cut_letters(KIND_BY_NAME, " ") == (["B", "F", "I", "W"], [], [])
+    # The CSV's names cut the same; its stage-only names after their whole name.
     assert cut_letters(CurrentDialect.read_names, ",")[0] == ["B", "F", "I", "W"]
     assert PlainRuns(CurrentDialect.read_names, ",", "").stage_only_names == ["UNSHARD", "RESHARD", "REDUCE_GRAD"]
 
