@@ -283,6 +283,10 @@ def test_a_killed_rank_is_the_one_said_to_have_died_or_been_stopped(tmp_path: Pa
     _needs("torchrun")
     code, out, _ = _launch("torchrun", tmp_path, "kill:1:11")
     assert code != 0
-    assert re.search(r"ppdsl run: failed: rank 0, step 2, action .+?: lost rank 1 while .*"
-                     r"rank 1 died or was stopped", out), out[-4000:]
-    assert "exitcode  : -9" in out and "stopped because" not in out, out[-4000:]
+    assert "exitcode  : -9" in out, out[-4000:]  # torchrun's own summary: rank 1 was killed
+    # Rank 0 says rank 1 was lost, never that it raised; or torchrun, which stops the other
+    # ranks as soon as it sees one die, ends rank 0 (SIGTERM) before its transport has noticed.
+    lost = re.search(r"ppdsl run: failed: rank 0, step 2, action .+?: lost rank 1 while .*"
+                     r"rank 1 died or was stopped", out)
+    assert lost or re.search(r"rank\s+: 0 \(local_rank: 0\)\n\s+exitcode\s+: -15", out), out[-4000:]
+    assert "stopped because" not in out and "rank 1 raised" not in out, out[-4000:]
