@@ -263,7 +263,7 @@ def test_a_rank_that_raises_is_told_once_and_the_other_names_it(launcher: str, v
     line = "ppdsl run: rank 0: stopped because rank 1 raised at step 2, action 1F3: ValueError: boom in the model"
     assert out.count(line) == 1, shown
     assert "died or was stopped" not in out + logs, shown
-    frames = re.findall(r'File "[^"]*/(?:ppdsl/(?:[a-z_]+/)*[a-z_]+|tests/runtime/fault)\.py", line', out)
+    frames = re.findall(r'File "[^"]*/(?:ppdsl/(?:[a-z_]+/)*[a-z_]+|tests/runtime/helpers/fault)\.py", line', out)
     if verbose:  # the failed rank's whole traceback, once, down to the user's line
         assert out.count("ValueError: boom in the model\n") >= 1 and 'fault.py", line' in out, shown
         assert out.count("Traceback (most recent call last):") == (2 if launcher == "torchrun" else 1), shown
