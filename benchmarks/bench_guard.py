@@ -4,7 +4,7 @@
 
 Each round builds two schedules of the same 1F1B program in the same processes, one with the
 guard (the default) and one with `_guard=False`, in alternating order, and times each one's
-first step (where labels travel: one small extra message before each message) and the median
+first step (where the notes go out, each with a label when guarded) and the median
 of its next `--steps` steps (where nothing should differ). Prints the medians over rounds and
 the ratios guarded/unguarded. Gloo on loopback, float32 MLP stages.
 """

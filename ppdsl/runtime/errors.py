@@ -18,3 +18,7 @@ class MessageOrderError(StepError):
 
 class SetupError(RuntimeError):
     """The model, data or program cannot run; raised before any schedule communication."""
+
+
+class PeerError(RuntimeError):
+    """A send or receive failed (gloo timeout, broken connection, a note that never came)."""

@@ -245,6 +245,11 @@ class Framework(abc.ABC):
         It may block while the store is not there: open it on a thread that may wait."""
 
     @abc.abstractmethod
+    def job_store(self) -> Any:
+        """The key-value store the default group was made with (`set`, `add`, `get`), which
+        the first step's notes go through (`transport/notes.py`); None without a group."""
+
+    @abc.abstractmethod
     def is_initialized(self) -> bool: ...
 
     @abc.abstractmethod

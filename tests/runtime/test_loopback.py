@@ -16,6 +16,7 @@ from ppdsl.ir import Kind, Program
 from ppdsl.runtime.errors import MessageOrderError, SetupError, StepError
 from ppdsl.runtime.interpreter.handlers import ActionContext, register_handler
 from ppdsl.runtime.transport.loopback import Loopback
+from ppdsl.runtime.interpreter.preflight import lint
 from ppdsl.runtime.interpreter.schedule import PipelineSchedule
 from ppdsl.semantics import CommModel
 
@@ -72,13 +73,14 @@ def reference_grads(layers: list[Any], x: Any, target: Any, microbatches: int) -
 
 
 def run_pipeline(prog: Program, *, steps: int = 1, model_: CommModel = CommModel.BUFFERED,
-                 seed: int = 0, **options: Any) -> tuple[list[Any], list[Any], list[list[float]]]:
+                 seed: int = 0, loop: Loopback | None = None,
+                 **options: Any) -> tuple[list[Any], list[Any], list[list[float]]]:
     """Run `prog` over loopback ranks; returns (the pipeline's stage layers, the same model's
     copy for the reference, each rank's losses of the last step)."""
     layers = model(prog.stages, seed)
     reference = model(prog.stages, seed)
     x, target = batch()
-    loop = Loopback("torch", prog.ranks, model=model_, timeout=10.0)
+    loop = loop or Loopback("torch", prog.ranks, model=model_, timeout=10.0)
 
     def rank_main(rank: int) -> list[float]:
         mine = {s: layers[s] for s in prog.stages_of(rank)}
@@ -122,12 +124,35 @@ def test_loopback_every_comm_model_runs_1f1b_exactly(comm: CommModel) -> None:
     assert_exact(prog, layers, reference)
 
 
-def test_loopback_later_steps_send_no_headers_and_stay_exact() -> None:
-    # Three steps: the first agrees shapes and labels, the later ones send data alone.
+@pytest.mark.parametrize("guard", [True, False])
+def test_loopback_notes_go_out_on_the_first_step_only_and_later_steps_stay_exact(guard: bool) -> None:
+    # Three steps: the first agrees shapes (and labels) in notes, the later ones send data alone.
     prog = generated("zb1p()")
-    layers, reference, results = run_pipeline(prog, steps=3)
+    loop = Loopback("torch", prog.ranks, timeout=10.0)
+    layers, reference, results = run_pipeline(prog, steps=3, loop=loop, _guard=guard)
     assert_exact(prog, layers, reference)
     assert results[0] == [] and len(results[1]) == prog.microbatches
+    # One note per send of one step, each activation's and each gradient's (with the guard or not).
+    assert len(loop.notes) == 2 * prog.microbatches * (prog.stages - 1)
+
+
+FACING = ("pipeline ranks=2 microbatches=2 stages=4 placement=v\n"
+          "rank 0: 0F0 0SEND_F0 0F1 <0SEND_F1 3RECV_F0> 3F0 3I0 3SEND_B0 3W0 3RECV_F1 3F1 3I1 3W1 3SEND_B1 "
+          "0RECV_B0 0I0 0W0 0RECV_B1 0I1 0W1\n"
+          "rank 1: 1RECV_F0 1F0 2F0 <2SEND_F0 1RECV_F1> 1F1 2F1 2RECV_B0 2I0 2SEND_F1 2W0 1I0 1W0 2RECV_B1 "
+          "1SEND_B0 2I1 2W1 1I1 1SEND_B1 1W1\n")
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_loopback_facing_batches_that_each_send_a_new_activation_run_under_grouped(guard: bool) -> None:
+    # Both ranks send first inside batches that face each other, each sending an activation the
+    # other has not seen: sound under `grouped` only. Its first step waited forever once (the
+    # shape headers travelled on the links, each side's first group call holding a send whose
+    # data the other received only in its second).
+    prog = program(FACING)
+    assert not lint(prog, CommModel.GROUPED) and lint(prog, CommModel.RENDEZVOUS)
+    layers, reference, _ = run_pipeline(prog, model_=CommModel.GROUPED, steps=2, _guard=guard)
+    assert_exact(prog, layers, reference)
 
 
 def test_loopback_split_backward_off_is_exact_too() -> None:

@@ -27,7 +27,7 @@ def test_split_join_and_call_follow_paddles_convention() -> None:
 
 
 @pytest.mark.parametrize("framework", ["paddle", "torch"])
-def test_a_header_round_trips_and_a_bad_one_is_refused(framework: str) -> None:
+def test_a_description_round_trips_in_a_note_and_a_bad_one_is_refused(framework: str) -> None:
     pytest.importorskip(framework)
     import numpy as np
 
@@ -39,7 +39,7 @@ def test_a_header_round_trips_and_a_bad_one_is_refused(framework: str) -> None:
     h = fw.leaf(fw.from_numpy(np.ones((2, 3), dtype="float32")), True)
     mask = fw.from_numpy(np.zeros(2, dtype="int64"))
     meta = M.describe(fw, (h, mask), True, "test")
-    got = M.parse_description(M.decode_header(fw, M.encode_header(fw, meta)), DTYPES, MAX_DIMS,
+    got = M.parse_description(M.decode_note(M.encode_note(None, meta))["value"], DTYPES, MAX_DIMS,
                               MAX_ELEMENTS)
     assert got.shapes == ((2, 3), (2,)) and got.dtypes == ("float32", "int64") and got.grads == (True, False)
     with pytest.raises(V.StageValueError, match="more than the"):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..transport.background import Background
-from ..transport.comm import PeerError
+from ..errors import PeerError
 from ..framework import Framework
 from ..jobs.watchdog import Lane, Watchdog
 

@@ -10,7 +10,7 @@ order, each through its kind's handler (`handlers.py`, where users can register 
 which routes values and calls the compute of the `Stage` it names (`stage.py`, which owns
 that stage's buffers). The interpreter is written once; what differs between frameworks goes
 through the adapter (`framework.py`) chosen from the stage layers' type. What each message
-carries (shape headers on the first step, the label guard) is `wire.py`.
+carries (the first step's notes: shapes and the label guard) is `wire.py`.
 
 With a `layout` of N replicas (`process_layout.py`), each stage's gradients are averaged over
 its replicas: started at the stage's `REDUCE_GRAD` where the file places one, else once its
@@ -20,6 +20,7 @@ last backward action of the step has run, and waited for at the end of the step
 
 from __future__ import annotations
 
+import secrets
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -29,16 +30,15 @@ from typing import Any
 
 from ...gcpause import no_gc
 from ...ir import Kind, Program
-from ...semantics import CommModel
 from .plan import Op, compile_rank, has_split_backward, last_backward_labels, reduction_points
 from . import setup, values
 from ..transport.background import JobFailed
 from . import handlers as handlers_
-from ..transport.comm import Carrier, PeerError, Transport, comm_model_of, gather_objects
-from ..errors import MessageOrderError, SetupError, StepError
+from ..transport.comm import Carrier, Transport, comm_model_of, gather_objects
+from ..errors import MessageOrderError, PeerError, SetupError, StepError
 from ..framework import Framework
 from .live_memory import LiveMemory
-from .preflight import lint, prepare
+from .preflight import prepare
 from ..jobs.process_layout import Layout
 from .reduction import GradientReducer
 from .grad_guard import GradGuard
@@ -155,9 +155,7 @@ class PipelineSchedule:
                                handlers_.unrunnable(self.plan, self.handlers, fw.name))
         self.transport: Carrier = transport if transport is not None else Transport(
             fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends, self.layout)
-        self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard)
-        if self.transport.model is CommModel.GROUPED:
-            self.wire.first_in_order = not lint(self.program, CommModel.RENDEZVOUS)
+        self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard, f"ppdsl/notes/{self._token}/")
         self.reducer: GradientReducer | None = None
         reductions: dict[int, tuple[int, ...]] = {}
         if self.layout.replicas > 1:
@@ -180,19 +178,22 @@ class PipelineSchedule:
         """All ranks compare the digest of the program they hold, and whether each can run its
         part (`refused`: why not), and fail together."""
         self.watchdog.arm("checking that all ranks run the same program", "all ranks")
-        gathered = gather((self.plan.digest, self.guard, refused))
+        gathered = gather((self.plan.digest, self.guard, refused, secrets.token_hex(8)))
         self.watchdog.disarm()
-        refusals = [why for _, _, why in gathered if why is not None]
+        # Rank 0's draw names this schedule's notes in the job's store (unique to this schedule,
+        # as a transport and its store may serve several).
+        self._token: str = gathered[0][3]
+        refusals = [why for _, _, why, _ in gathered if why is not None]
         if refusals:
             raise SetupError(refusals[0])
-        digests = [digest for digest, _, _ in gathered]
+        digests = [digest for digest, *_ in gathered]
         if len(set(digests)) != 1:
             groups: dict[str, list[int]] = {}
             for r, d in enumerate(digests):
                 groups.setdefault(d, []).append(r)
             desc = "; ".join(f"ranks {', '.join(map(str, rs))} hold program {d[:12]}" for d, rs in groups.items())
             raise SetupError(f"the ranks do not hold the same program (text, placement or shape): {desc}")
-        unguarded = [r for r, (_, guarded, _) in enumerate(gathered) if not guarded]
+        unguarded = [r for r, (_, guarded, *_) in enumerate(gathered) if not guarded]
         if unguarded and len(unguarded) != len(gathered):
             raise SetupError(f"ranks {', '.join(map(str, unguarded))} run without the label guard and the others "
                              "with it: the first step's messages would not line up")

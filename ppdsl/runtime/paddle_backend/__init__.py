@@ -222,6 +222,13 @@ class PaddleFramework(Framework):
         # their own; a connection to a store that is gone is retried without end.
         return core.TCPStore(where[0], where[1], False, 0, max(1, int(seconds)))
 
+    def job_store(self) -> Any:
+        if not self.is_initialized():
+            return None
+        from paddle.base import core
+
+        return core.create_or_get_global_tcp_store()
+
     def is_initialized(self) -> bool:
         return bool(dist.is_initialized())
 

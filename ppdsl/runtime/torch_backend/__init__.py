@@ -214,6 +214,13 @@ class TorchFramework(Framework):
         return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                              timeout=timedelta(seconds=seconds), wait_for_workers=False)
 
+    def job_store(self) -> Any:
+        if not self.is_initialized():
+            return None
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+
     def is_initialized(self) -> bool:
         return bool(dist.is_available() and dist.is_initialized())
 

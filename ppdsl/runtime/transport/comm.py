@@ -19,7 +19,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...semantics import CommModel
+from ..errors import PeerError
 from ..framework import Framework
+from .notes import StoreNotes
 from .background import Background
 from ..jobs.process_layout import Layout
 from ..jobs.watchdog import Lane, Watchdog
@@ -44,10 +46,6 @@ def comm_model_of(backend: str, background: bool = False) -> CommModel:
     if backend.lower() != "gloo":
         return CommModel.GROUPED
     return CommModel.BUFFERED if background else CommModel.RENDEZVOUS
-
-
-class PeerError(RuntimeError):
-    """A send or receive failed (gloo timeout, broken connection)."""
 
 
 class Carrier(Protocol):
@@ -75,6 +73,12 @@ class Carrier(Protocol):
     def gather(self, obj: Any) -> list[Any]: ...
 
     def all_reduce(self, tensor: Tensor) -> None: ...
+
+    def post_note(self, key: str, data: bytes) -> None:
+        """Leave `data` under `key` for a peer's `read_note` (the first step's notes, `wire.py`)."""
+
+    def read_note(self, key: str, peer: int, label: str, wait: bool) -> bytes | None:
+        """The note `peer` left under `key`: None while it is not there, unless `wait`."""
 
 
 class Transport:
@@ -125,6 +129,7 @@ class Transport:
                     self.data_parallel_group = group
         if watchdog is not None:
             watchdog.disarm()
+        self.notes = StoreNotes(fw.job_store, lambda: self._watchdog)
         self.senders: dict[int, Background] = {}
         if threads:
             self.senders = {peer: Background(f"send-to-{peer}", self._lane()) for peer in self.links}
@@ -160,6 +165,12 @@ class Transport:
     def all_reduce(self, tensor: Tensor) -> None:
         """Sum `tensor` over this rank's replicas, in place."""
         self.fw.all_reduce(tensor, self.data_parallel_group)
+
+    def post_note(self, key: str, data: bytes) -> None:
+        self.notes.post(key, data)
+
+    def read_note(self, key: str, peer: int, label: str, wait: bool) -> bytes | None:
+        return self.notes.read(key, f"waiting for rank {self.global_rank(peer)}'s note", label, wait)
 
     def global_rank(self, peer: int) -> int:
         """The global rank of pipeline peer `peer` in this process's replica (what a message

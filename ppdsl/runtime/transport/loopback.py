@@ -2,7 +2,7 @@
 
 The same `PipelineSchedule` runs on each thread with real framework tensors; what would go
 through process groups goes through queues (`links(rank)` is a `comm.Carrier`). So the step loop,
-the wire (headers, the label guard), the handlers and the gradient reduction run as they do
+the wire (notes, the label guard), the handlers and the gradient reduction run as they do
 across processes, in milliseconds, without a process group (as torch's threaded test groups
 let its tests do):
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ...semantics import CommModel
-from .comm import PeerError
+from ..errors import PeerError
 from ..framework import Framework, get_framework
 from ..jobs.process_layout import Layout
 from ..jobs.watchdog import Watchdog
@@ -64,6 +64,8 @@ class Loopback:
         self._rounds: dict[tuple[tuple[int, ...], int], int] = {}
         self._lock = threading.Lock()
         self.failure: tuple[int, BaseException] | None = None
+        self.notes: dict[str, bytes] = {}
+        self._noted = threading.Condition(self._lock)
 
     def links(self, rank: int) -> LoopbackLinks:
         """Rank `rank`'s end (a global rank): pass it as `PipelineSchedule(transport=...)`."""
@@ -126,6 +128,21 @@ class Loopback:
                             f"{type(failure[1]).__name__}: {failure[1]}")
         if time.monotonic() > deadline:
             raise PeerError(f"timed out after {self.timeout:g} s {doing}")
+
+    def post_note(self, key: str, data: bytes) -> None:
+        with self._noted:
+            self.notes[key] = data
+            self._noted.notify_all()
+
+    def read_note(self, key: str, rank: int, doing: str, wait: bool) -> bytes | None:
+        deadline = time.monotonic() + self.timeout
+        with self._noted:
+            while key not in self.notes:
+                if not wait:
+                    return None
+                self._noted.wait(POLL)
+                self._check(rank, doing, deadline)
+            return self.notes[key]
 
     def gather(self, ranks: tuple[int, ...], rank: int, obj: Any) -> list[Any]:
         """Every rank of `ranks` hands in `obj`; all get the list, in the order of `ranks`.
@@ -213,6 +230,13 @@ class LoopbackLinks:
 
     def close(self, timeout: float = 5.0) -> None:
         self._unreceived.clear()
+
+    def post_note(self, key: str, data: bytes) -> None:
+        self.loop.post_note(key, data)
+
+    def read_note(self, key: str, peer: int, label: str, wait: bool) -> bytes | None:
+        frm = self._peer(peer)
+        return self.loop.read_note(key, self.rank, f"waiting for rank {frm}'s note ({label})", wait)
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj`, in rank order (the whole job, as `comm.gather_objects`)."""

@@ -51,6 +51,7 @@ class Case:
     kind: str  # how it was made: base, issue, swapped receives, swapped sends, ...
     text: str
     ranks: int
+    abort: bool = False  # rank 1 aborts as the case starts (the harness's own test of a crash)
 
 
 # --- programs ----------------------------------------------------------------------------
@@ -308,9 +309,9 @@ def run(selected: Sequence[Case], verdicts: dict[str, str] | None = None,
 
 
 def crosses_kinds(program: Program) -> bool:
-    """Some receive gets a message of the other kind (a gradient for an activation): then the
-    first step's shape header meets data, and gloo aborts the process on the size. Read off
-    the one matching rule (`links.Links`: k-th receive on a link, k-th send)."""
+    """Some receive gets a message of the other kind (an activation for a gradient): unguarded,
+    its data can meet a buffer of another size, and gloo aborts the process on the size. Read
+    off the one matching rule (`links.Links`: k-th receive on a link, k-th send)."""
     for sent, got in encode(program).links.order.values():
         for s, r in zip(sent, got):
             if (s & KIND_MASK == SEND_F) != (r & KIND_MASK == RECV_F):
@@ -336,7 +337,8 @@ def _run_launches(jobs: list[tuple[Case, str]], hang_seconds: float) -> list[Res
             spec.write_text(json.dumps({"hang_seconds": hang_seconds, "dir": tmp,
                                         "cases": [{"text": jobs[i][0].text, "guarded": guarded(jobs[i][1]),
                                                    "backend": "nccl" if jobs[i][1] in NCCL_PATH else "gloo",
-                                                   "background": jobs[i][1] in BACKGROUND_MODES}
+                                                   "background": jobs[i][1] in BACKGROUND_MODES,
+                                                   "abort": jobs[i][0].abort}
                                                   for i in todo]}))
             program = ppdsl.parse(jobs[todo[0]][0].text)
             logs = Path(tmp) / "logs"

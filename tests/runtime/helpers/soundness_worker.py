@@ -57,6 +57,8 @@ def _run_case(index: int, case: dict[str, Any], rank: int, world: int, reporter:
     """Run one case; the pair groups it leaves in a clean state (every rank finished), or None."""
     program = parse(case["text"])
     reporter.send("case_start", index=index)
+    if case.get("abort") and rank == 1:
+        os.abort()
     t0 = time.monotonic()
     layers = build_stages(models.build_stage, program.stages_of(rank), program.stages, 0, "built-in")
     # "nccl" on these gloo groups: the runtime takes its NCCL path (a batch is one
