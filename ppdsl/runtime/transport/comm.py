@@ -170,7 +170,7 @@ class Transport:
         self.notes.post(key, data)
 
     def read_note(self, key: str, peer: int, label: str, wait: bool) -> bytes | None:
-        return self.notes.read(key, f"waiting for rank {self.global_rank(peer)}'s note", label, wait)
+        return self.notes.read(key, f"waiting for a note from rank {self.global_rank(peer)}", label, wait)
 
     def global_rank(self, peer: int) -> int:
         """The global rank of pipeline peer `peer` in this process's replica (what a message

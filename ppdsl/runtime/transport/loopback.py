@@ -236,7 +236,7 @@ class LoopbackLinks:
 
     def read_note(self, key: str, peer: int, label: str, wait: bool) -> bytes | None:
         frm = self._peer(peer)
-        return self.loop.read_note(key, self.rank, f"waiting for rank {frm}'s note ({label})", wait)
+        return self.loop.read_note(key, self.rank, f"waiting for a note from rank {frm} ({label})", wait)
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj`, in rank order (the whole job, as `comm.gather_objects`)."""

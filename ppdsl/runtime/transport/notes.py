@@ -54,11 +54,14 @@ class StoreNotes:
             wd = self._watchdog()
             if wd is not None:
                 wd.arm(label, doing)
-            deadline = time.monotonic() + (wd.timeout if wd is not None else WAIT_SECONDS)
+            # The watchdog tells a timeout as it tells a stuck receive's; this deadline only
+            # backs it up (a watchdog that does not end the process, or none).
+            limit = 2 * wd.timeout + 5 if wd is not None else WAIT_SECONDS
+            deadline = time.monotonic() + limit
             pause = POLL_FIRST
             while not int(store.add(f"{key}/posted", 0)):
                 if time.monotonic() > deadline:
-                    raise PeerError(f"timed out {doing}")
+                    raise PeerError(f"timed out after {limit:g} s {doing}")
                 time.sleep(pause)
                 pause = min(POLL_MOST, 2 * pause)
             if wd is not None:
