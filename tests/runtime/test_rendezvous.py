@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,27 @@ def test_the_wait_is_bounded_and_rank_0_does_not_wait() -> None:
     t0 = time.monotonic()
     assert wait_for_store({**env, "PADDLE_TRAINER_ID": "0"}, limit=30.0)
     assert time.monotonic() - t0 < 0.1
+
+
+def test_only_the_notes_own_connection_to_the_store_loses_nagles_delay() -> None:
+    # Paddle's store client without TCP_NODELAY waits ~40 ms a request (Nagle against delayed
+    # acknowledgements); ppdsl sets it on the connection it opens for its notes, and on no other.
+    from ppdsl.runtime.paddle_backend.rendezvous import no_delay, opened_since, sockets
+
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("no /proc/self/fd here")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        old = socket.create_connection(("127.0.0.1", port))
+        before = sockets()
+        new = socket.create_connection(("127.0.0.1", port))
+        try:
+            assert opened_since(before) == {new.fileno()}
+            assert no_delay(opened_since(before) | {server.fileno()}, port) == 1  # the listener is no connection
+            assert new.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            assert not old.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        finally:
+            new.close()
+            old.close()

@@ -227,7 +227,14 @@ class PaddleFramework(Framework):
             return None
         from paddle.base import core
 
-        return core.create_or_get_global_tcp_store()
+        where = rendezvous.store_endpoint(os.environ)
+        if where is None:
+            return core.create_or_get_global_tcp_store()
+        # A connection of the notes' own, without Nagle's delay (`rendezvous.no_delay`).
+        before = rendezvous.sockets()
+        store = core.TCPStore(where[0], where[1], False, 0, 900)
+        rendezvous.no_delay(rendezvous.opened_since(before), where[1])
+        return store
 
     def is_initialized(self) -> bool:
         return bool(dist.is_initialized())

@@ -48,3 +48,58 @@ def wait_for_store(env: Mapping[str, str] = os.environ, limit: float = WAIT_SECO
             if time.monotonic() >= deadline:
                 return False
             time.sleep(POLL_SECONDS)
+
+
+def sockets() -> dict[int, str]:
+    """This process's open sockets: descriptor -> `socket:[inode]` (empty where /proc is not
+    there). The inode tells a new socket from an old one whose descriptor number was reused."""
+    found: dict[int, str] = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed since the listing (the listing's own descriptor)
+            continue
+        if link.startswith("socket:"):
+            found[int(name)] = link
+    return found
+
+
+def opened_since(before: dict[int, str]) -> set[int]:
+    """The descriptors of the sockets opened since `before = sockets()`."""
+    seen = set(before.values())
+    return {fd for fd, link in sockets().items() if link not in seen}
+
+
+def no_delay(fds: set[int], port: int) -> int:
+    """Set TCP_NODELAY on those of `fds` that are connections to `port`; how many.
+
+    Paddle's store client writes a request in several small writes without it, so Nagle's
+    algorithm meets the server's delayed acknowledgement: measured on loopback, 42 ms for an
+    `add` and 88 ms for a `get`, against 0.05 ms with it. Only a connection of ppdsl's own is
+    changed: Paddle's gloo groups are set up through the global one, and faster there they
+    were seen to connect before their peer listened."""
+    done = 0
+    for fd in fds:
+        try:
+            copy = os.dup(fd)
+        except OSError:  # already closed
+            continue
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:  # not a socket
+            os.close(copy)
+            continue
+        try:
+            if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6) \
+                    and sock.getpeername()[1] == port:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                done += 1
+        except OSError:
+            pass
+        finally:
+            sock.close()
+    return done
