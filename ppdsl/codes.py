@@ -50,6 +50,8 @@ CODES: Final[dict[str, str]] = {
     "PPS109": "a recompute (R) runs after the backward that needs it, or no backward needs it",
     "PPS110": "an OFFLOAD without its RELOAD, or a RELOAD without its OFFLOAD",
     "PPS111": "activations read while offloaded (between OFFLOAD and RELOAD), or moved before they are made",
+    "PPS112": "a sharded stage computes outside its UNSHARD..RESHARD, or a RESHARD frees what nothing gathered",
+    "PPS113": "a REDUCE_GRAD before its stage's last backward (B, or W) of the step",
     # --- checker: communication and deadlock
     "PPS201": "a send has no matching receive",
     "PPS202": "a receive has no matching send",

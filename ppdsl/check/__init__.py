@@ -29,10 +29,10 @@ from ..ir import Program, require_program
 from ..memory import Sizes
 from ..lower import lower, refuse_communication, unit_run
 from ..semantics import CommModel
-from . import completeness, comms, deadlock, links, memory, memory_actions, order, structure, warnings
+from . import completeness, comms, deadlock, links, memory, memory_actions, order, sharding, structure, warnings
 from .context import Context, no_gc
 
-RULES: tuple[ModuleType, ...] = (structure, completeness, order, memory_actions, comms, links, deadlock, memory,
+RULES: tuple[ModuleType, ...] = (structure, completeness, order, memory_actions, sharding, comms, links, deadlock, memory,
                                   warnings)
 
 RULE_OF_CODE: dict[str, ModuleType] = {code: rule for rule in RULES for code in rule.CODES}

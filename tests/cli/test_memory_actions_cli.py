@@ -24,3 +24,10 @@ def test_lint_explains_the_new_codes(code: str, capsys: pytest.CaptureFixture[st
     assert main(["lint", "--explain", code]) == 0
     out = capsys.readouterr().out
     assert out.startswith(code) and "**Fix:**" in out and "memory_actions.py" in out
+
+
+@pytest.mark.parametrize("code", ["PPS112", "PPS113"])
+def test_lint_explains_the_sharding_codes(code: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lint", "--explain", code]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(code) and "**Fix:**" in out and "sharding.py" in out

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ppdsl.diagnostics import PpsError
 from ppdsl.expansion import parse
 from ppdsl.ir import Kind, Program
 from ppdsl.runtime.errors import MessageOrderError, SetupError, StepError
@@ -326,11 +327,15 @@ def test_loopback_a_reduce_grad_before_the_last_backward_is_refused_with_replica
     layers = model(1)
     loop = Loopback("torch", 1, replicas=2, timeout=10.0)
 
-    def rank_main(rank: int) -> None:
-        PipelineSchedule(prog, {0: layers[0]}, loss_fn, transport=loop.links(rank))
+    def rank_main(rank: int, check: bool) -> None:
+        PipelineSchedule(prog, {0: layers[0]}, loss_fn, transport=loop.links(rank), check=check)
 
+    # The checker says so first (PPS113); without it, the runtime itself refuses before step 1.
+    with pytest.raises(PpsError, match=r"PPS113.*`0REDUCE_GRAD` at step 2 reduces stage 0's gradients before `0B1`"):
+        loop.run(lambda rank: rank_main(rank, True))
+    loop = Loopback("torch", 1, replicas=2, timeout=10.0)
     with pytest.raises(SetupError, match=r"0REDUCE_GRAD comes before 0B1, the last backward of stage 0 on rank 0"):
-        loop.run(rank_main)
+        loop.run(lambda rank: rank_main(rank, False))
 
 
 def test_loopback_profile_counts_the_live_microbatches_the_checker_predicts() -> None:
