@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from ..diagnostics import Diagnostic
 from ..encoding import B, W, sm_code
 from ..ir import Action, Kind
+from ..shard_actions import WEIGHT_USERS
 from .context import Context
 
 FAMILY = "sharding"
@@ -31,7 +32,6 @@ CODES = ("PPS112", "PPS113")
 REQUIRES: tuple[str, ...] = ("structure",)  # families that must have found no error
 
 UNSHARD, RESHARD, REDUCE_GRAD = int(Kind.UNSHARD), int(Kind.RESHARD), int(Kind.REDUCE_GRAD)
-_COMPUTE = frozenset({Kind.F, Kind.B, Kind.I, Kind.W, Kind.R})
 
 
 def check(ctx: Context) -> Iterator[Diagnostic]:
@@ -70,7 +70,7 @@ def _gathered(ctx: Context, rank: int, row: list[tuple[int, Action]], sharded: s
                                help=f"move {_text(a)} after the stage's `{s}UNSHARD`, or delete it")
                 continue
             state[s] = (False, a)
-        elif a.kind in _COMPUTE:
+        elif a.kind in WEIGHT_USERS:
             gathered, by = state.get(s, (False, a))
             if gathered:
                 continue

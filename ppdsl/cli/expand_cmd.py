@@ -5,6 +5,10 @@ Reads .pps and PyTorch .csv. The output is itself a valid .pps file.
 With --comms, a compute-only program gets its sends and receives, in an order that cannot
 deadlock even when every send blocks (gloo); --fuse then batches adjacent ones as
 `<0SEND_F3 0RECV_B0>` where --comm-model (default rendezvous) stays deadlock-free.
+
+With --fsdp, every stage is sharded: each rank's row gets UNSHARD before a stage is used (with
+a prefetch window, --fsdp-window), RESHARD once it leaves the window, and REDUCE_GRAD after
+the stage's last backward, as PyTorch's lowering places them for FSDP.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 from ..diagnostics import UsageError
 from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import load_program
+from ..shard_actions import DEFAULT_WINDOW, add_shard_actions
 from ..syntax.printer import print_program
 from .common import add_max_steps, refuse_csv_output, refuse_overwriting, write_output
 
@@ -26,6 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fuse", action="store_true", help="with --comms: batch adjacent sends and receives of a rank")
     p.add_argument("--comm-model", choices=("rendezvous", "grouped", "buffered"),
                    help="with --fuse: the model the batches must stay deadlock-free under (default rendezvous)")
+    p.add_argument("--fsdp", action="store_true",
+                   help="shard every stage: place UNSHARD, RESHARD and REDUCE_GRAD in each rank's row")
+    p.add_argument("--fsdp-window", type=int, metavar="N",
+                   help=f"with --fsdp: how many stages a rank keeps gathered at once, the one computing included "
+                        f"(default {DEFAULT_WINDOW}, PyTorch's max_active_stages)")
     add_max_steps(p, lowered="with --comms")
 
 
@@ -40,14 +50,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--comm-model says what --fuse's batches must stay deadlock-free under: give it with "
                          "--comms --fuse")
     args.comm_model = args.comm_model or "rendezvous"
+    if args.fsdp_window is not None and not args.fsdp:
+        raise UsageError("--fsdp-window needs --fsdp")
+    if args.fsdp:
+        program = add_shard_actions(program, DEFAULT_WINDOW if args.fsdp_window is None else args.fsdp_window)
     if args.comms:
         from ..check import lower_checked
 
         lowered = lower_checked(program, fuse=args.fuse, comm_model=args.comm_model)
-        write_output(args.output, print_program(lowered, f"{args.file} with sends and receives "
+        sharded = " and sharding actions" if args.fsdp else ""
+        write_output(args.output, print_program(lowered, f"{args.file} with sends and receives{sharded} "
                                                 f"(deadlock-free under {args.comm_model})"))
         return 0
-    note = None
+    note = f"{args.file} with sharding actions" if args.fsdp else None
     if program.generated is not None:
         call = ", ".join(f"{k}={v}" for k, v in program.generated.arguments)
         note = f"expanded from `use {program.generated.name}({call})` in {args.file}"

@@ -465,3 +465,12 @@ def test_loopback_one_rank_s_refusal_stops_every_rank_before_a_message(monkeypat
         return "built"
 
     assert loop.run(rank_main) == ["rank 1 cannot", "rank 1 cannot"]
+
+
+@pytest.mark.parametrize("gen", ["1f1b()", "zbv()", "interleaved_1f1b(virtual=2)"])
+def test_loopback_a_file_with_the_sharding_actions_expand_places_runs_exactly(gen: str) -> None:
+    from ppdsl.shard_actions import add_shard_actions
+
+    prog = add_shard_actions(generated(gen), window=1)
+    layers, reference, _ = run_pipeline(prog, steps=2)
+    assert_exact(prog, layers, reference)
