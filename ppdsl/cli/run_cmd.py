@@ -61,6 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also run the unpipelined model and compare losses and gradients")
     p.add_argument("--rtol", type=number(0, 1, low_inclusive=True), default=1e-6, help="relative tolerance of --verify (default 1e-6)")
     p.add_argument("--profile", metavar="OUT.json", help="write measured per-action times (ppdsl simulate --costs)")
+    p.add_argument("--clip-grad-norm", type=number(0, MAX_COST), metavar="X",
+                   help="before each optimizer step, scale every gradient so that the whole model's gradient norm "
+                        "(over all ranks) is at most X; --verify clips the unpipelined model the same way")
     p.add_argument("--sum-grads", action="store_true",
                    help="sum microbatch gradients instead of averaging them (Paddle's own behaviour)")
     p.add_argument("--no-split-backward", action="store_true",
@@ -314,6 +317,8 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             argv += [f"--{name}", value]
+    if args.clip_grad_norm is not None:
+        argv += ["--clip-grad-norm", repr(args.clip_grad_norm)]
     for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads"), ("--no-split-backward", "no_split_backward"),
                        ("--blocking-sends", "blocking_sends"), ("--no-grad-guard", "no_grad_guard"), ("--verbose", "verbose")):
         if getattr(args, name):

@@ -474,3 +474,38 @@ def test_loopback_a_file_with_the_sharding_actions_expand_places_runs_exactly(ge
     prog = add_shard_actions(generated(gen), window=1)
     layers, reference, _ = run_pipeline(prog, steps=2)
     assert_exact(prog, layers, reference)
+
+
+@pytest.mark.parametrize("gen", ["1f1b()", "zbv()"])
+def test_loopback_clipping_by_the_global_norm_is_the_unpipelined_model_s(gen: str) -> None:
+    prog = generated(gen)
+    layers, reference = model(prog.stages), model(prog.stages)
+    x, target = batch()
+    loop = Loopback("torch", prog.ranks, timeout=10.0)
+
+    def rank_main(rank: int) -> float:
+        mine = {s: layers[s] for s in prog.stages_of(rank)}
+        sched = PipelineSchedule(prog, mine, loss_fn, transport=loop.links(rank))
+        try:
+            sched.step(x, target=target)
+            return sched.clip_grad_norm(0.05)
+        finally:
+            sched.close()
+
+    norms = loop.run(rank_main)
+    reference_grads(reference, x, target, prog.microbatches)
+    want = torch.nn.utils.clip_grad_norm_([p for layer in reference for p in layer.parameters()], 0.05)
+    assert float(want) > 0.05  # it did clip
+    assert norms == [pytest.approx(float(want), rel=1e-12)] * prog.ranks
+    for layer, ref in zip(layers, reference):
+        for p, w in zip(layer.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, w.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_loopback_clipping_refuses_a_max_norm_that_is_no_limit() -> None:
+    prog = program("pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0\n")
+    sched = PipelineSchedule(prog, {0: model(1)[0]}, loss_fn, transport=Loopback("torch", 1).links(0))
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="max_norm must be a finite number above 0"):
+            sched.clip_grad_norm(bad)
+    sched.close()

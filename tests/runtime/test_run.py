@@ -99,6 +99,17 @@ FUSED_RTOL = "1e-12"
 
 
 @pytest.mark.slow
+def test_clipping_by_the_global_norm_verifies_with_replicas(capsys: pytest.CaptureFixture[str]) -> None:
+    # A limit far below the model's gradient norm clips every step; --verify clips the
+    # unpipelined model the same way and compares the norms, the losses and the weights after.
+    files = [str(ROOT / "schedules" / "zbv.pps")]
+    code, out, err, _ = _run(capsys, *files, "--steps", "3", "--verify", "-q", "--clip-grad-norm", "0.01",
+                             "--dp", "2")
+    assert code == 0, err
+    _verified(out, files)
+
+
+@pytest.mark.slow
 def test_split_backward_opt_out_is_exact(capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
     code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", "0", "-q", "--no-split-backward")

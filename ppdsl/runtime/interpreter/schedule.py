@@ -31,7 +31,7 @@ from typing import Any
 from ...gcpause import no_gc
 from ...ir import Kind, Program
 from .plan import Op, compile_rank, has_split_backward, last_backward_labels, reduction_points
-from . import setup, values
+from . import clipping, setup, values
 from ..transport.background import JobFailed
 from . import handlers as handlers_
 from ..transport.comm import Carrier, Transport, comm_model_of, gather_objects
@@ -316,6 +316,15 @@ class PipelineSchedule:
         if return_output and plan.last_stage and self.outputs:
             return values.merge_batch(fw, [self.outputs[m] for m in sorted(self.outputs)])
         return None
+
+    def clip_grad_norm(self, max_norm: float) -> float:
+        """Clip every stage's gradients by the global norm over the whole model (all pipeline
+        ranks; the replicas hold the same averaged gradients after `step()`): scaled by
+        `max_norm / (norm + 1e-6)` where that is below 1, as `torch.nn.utils.clip_grad_norm_`.
+        Returns the norm before clipping. Every rank calls it after `step()` and before its
+        optimizer steps (it is a collective); a non-finite norm scales nothing."""
+        return clipping.clip_grad_norm(self.fw, self.layers.values(), clipping.check_max_norm(max_norm),
+                                       self.transport.gather, self.layout.pipeline)
 
     def close(self) -> None:
         """End the schedule's background threads (the sending threads, the gradient reduction

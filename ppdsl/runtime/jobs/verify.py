@@ -126,6 +126,20 @@ class Verifier:
                                         f"(max relative difference {d:.2e} > {self.cfg.rtol:g})")
                         return
 
+    def clip(self, step: int, max_norm: float, pipelined: float) -> None:
+        """Clip the unpipelined model's gradients as the pipeline clipped its own, and compare
+        the two norms (rank 0)."""
+        if self.rank != 0:
+            return
+        from ..interpreter.clipping import clip_grad_norm
+
+        norm = clip_grad_norm(self.fw, self.ref.values(), max_norm, lambda x: [x], 1)
+        d = relative_difference(pipelined, norm)
+        self.worst = max(self.worst, d)
+        if self.failure is None and d > self.cfg.rtol:
+            self.failure = (f"step {step}: the global gradient norm is {pipelined!r}, unpipelined {norm!r} "
+                            f"(relative {d:.2e})")
+
     def optimizer_step(self) -> None:
         if self.optimizer is not None:
             self.fw.optimizer_step(self.optimizer)

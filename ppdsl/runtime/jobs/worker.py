@@ -65,6 +65,7 @@ class RunConfig:
     background_sends: bool = True  # gloo: sends beside compute (`buffered`), else each waits (`rendezvous`)
     device: str = AUTO  # devices.REQUESTS; ppdsl's launcher passes the one it resolved
     data_parallel: int = 1  # replicas of the pipeline, each on its share of every batch
+    clip_grad_norm: float | None = None  # clip by the global norm over the whole model before each optimizer step
 
 
 # Where each launcher puts (this process's rank, the world size): Paddle's and torchrun's.
@@ -294,6 +295,13 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
             watchdog.arm("comparing with the unpipelined model", "rank 0")
             verifier.check_step(step, inputs, target, losses)
             watchdog.disarm()
+        if cfg.clip_grad_norm is not None:
+            watchdog.step = step
+            watchdog.arm("clipping the gradients by their global norm", "all ranks")
+            norm = sched.clip_grad_norm(cfg.clip_grad_norm)
+            watchdog.disarm()
+            if verifier is not None:
+                verifier.clip(step, cfg.clip_grad_norm, norm)
         if optimizer is not None:
             fw.optimizer_step(optimizer)
         if verifier is not None:
@@ -342,7 +350,8 @@ def run_from_args(args: Any) -> int:
                     split_backward=not args.no_split_backward, framework=getattr(args, "framework", PADDLE),
                     grad_guard=not getattr(args, "no_grad_guard", False), verbose=getattr(args, "verbose", False),
                     background_sends=not getattr(args, "blocking_sends", False), device=getattr(args, "device", AUTO),
-                    data_parallel=getattr(args, "data_parallel", 1))
+                    data_parallel=getattr(args, "data_parallel", 1),
+                    clip_grad_norm=getattr(args, "clip_grad_norm", None))
     code = main(cfg)
     sys.stdout.flush()
     return code

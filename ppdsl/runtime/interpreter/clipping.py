@@ -1,0 +1,54 @@
+"""Clipping by the global norm of the whole model's gradients, over the pipeline's ranks.
+
+Each rank sums the squares of its stages' gradients (in float64), every rank hands in its
+sum, and the norm is the square root of the sum over one replica's pipeline ranks (after a
+step the replicas hold the same averaged gradients). Every gradient is then scaled by
+`max_norm / (norm + 1e-6)` when that is below 1, as `torch.nn.utils.clip_grad_norm_` and
+Paddle's `ClipGradByGlobalNorm` do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..framework import Framework
+
+EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s
+
+
+def check_max_norm(max_norm: float) -> float:
+    if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and max_norm > 0):
+        raise ValueError(f"max_norm must be a finite number above 0 (got {max_norm!r})")
+    return float(max_norm)
+
+
+def square_sum(fw: Framework, layers: Iterable[Any]) -> float:
+    """The sum of the squares of every gradient the layers' parameters hold, in float64."""
+    total = 0.0
+    for layer in layers:
+        for _, p in fw.named_parameters(layer):
+            g = fw.grad_of(p)
+            if g is not None:
+                a = fw.to_numpy(g).astype("float64")
+                total += float((a * a).sum())
+    return total
+
+
+def clip_grad_norm(fw: Framework, layers: Iterable[Any], max_norm: float,
+                   gather: Callable[[Any], list[Any]], pipeline: int) -> float:
+    """Clip the gradients of `layers` (this rank's stages) by the global norm; the norm, taken
+    before clipping. Every rank of the job calls it (`gather` is a collective). A non-finite
+    norm is returned and nothing is scaled: skip that step's optimizer."""
+    layers = list(layers)
+    norm = math.sqrt(sum(gather(square_sum(fw, layers))[:pipeline]))
+    if math.isfinite(norm):
+        coef = max_norm / (norm + EPS)
+        if coef < 1.0:
+            for layer in layers:
+                for _, p in fw.named_parameters(layer):
+                    g = fw.grad_of(p)
+                    if g is not None:
+                        fw.unflatten_into(fw.flatten([g]), [g], coef)
+    return norm
