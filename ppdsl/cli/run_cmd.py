@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-grad-norm", type=number(0, MAX_COST), metavar="X",
                    help="before each optimizer step, scale every gradient so that the whole model's gradient norm "
                         "(over all ranks) is at most X; --verify clips the unpipelined model the same way")
+    p.add_argument("--skip-nonfinite", action="store_true",
+                   help="a non-finite loss or gradient on any rank skips that step's optimizer step on every rank "
+                        "(said on the step's progress line)")
     p.add_argument("--sum-grads", action="store_true",
                    help="sum microbatch gradients instead of averaging them (Paddle's own behaviour)")
     p.add_argument("--no-split-backward", action="store_true",
@@ -320,7 +323,8 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     if args.clip_grad_norm is not None:
         argv += ["--clip-grad-norm", repr(args.clip_grad_norm)]
     for flag, name in (("--verify", "verify"), ("--sum-grads", "sum_grads"), ("--no-split-backward", "no_split_backward"),
-                       ("--blocking-sends", "blocking_sends"), ("--no-grad-guard", "no_grad_guard"), ("--verbose", "verbose")):
+                       ("--blocking-sends", "blocking_sends"), ("--no-grad-guard", "no_grad_guard"), ("--verbose", "verbose"),
+                       ("--skip-nonfinite", "skip_nonfinite")):
         if getattr(args, name):
             argv.append(flag)
     return argv

@@ -183,6 +183,10 @@ class Framework(abc.ABC):
         """One of `models.OPTIMIZERS` over `parameters`."""
 
     @abc.abstractmethod
+    def clear_grads(self, optimizer: Any) -> None:
+        """Zero the gradients of the optimizer's parameters without a step (a skipped step)."""
+
+    @abc.abstractmethod
     def optimizer_step(self, optimizer: Any) -> None:
         """Step, then zero the gradients (keeping their buffers)."""
 

@@ -509,3 +509,27 @@ def test_loopback_clipping_refuses_a_max_norm_that_is_no_limit() -> None:
         with pytest.raises(ValueError, match="max_norm must be a finite number above 0"):
             sched.clip_grad_norm(bad)
     sched.close()
+
+
+@pytest.mark.parametrize("spoil", [None, "gradient", "loss"])
+def test_loopback_every_rank_agrees_whether_the_step_is_finite(spoil: str | None) -> None:
+    prog = generated("1f1b()")
+    layers = model(prog.stages)
+    x, target = batch()
+    loop = Loopback("torch", prog.ranks, timeout=10.0)
+
+    def rank_main(rank: int) -> bool:
+        mine = {s: layers[s] for s in prog.stages_of(rank)}
+        sched = PipelineSchedule(prog, mine, loss_fn, transport=loop.links(rank))
+        losses: list[Any] = []
+        try:
+            sched.step(x, target=target, losses=losses)
+            if spoil == "gradient" and rank == 0:  # one rank's gradient only
+                next(iter(mine.values())).fc.weight.grad[0, 0] = float("nan")
+            if spoil == "loss" and losses:
+                losses[0] = torch.tensor(float("inf"))
+            return sched.gradients_finite(losses)
+        finally:
+            sched.close()
+
+    assert loop.run(rank_main) == [spoil is None] * prog.ranks

@@ -110,6 +110,20 @@ def test_clipping_by_the_global_norm_verifies_with_replicas(capsys: pytest.Captu
 
 
 @pytest.mark.slow
+def test_a_non_finite_step_is_skipped_on_every_rank(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    data = str(HERE / "helpers" / "nonfinite_data.py") + ":batches"  # its second batch holds an infinity
+    base = [str(ROOT / "schedules" / "1f1b.pps"), "--framework", "torch", "--data", data, "--steps", "4"]
+    code, out, err, _ = _run(capsys, *base, "--skip-nonfinite", "--verify")
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("step ")]
+    assert [("skipped" in line) for line in lines] == [False, True, False, False], out
+    assert "nan" not in out and "verify ok" in out
+    code, out, err, _ = _run(capsys, *base)  # without it, the step's gradients reach the weights
+    assert "step 3/4  loss nan" in out, out
+
+
+@pytest.mark.slow
 def test_split_backward_opt_out_is_exact(capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(HAND / "2r_zb_iw.pps"), str(HAND / "2r_v_overlap.pps")]
     code, out, err, _ = _run(capsys, *files, "--steps", "2", "--verify", "--rtol", "0", "-q", "--no-split-backward")

@@ -36,6 +36,14 @@ def square_sum(fw: Framework, layers: Iterable[Any]) -> float:
     return total
 
 
+def all_finite(fw: Framework, layers: Iterable[Any], gather: Callable[[Any], list[Any]],
+               losses: Iterable[float] = ()) -> bool:
+    """Whether every rank's gradients and the losses each rank gives are finite (a collective:
+    every rank calls it)."""
+    bad = any(not math.isfinite(v) for v in losses)
+    return all(math.isfinite(v) for v in gather(math.inf if bad else square_sum(fw, layers)))
+
+
 def clip_grad_norm(fw: Framework, layers: Iterable[Any], max_norm: float,
                    gather: Callable[[Any], list[Any]], pipeline: int) -> float:
     """Clip the gradients of `layers` (this rank's stages) by the global norm; the norm, taken

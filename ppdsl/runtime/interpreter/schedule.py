@@ -317,6 +317,13 @@ class PipelineSchedule:
             return values.merge_batch(fw, [self.outputs[m] for m in sorted(self.outputs)])
         return None
 
+    def gradients_finite(self, losses: Sequence[Any] = ()) -> bool:
+        """Whether the gradients on every rank, and the `losses` each rank passes (the last
+        stage's of the step), are all finite: a collective, called by every rank after
+        `step()`; when False, skip the optimizer step on every rank."""
+        return clipping.all_finite(self.fw, self.layers.values(), self.transport.gather,
+                                   [float(self.fw.detach(v)) if self.fw.is_tensor(v) else float(v) for v in losses])
+
     def clip_grad_norm(self, max_norm: float) -> float:
         """Clip every stage's gradients by the global norm over the whole model (all pipeline
         ranks; the replicas hold the same averaged gradients after `step()`): scaled by

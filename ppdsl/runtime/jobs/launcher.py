@@ -31,7 +31,7 @@ from ...lower import needs_lowering
 from .devices import CPU_DEVICE, Device
 from .failure import RAISED, Failure
 from ..interpreter.plan import compile_rank
-from .progress import progress_line
+from .progress import SKIPPED, progress_line
 
 STARTUP_SECONDS = 60.0  # importing paddle and joining the group, on a busy machine
 GRACE_SECONDS = 2.0
@@ -108,7 +108,7 @@ class Progress:
         self.stream.write(f"{self._prefix(file)}{text}\n")
         self.stream.flush()
 
-    def step(self, file: int, step: int, loss: float) -> None:
+    def step(self, file: int, step: int, loss: float, skipped: bool = False) -> None:
         if self.quiet:
             return
         prefix = self._prefix(file)
@@ -117,9 +117,10 @@ class Progress:
             done = int(width * (step + 1) / max(1, self.steps))
             bar = "#" * done + "." * (width - done)
             end = "\n" if step + 1 >= self.steps else ""
-            self.stream.write(f"\r{prefix}[{bar}] step {step + 1}/{self.steps}  loss {loss:.6f}{end}")
+            note = SKIPPED if skipped else ""
+            self.stream.write(f"\r{prefix}[{bar}] step {step + 1}/{self.steps}  loss {loss:.6f}{note}{end}")
         else:
-            self.stream.write(f"{prefix}{progress_line(step, self.steps, loss)}\n")
+            self.stream.write(f"{prefix}{progress_line(step, self.steps, loss, skipped)}\n")
         self.stream.flush()
 
     def close(self) -> None:
@@ -327,7 +328,7 @@ def _event(e: dict[str, Any], outcome: Outcome, progress: Progress, ready: set[i
         ready.add(rank)
     elif kind == "loss":
         f.losses[int(e["step"])] = float(e["loss"])
-        progress.step(int(e.get("file", 0)), int(e["step"]), float(e["loss"]))
+        progress.step(int(e.get("file", 0)), int(e["step"]), float(e["loss"]), bool(e.get("skipped")))
     elif kind in ("error", "timeout", "setup_error"):
         outcome.told.add(rank)
         failure = Failure.from_dict(e["failure"]) if "failure" in e else None

@@ -17,9 +17,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .watchdog import Watchdog
 
 
-def progress_line(step: int, steps: int, loss: float) -> str:
+SKIPPED = "  (optimizer step skipped: a non-finite loss or gradient)"
+
+
+def progress_line(step: int, steps: int, loss: float, skipped: bool = False) -> str:
     """The line a local run prints for a step (0-based `step`): one format for both."""
-    return f"step {step + 1}/{steps}  loss {loss:.6f}"
+    return f"step {step + 1}/{steps}  loss {loss:.6f}" + (SKIPPED if skipped else "")
 
 
 class RankZeroProgress:
@@ -39,7 +42,7 @@ class RankZeroProgress:
         if rank in (0, last_rank):
             self._send, self._recv = fw.link(group, rank, last_rank if rank == 0 else 0)
 
-    def step(self, step: int, losses: list[float]) -> None:
+    def step(self, step: int, losses: list[float], skipped: bool = False) -> None:
         """After a step: the last stage's rank passes its mean loss on, rank 0 prints it."""
         import numpy as np
 
@@ -59,4 +62,4 @@ class RankZeroProgress:
             self._recv(buffer)
             self.watchdog.disarm()
             mean = float(self.fw.to_numpy(buffer)[0])
-        print(progress_line(step, self.steps, mean), flush=True)
+        print(progress_line(step, self.steps, mean, skipped), flush=True)

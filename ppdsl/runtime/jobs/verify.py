@@ -140,9 +140,12 @@ class Verifier:
             self.failure = (f"step {step}: the global gradient norm is {pipelined!r}, unpipelined {norm!r} "
                             f"(relative {d:.2e})")
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self, skipped: bool = False) -> None:
         if self.optimizer is not None:
-            self.fw.optimizer_step(self.optimizer)
+            if skipped:
+                self.fw.clear_grads(self.optimizer)
+            else:
+                self.fw.optimizer_step(self.optimizer)
 
     def finish(self, reporter: Reporter, file: int = 0) -> None:
         if self.rank != 0:

@@ -66,6 +66,7 @@ class RunConfig:
     device: str = AUTO  # devices.REQUESTS; ppdsl's launcher passes the one it resolved
     data_parallel: int = 1  # replicas of the pipeline, each on its share of every batch
     clip_grad_norm: float | None = None  # clip by the global norm over the whole model before each optimizer step
+    skip_nonfinite: bool = False  # a non-finite loss or gradient on any rank skips the step's optimizer on every rank
 
 
 # Where each launcher puts (this process's rank, the world size): Paddle's and torchrun's.
@@ -278,6 +279,12 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
         sched.run_batch(mine, target=my_target, losses=losses)
         step_times.append(time.perf_counter() - t0)
         counting.append(sched.memory.seconds - counted_before)
+        skipped = False
+        if cfg.skip_nonfinite:
+            watchdog.step = step
+            watchdog.arm("checking that every rank's loss and gradients are finite", "all ranks")
+            skipped = not sched.gradients_finite(losses if setup.plan.last_stage else [])
+            watchdog.disarm()
         if setup.plan.last_stage and losses:
             rank_losses = [float(v) for v in losses]
             mean = sum(rank_losses) / len(rank_losses)
@@ -286,16 +293,16 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
                 mean = mean_over_replicas(fw, sched.transport.data_parallel_group, mean, layout.replicas)
                 watchdog.disarm()
             if layout.replica == 0:
-                reporter.send("loss", file=index, step=step, loss=mean, losses=rank_losses)
+                reporter.send("loss", file=index, step=step, loss=mean, losses=rank_losses, skipped=skipped)
         if progress is not None:  # rank 0 prints the step's loss (replica 0's last stage sends it the mean)
             watchdog.step = step
-            progress.step(step, [mean] if setup.plan.last_stage and losses else [])
+            progress.step(step, [mean] if setup.plan.last_stage and losses else [], skipped)
         if verifier is not None:
             watchdog.step = step
             watchdog.arm("comparing with the unpipelined model", "rank 0")
             verifier.check_step(step, inputs, target, losses)
             watchdog.disarm()
-        if cfg.clip_grad_norm is not None:
+        if cfg.clip_grad_norm is not None and not skipped:
             watchdog.step = step
             watchdog.arm("clipping the gradients by their global norm", "all ranks")
             norm = sched.clip_grad_norm(cfg.clip_grad_norm)
@@ -303,9 +310,12 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
             if verifier is not None:
                 verifier.clip(step, cfg.clip_grad_norm, norm)
         if optimizer is not None:
-            fw.optimizer_step(optimizer)
+            if skipped:
+                fw.clear_grads(optimizer)
+            else:
+                fw.optimizer_step(optimizer)
         if verifier is not None:
-            verifier.optimizer_step()
+            verifier.optimizer_step(skipped)
     sched.close()  # its threads end now: none is left in the framework when the process exits
     if verifier is not None:
         verifier.finish(reporter, index)
@@ -351,7 +361,8 @@ def run_from_args(args: Any) -> int:
                     grad_guard=not getattr(args, "no_grad_guard", False), verbose=getattr(args, "verbose", False),
                     background_sends=not getattr(args, "blocking_sends", False), device=getattr(args, "device", AUTO),
                     data_parallel=getattr(args, "data_parallel", 1),
-                    clip_grad_norm=getattr(args, "clip_grad_norm", None))
+                    clip_grad_norm=getattr(args, "clip_grad_norm", None),
+                    skip_nonfinite=getattr(args, "skip_nonfinite", False))
     code = main(cfg)
     sys.stdout.flush()
     return code

@@ -145,6 +145,9 @@ class PaddleFramework(Framework):
                  "adam": paddle.optimizer.Adam, "adamw": paddle.optimizer.AdamW}
         return table[name](learning_rate=lr, parameters=parameters)
 
+    def clear_grads(self, optimizer: Any) -> None:
+        optimizer.clear_grad(set_to_zero=False)
+
     def optimizer_step(self, optimizer: Any) -> None:
         optimizer.step()
         optimizer.clear_grad(set_to_zero=False)

@@ -145,6 +145,9 @@ class TorchFramework(Framework):
         table: dict[str, Any] = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
         return table[name](parameters, lr=lr)
 
+    def clear_grads(self, optimizer: Any) -> None:
+        optimizer.zero_grad(set_to_none=False)
+
     def optimizer_step(self, optimizer: Any) -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
