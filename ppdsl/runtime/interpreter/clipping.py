@@ -10,7 +10,7 @@ Paddle's `ClipGradByGlobalNorm` do.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..framework import Framework
@@ -24,15 +24,21 @@ def check_max_norm(max_norm: float) -> float:
     return float(max_norm)
 
 
-def square_sum(fw: Framework, layers: Iterable[Any]) -> float:
-    """The sum of the squares of every gradient the layers' parameters hold, in float64."""
-    total = 0.0
+def _grads(fw: Framework, layers: Iterable[Any]) -> Iterator[Any]:
+    """Every gradient the layers' parameters hold."""
     for layer in layers:
         for _, p in fw.named_parameters(layer):
             g = fw.grad_of(p)
             if g is not None:
-                a = fw.to_numpy(g).astype("float64")
-                total += float((a * a).sum())
+                yield g
+
+
+def square_sum(fw: Framework, layers: Iterable[Any]) -> float:
+    """The sum of the squares of every gradient the layers' parameters hold, in float64."""
+    total = 0.0
+    for g in _grads(fw, layers):
+        a = fw.to_numpy(g).astype("float64")
+        total += float((a * a).sum())
     return total
 
 
@@ -54,9 +60,6 @@ def clip_grad_norm(fw: Framework, layers: Iterable[Any], max_norm: float,
     if math.isfinite(norm):
         coef = max_norm / (norm + EPS)
         if coef < 1.0:
-            for layer in layers:
-                for _, p in fw.named_parameters(layer):
-                    g = fw.grad_of(p)
-                    if g is not None:
-                        fw.unflatten_into(fw.flatten([g]), [g], coef)
+            for g in _grads(fw, layers):
+                fw.unflatten_into(fw.flatten([g]), [g], coef)
     return norm

@@ -31,7 +31,7 @@ from ...lower import needs_lowering
 from .devices import CPU_DEVICE, Device
 from .failure import RAISED, Failure
 from ..interpreter.plan import compile_rank
-from .progress import SKIPPED, progress_line
+from .progress import progress_line
 
 STARTUP_SECONDS = 60.0  # importing paddle and joining the group, on a busy machine
 GRACE_SECONDS = 2.0
@@ -117,8 +117,7 @@ class Progress:
             done = int(width * (step + 1) / max(1, self.steps))
             bar = "#" * done + "." * (width - done)
             end = "\n" if step + 1 >= self.steps else ""
-            note = SKIPPED if skipped else ""
-            self.stream.write(f"\r{prefix}[{bar}] step {step + 1}/{self.steps}  loss {loss:.6f}{note}{end}")
+            self.stream.write(f"\r{prefix}[{bar}] {progress_line(step, self.steps, loss, skipped)}{end}")
         else:
             self.stream.write(f"{prefix}{progress_line(step, self.steps, loss, skipped)}\n")
         self.stream.flush()

@@ -1,7 +1,7 @@
 """Notes in the job's key-value store: what a send tells its receive before the data moves.
 
-The store is the one the default process group was made with (`Framework.job_store`): every
-rank already holds a connection to it. A note is posted in two calls (its bytes, then a
+The store is the one the default process group was made with (`Framework.job_store`: the
+group's own connection on torch, a connection of ppdsl's own on Paddle). A note is posted in two calls (its bytes, then a
 count), so that a reader asks for the bytes only once they are there: Paddle's `get` waits
 for a missing key without end, and a receive must be able to look without waiting (a batch
 posts what it can while a note is on its way).
