@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ..diagnostics import UsageError
@@ -30,6 +30,22 @@ _INSTALL = {PADDLE: "pip install 'ppdsl[paddle]' (CPU), or paddlepaddle-gpu from
 class GradRefused(RuntimeError):
     """The graph cannot give the gradients of some of its leaves alone (torch's reentrant
     checkpoint refuses `.grad()`): only a whole backward runs on it."""
+
+
+class SplitRefused(RuntimeError):
+    """The autograd graph of a backward cannot be split exactly between `I` and `W` (the
+    message says why): the whole backward runs in `I`."""
+
+
+class SplitCostly(Exception):
+    """Some deferred weights are made by backward nodes that compute their input and weight
+    gradients together (`nodes`): deferring them would compute the input gradient twice, so
+    they are better finished in `I`."""
+
+    def __init__(self, weights: list[Any], nodes: list[str]):
+        super().__init__(", ".join(nodes))
+        self.weights = weights
+        self.nodes = nodes
 
 
 class Framework(abc.ABC):
@@ -177,6 +193,25 @@ class Framework(abc.ABC):
     def accumulate_weight_grad(self, weight: Any, x: Any, dy: Any) -> None:
         """`weight.grad += ` the weight gradient of `y = linear(x, weight)` given `dy`."""
         self.split.accumulate_weight_grad(weight, x, dy)
+
+    def graph_weights(self, stage: Any, switched: Sequence[Any]) -> list[tuple[str, Any, str]]:
+        """(name, parameter, its layer's class name) for each weight of `stage` whose gradient
+        the split on the autograd graph defers to `W` (`switched`: the split Linears, which
+        defer their own way); [] where the framework's graph cannot be split."""
+        return []
+
+    def hooks_registered(self) -> AbstractContextManager[list[str]]:
+        """While open, collects the kinds of hooks the code puts on activations (the graph
+        split refuses a forward that adds one)."""
+        return nullcontext([])
+
+    def backward_split(self, outs: list[Any], grads: list[Any] | None, inputs: list[Any], eager: list[Any],
+                       deferred: list[Any]) -> tuple[list[Any | None], Callable[[], int] | None]:
+        """`I` on the autograd graph: the gradients of `inputs` (returned) and of `eager` (in
+        their `.grad`) now; those of `deferred` by the returned call (None: nothing deferred),
+        which says how many weights it reached. `SplitRefused` before any work when the split
+        would not be exact; `SplitCostly` before any work when some weights are not worth it."""
+        raise SplitRefused(f"{self.name} has no split on its autograd graph")
 
     @abc.abstractmethod
     def make_optimizer(self, name: str, lr: float, parameters: list[Any]) -> Any:

@@ -151,6 +151,11 @@ def backward_input(sched: PipelineSchedule, op: Op) -> None:
     stage.backward_input(op.microbatch, output_grads(sched, stage, op.microbatch))
 
 
+def backward_split(sched: PipelineSchedule, op: Op) -> None:
+    stage = sched.stages[op.stage]
+    stage.backward_split(op.microbatch, output_grads(sched, stage, op.microbatch))
+
+
 def backward_weight(sched: PipelineSchedule, op: Op) -> None:
     sched.stages[op.stage].backward_weight(op.microbatch)
 
@@ -230,7 +235,7 @@ def builtin(deferred: DeferredGrads | None) -> dict[Kind, Handler]:
     return {
         Kind.F: keyed(forward, deferred) if deferred is not None else forward,
         Kind.B: backward,
-        Kind.I: keyed(backward, deferred) if deferred is not None else backward_input,
+        Kind.I: keyed(backward_split, deferred) if deferred is not None else backward_input,
         Kind.W: deferred_weight if split else backward_weight,
         Kind.SEND_F: message, Kind.RECV_F: message, Kind.SEND_B: message, Kind.RECV_B: message,
         Kind.UNSHARD: gather_weights, Kind.RESHARD: gather_weights, Kind.REDUCE_GRAD: reduce_grads,

@@ -43,7 +43,7 @@ from ..jobs.process_layout import Layout
 from .reduction import GradientReducer
 from .grad_guard import GradGuard
 from .stage import Stage
-from .split_backward import DeferredGrads, SplitLinears
+from .split_backward import DeferredGrads, GraphSplit, SplitLinears
 from ..jobs.watchdog import Reporter, Watchdog
 from ..transport.wire import Wire
 
@@ -130,13 +130,11 @@ class PipelineSchedule:
         self.split_warnings: list[str] = []
         if split_backward and self.plan.training and has_split_backward(self.plan):
             self._switch_layers()
-        #: Per local stage, which path its weight gradients take (`--verbose`, the profile).
-        self.split_paths: dict[int, str] = self.split.report() if self.split is not None else {
-            s: "whole: no I/W in this program, or split_backward=False" for s in self.layers}
+        graphs: dict[int, GraphSplit] = self.split.graphs if self.split is not None else {}
         #: The stages this rank holds, by index: each owns its buffers and compute (`stage.py`).
         self.stages: dict[int, Stage] = {
             s: Stage(s, layer, fw, first=s == 0, last=s == self.plan.stages - 1, training=self.plan.training,
-                     deferred=self.deferred) for s, layer in self.layers.items()}
+                     deferred=self.deferred, graph=graphs.get(s)) for s, layer in self.layers.items()}
         if self.plan.last_stage:
             self.stages[self.plan.stages - 1].head = self.head
         self.grad_guard = GradGuard(fw, self.layers, last_backward_labels(self.plan), self.global_rank) \
@@ -165,6 +163,14 @@ class PipelineSchedule:
         self._loss_checked = False
         self._compiled = handlers_.compile_ops(self.plan, self.handlers, reductions)
         self._reset()
+
+    @property
+    def split_paths(self) -> dict[int, str]:
+        """Per local stage, which path its weight gradients take (`--verbose`, the profile); a
+        split the graph refused during a step shows from then on."""
+        if self.split is None:
+            return {s: "whole: no I/W in this program, or split_backward=False" for s in self.layers}
+        return self.split.report()
 
     # --- set-up -----------------------------------------------------------------------------
     def _switch_layers(self) -> None:

@@ -30,7 +30,7 @@ and several stages share a process, hence the keyed store, one per `PipelineSche
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ class DeferredGrads:
         self.framework = framework
         self.key: Key | None = None  # what the running backward defers under; None: compute now
         self._pending: dict[Key, list[tuple[Any, Any, Any]]] = {}
+        self._calls: dict[Key, Callable[[], int]] = {}  # the graph split's W, keyed as the products
         self._forwarded: set[Key] = set()  # keys whose forward ran a switched layer
 
     def defer(self, weight: Any, x: Any, dy: Any) -> None:
@@ -59,6 +60,10 @@ class DeferredGrads:
             self.framework.accumulate_weight_grad(weight, x, dy)
         else:
             self._pending.setdefault(self.key, []).append((weight, x, dy))
+
+    def defer_call(self, key: Key, call: Callable[[], int]) -> None:
+        """The rest of `key`'s backward on the autograd graph (`graph_split.py`), for its `W`."""
+        self._calls[key] = call
 
     def forwarded(self) -> None:
         """A switched layer ran under the current key: its `W` must find work."""
@@ -75,13 +80,15 @@ class DeferredGrads:
         self._forwarded.discard(key)
         for weight, x, dy in work:
             self.framework.accumulate_weight_grad(weight, x, dy)
-        return len(work)
+        call = self._calls.pop(key, None)
+        return len(work) + (call() if call is not None else 0)
 
     def holds(self, key: Key) -> bool:
-        return key in self._pending
+        return key in self._pending or key in self._calls
 
     def keys(self) -> Iterator[Key]:
-        return iter(self._pending)
+        """Keys with work waiting (a key whose graph the split keeps counts as a live graph)."""
+        return iter(set(self._pending) | set(self._calls))
 
     def tensors(self, key: Key | None = None) -> Iterator[Any]:
         """The tensors the deferred gradients keep alive (inputs and output gradients), of
@@ -93,6 +100,7 @@ class DeferredGrads:
 
     def clear(self) -> None:
         self._pending.clear()
+        self._calls.clear()
         self._forwarded.clear()
         self.key = None
 
@@ -108,14 +116,22 @@ class SplitLinears:
         self.switched: dict[int, list[tuple[str, Any]]] = {}
         self.kept: dict[int, dict[str, list[str]]] = {}  # stage -> reason -> "name (Class)"
         fw = store.framework
+        #: Per stage with weights the autograd graph defers (`GraphSplit`).
+        self.graphs: dict[int, GraphSplit] = {}
         for s, stage in sorted(layers.items()):
             switched, kept = self.switched.setdefault(s, []), self.kept.setdefault(s, {})
-            for name, sub, reason in eligible_linears(fw, stage):
-                label = name or "(the stage itself)"
-                if reason:
-                    kept.setdefault(reason, []).append(f"{label} ({type(sub).__name__})")
-                else:
-                    switched.append((label, sub))
+            linears = list(eligible_linears(fw, stage))
+            switched.extend((name or "(the stage itself)", sub) for name, sub, reason in linears if not reason)
+            found = fw.graph_weights(stage, [sub for _, sub in switched])
+            on_graph = {id(p) for _, p, _ in found}
+            for name, sub, reason in linears:
+                # A Linear the split matmul cannot take whose weight the graph defers is not kept.
+                if reason and not any(id(p) in on_graph for _, p in fw.named_parameters(sub)):
+                    kept.setdefault(reason, []).append(f"{name or '(the stage itself)'} ({type(sub).__name__})")
+            if found:
+                deferred = [p for _, p, _ in found]
+                eager = [p for p in fw.trainable(stage) if id(p) not in on_graph]
+                self.graphs[s] = GraphSplit(s, deferred, eager, [f"{name} ({cls})" for name, _, cls in found])
         self._forwards = [(sub, fw.split_forward(sub, store)) for subs in self.switched.values() for _, sub in subs]
 
     @contextmanager
@@ -141,12 +157,62 @@ class SplitLinears:
         out = {}
         for s, switched in self.switched.items():
             kept = "; ".join(_kept(labels, reason) for reason, labels in self.kept[s].items())
-            if switched:
-                out[s] = f"split: the weight gradients of {_count(switched, 'Linear')} deferred to W"
-                out[s] += f"; {kept}" if kept else ""
+            graph = self.graphs.get(s)
+            on_graph = graph.describe() if graph is not None else ""
+            if switched or (graph is not None and graph.active):
+                parts = [f"the weight gradients of {_count(switched, 'Linear')} deferred to W"] if switched else []
+                parts += [on_graph] if on_graph else []
+                out[s] = "split: " + "; ".join(parts + ([kept] if kept else []))
             else:
-                out[s] = f"whole: every weight gradient computed in I{f' ({kept})' if kept else ', no Linear to defer'}"
+                why = "; ".join(x for x in (kept, on_graph) if x)
+                out[s] = f"whole: every weight gradient computed in I{f' ({why})' if why else ', no weight to defer'}"
         return out
+
+
+class GraphSplit:
+    """A stage's weights deferred on the autograd graph (the framework's `backward_split`): what
+    it defers, what it finishes in `I`, the weights its first backward found not worth
+    deferring (moved to `I`, with why), and, once a backward was refused, why (from then on the
+    stage's `I` runs the whole backward)."""
+
+    def __init__(self, stage: int, deferred: list[Any], eager: list[Any], labels: list[str]):
+        self.stage = stage
+        self.deferred = deferred
+        self.eager = eager
+        self.labels = labels  # of `deferred`, in its order
+        self.moved: dict[str, list[str]] = {}  # why -> labels of weights moved to I
+        self.refused: str | None = None
+
+    def refuse(self, why: str) -> str:
+        """Turn the split off for this stage; the warning to give, once."""
+        self.refused = why
+        return (f"stage {self.stage}: the weight gradients of {', '.join(self.labels)} are computed in I: "
+                f"the backward's graph cannot be split exactly ({why})")
+
+    def keep_in_i(self, weights: list[Any], nodes: list[str]) -> None:
+        """Finish `weights` in `I` from now on: their backward nodes (`nodes`) compute the input
+        and weight gradients together, so a deferred weight would cost its input gradient twice."""
+        ids = {id(w) for w in weights}
+        why = (f"computed in I: {'its' if len(weights) == 1 else 'their'} backward ({', '.join(nodes)}) makes the "
+               "input and weight gradients together")
+        kept = [(w, label) for w, label in zip(self.deferred, self.labels) if id(w) not in ids]
+        self.moved.setdefault(why, []).extend(label for w, label in zip(self.deferred, self.labels) if id(w) in ids)
+        self.eager = self.eager + [w for w in self.deferred if id(w) in ids]
+        self.deferred = [w for w, _ in kept]
+        self.labels = [label for _, label in kept]
+
+    @property
+    def active(self) -> bool:
+        return self.refused is None and bool(self.deferred)
+
+    def describe(self) -> str:
+        parts = []
+        if self.refused is not None:
+            parts.append(f"{', '.join(self.labels)} computed in I: the graph cannot be split exactly ({self.refused})")
+        elif self.labels:
+            parts.append(f"the weight gradients of {', '.join(self.labels)} deferred to W on the autograd graph")
+        parts += [f"{', '.join(labels)} {why}" for why, labels in self.moved.items()]
+        return "; ".join(parts)
 
 
 def _kept(labels: list[str], reason: str) -> str:

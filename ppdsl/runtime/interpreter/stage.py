@@ -11,12 +11,13 @@ Memory and the profile read the stage through `tensors` and `graph_tensors`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import values
-from ..framework import Framework, GradRefused
-from .split_backward import DeferredGrads
+from ..framework import Framework, GradRefused, SplitCostly, SplitRefused
+from .split_backward import DeferredGrads, GraphSplit
 
 
 class Stage:
@@ -26,7 +27,7 @@ class Stage:
     and returns what the stage keeps (when training, the scaled loss its backward starts from)."""
 
     def __init__(self, index: int, layer: Any, fw: Framework, *, first: bool, last: bool, training: bool,
-                 deferred: DeferredGrads | None = None):
+                 deferred: DeferredGrads | None = None, graph: GraphSplit | None = None):
         self.index = index
         self.layer = layer
         self.fw = fw
@@ -34,6 +35,7 @@ class Stage:
         self.last = last
         self.training = training
         self.deferred = deferred
+        self.graph = graph  # the weights the autograd graph defers to W (with the split)
         self.head: Callable[[int, Any], Any] | None = None
         self._keeps_input = training and not first  # the first stage's input needs no gradient
         self.reset()
@@ -51,7 +53,15 @@ class Stage:
     # --- compute ------------------------------------------------------------------------
     def forward(self, m: int, x: Any, kwargs: dict[str, Any]) -> Any:
         """Run the layer on `x`; keep the output (or the scaled loss) for the backward."""
-        y = values.call(self.layer, x, kwargs)
+        graph = self.graph
+        if graph is not None and graph.active:
+            with self.fw.hooks_registered() as hooks:
+                y = values.call(self.layer, x, kwargs)
+            if hooks:
+                warnings.warn(graph.refuse(f"the forward put a hook on an activation ({hooks[0]}), which a second "
+                                           "call of the node that made it would run again"), stacklevel=2)
+        else:
+            y = values.call(self.layer, x, kwargs)
         if self.head is not None:
             y = self.head(m, y)
         if self._keeps_input:
@@ -71,6 +81,37 @@ class Stage:
         if not self.first:
             leaves = self.inputs.pop(m)
             self.input_grads[m] = self._input_grads(leaves, [self.fw.grad_of(x) for x in leaves])
+
+    def backward_split(self, m: int, grads: list[Any] | None) -> None:
+        """With the split: `I`, the backward with every deferred weight gradient left to `W`
+        (the split Linears' by their own backward, the others' on the autograd graph)."""
+        graph = self.graph
+        if graph is None or not graph.active:
+            self.backward(m, grads)
+            return
+        outs = self.differentiated(self.outputs[m])
+        leaves = self.inputs.get(m, []) if not self.first else []
+        while True:
+            try:
+                found, rest = self.fw.backward_split(outs, grads, leaves, graph.eager, graph.deferred) \
+                    if outs else ([None] * len(leaves), None)
+                break
+            except SplitCostly as costly:  # before any work: those weights go to I from now on
+                graph.keep_in_i(costly.weights, costly.nodes)
+                if not graph.active:
+                    self.backward(m, grads)
+                    return
+            except SplitRefused as exc:  # before any work: the whole backward, from now on
+                warnings.warn(graph.refuse(str(exc)), stacklevel=2)
+                self.backward(m, grads)
+                return
+        del self.outputs[m]
+        self.inputs.pop(m, None)
+        if rest is not None:
+            assert self.deferred is not None
+            self.deferred.defer_call((self.index, m), rest)
+        if not self.first:
+            self.input_grads[m] = self._input_grads(leaves, found)
 
     def backward_input(self, m: int, grads: list[Any] | None) -> None:
         """Without the split matmul: the gradient of the input only, with the graph kept for `W`."""

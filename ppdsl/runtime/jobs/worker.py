@@ -248,9 +248,6 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
                              grad_guard=cfg.grad_guard)
     for message in sched.split_warnings:
         reporter.send("warning", file=index, message=message)
-    if cfg.verbose:
-        for s, path in sorted(sched.split_paths.items()):
-            reporter.send("info", file=index, message=f"stage {s}: weight gradients: {path}")
     params = [p for s in sorted(setup.layers) for _, p in fw.named_parameters(setup.layers[s])]
     optimizer = make_optimizer(cfg.optimizer, cfg.lr, params, fw) if params else None
     verifier = None
@@ -278,6 +275,9 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
         mine, my_target = replica_share(fw, layout, inputs, target)
         sched.run_batch(mine, target=my_target, losses=losses)
         step_times.append(time.perf_counter() - t0)
+        if cfg.verbose and step == 0:  # after a backward: what the graph split chose is known
+            for s, path in sorted(sched.split_paths.items()):
+                reporter.send("info", file=index, message=f"stage {s}: weight gradients: {path}")
         counting.append(sched.memory.seconds - counted_before)
         skipped = False
         if cfg.skip_nonfinite:

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from ..jobs.devices import Device
 from ..framework import TORCH, Framework, GradRefused
-from . import split
+from . import graph_split, split
 
 
 class TorchFramework(Framework):
@@ -138,6 +138,16 @@ class TorchFramework(Framework):
 
     def linear_class(self) -> Any:
         return torch.nn.Linear
+
+    def graph_weights(self, stage: Any, switched: Sequence[Any]) -> list[tuple[str, Any, str]]:
+        return split.graph_weights(stage, switched)
+
+    def hooks_registered(self) -> AbstractContextManager[list[str]]:
+        return graph_split.hooks_registered()
+
+    def backward_split(self, outs: list[Any], grads: list[Any] | None, inputs: list[Any], eager: list[Any],
+                       deferred: list[Any]) -> tuple[list[Any | None], Callable[[], int] | None]:
+        return graph_split.backward_input(outs, grads, inputs, eager, deferred)
 
     def make_optimizer(self, name: str, lr: float, parameters: list[Any]) -> Any:
         if name == "momentum":  # Paddle's Momentum: heavy ball, 0.9

@@ -7,7 +7,7 @@ parameter as autograd accumulates."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -155,6 +155,34 @@ def unsplittable(stage: Any, name: str, layer: Any) -> str:
     if any(_is_fsdp(m) for m in _ancestors(stage, name)):
         return "is inside an FSDP module, which reduces its gradient when I ends: it is computed in I"
     return ""
+
+
+#: An embedding table smaller than this (elements) keeps its gradient in `I`: its backward is
+#: a scatter into a zeroed table, which at this size costs less than the graph walk that would
+#: defer it (a few microseconds per node of the stage's graph, every microbatch).
+EMBEDDING_MIN = 1 << 20
+
+
+def graph_weights(stage: Any, switched: Sequence[Any]) -> list[tuple[str, Any, str]]:
+    """The weights of `stage` the autograd graph defers (`graph_split.py`): every parameter of
+    two or more dimensions that is not a split Linear's, a DTensor, or under FSDP (those must be
+    whole when `I` ends), nor a small embedding table (`EMBEDDING_MIN`). A one-dimensional
+    parameter (a norm's scale, a bias) stays in `I`: its gradient is one reduction, cheaper
+    than a second call of the node that makes it."""
+    taken = {id(p) for layer in switched for p in layer.parameters(recurse=False)}
+    out = []
+    embeddings = (torch.nn.Embedding, torch.nn.EmbeddingBag)
+    for module_name, module in stage.named_modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in taken or not p.requires_grad or p.dim() < 2 or _is_dtensor(p):
+                continue
+            if isinstance(module, embeddings) and p.numel() < EMBEDDING_MIN:
+                continue
+            taken.add(id(p))
+            if any(_is_fsdp(m) for m in _ancestors(stage, module_name)):
+                continue
+            out.append((f"{module_name}.{name}" if module_name else name, p, type(module).__name__))
+    return out
 
 
 def _ancestors(stage: Any, name: str) -> list[Any]:
