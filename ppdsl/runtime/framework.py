@@ -194,6 +194,11 @@ class Framework(abc.ABC):
         """`weight.grad += ` the weight gradient of `y = linear(x, weight)` given `dy`."""
         self.split.accumulate_weight_grad(weight, x, dy)
 
+    def split_embeddings(self, stage: Any) -> list[tuple[str, Any]]:
+        """(name, layer) of the embeddings of `stage` whose weight gradients a split layer of
+        the adapter's own defers to `W` (as the split Linear does); [] where none does."""
+        return []
+
     def graph_weights(self, stage: Any, switched: Sequence[Any]) -> list[tuple[str, Any, str]]:
         """(name, parameter, its layer's class name) for each weight of `stage` whose gradient
         the split on the autograd graph defers to `W` (`switched`: the split Linears, which

@@ -17,7 +17,7 @@ from ppdsl.expansion import parse  # noqa: E402
 from ppdsl.runtime import PipelineSchedule  # noqa: E402
 from ppdsl.runtime.framework import SplitCostly, SplitRefused  # noqa: E402
 from ppdsl.runtime.torch_backend import graph_split  # noqa: E402
-from ppdsl.runtime.torch_backend import split  # noqa: E402
+from ppdsl.runtime.interpreter import split_backward  # noqa: E402
 from ppdsl.runtime.torch_backend.split import graph_weights  # noqa: E402
 
 WIDTH = 8
@@ -26,7 +26,7 @@ WIDTH = 8
 @pytest.fixture(autouse=True)
 def small_embeddings_split(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tests' tables are small; the split is the same whatever their size."""
-    monkeypatch.setattr(split, "EMBEDDING_MIN", 0)
+    monkeypatch.setattr(split_backward, "EMBEDDING_MIN", 0)
 
 
 class Scale(torch.autograd.Function):  # a user's own Function with a weight matrix
@@ -248,7 +248,7 @@ def test_the_documented_path_of_a_stage_is_what_it_reports() -> None:
 
 
 def test_small_embedding_tables_stay_in_I_and_large_ones_are_deferred(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(split, "EMBEDDING_MIN", 100)
+    monkeypatch.setattr(split_backward, "EMBEDDING_MIN", 100)
     stage = torch.nn.ModuleDict({"small": torch.nn.Embedding(9, 11), "large": torch.nn.Embedding(10, 10),
                                  "conv": torch.nn.Conv1d(1, 1, 2)})
     assert sorted(n for n, _, _ in graph_weights(stage, [])) == ["conv.weight", "large.weight"]

@@ -179,3 +179,77 @@ def test_a_profile_leaves_its_own_memory_counting_out_of_every_action(monkeypatc
     assert sched.memory.seconds == 7 * 1000.0  # after each of the 5 actions and each part of the pair
     assert len(sched.timings) == 5 and all(d == [0.0] for d in sched.timings.values())
     assert sched.memory.peak_graphs == 2
+
+
+def test_a_large_embedding_defers_its_table_gradient_to_W(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paddle: an Embedding at least `EMBEDDING_MIN` large computes through the split layer, its
+    table's gradient (duplicate ids added, the padding id's rows left out) waits for W, and the
+    step's gradients are autograd's; a smaller one, or one with `max_norm`, stays as it is."""
+    import copy
+
+    from ppdsl.expansion import parse
+    from ppdsl.kinds import Kind
+    from ppdsl.runtime import PipelineSchedule
+    from ppdsl.runtime.interpreter import split_backward
+
+    monkeypatch.setattr(split_backward, "EMBEDDING_MIN", 40)
+    paddle.seed(5)
+
+    class Tokens(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = paddle.nn.Embedding(50, WIDTH, padding_idx=3)
+            self.small = paddle.nn.Embedding(5, WIDTH)
+            self.normed = paddle.nn.Embedding(50, WIDTH, max_norm=1.0)
+            self.out = paddle.nn.Linear(WIDTH, WIDTH)
+
+        def forward(self, ids: Any) -> Any:
+            return self.out(self.embed(ids) + self.small(ids % 5))
+
+    stage = Tokens()
+    reference = copy.deepcopy(stage)
+    seen: list[bool] = []
+
+    def spy(ctx: Any) -> None:
+        before = stage.embed.weight.grad
+        before = None if before is None else before.numpy().copy()
+        ctx.default()
+        after = stage.embed.weight.grad.numpy()
+        seen.append(before is None or not np.array_equal(before, after))
+
+    prog = parse("pipeline ranks=1 microbatches=2\nuse zb1p()\n", "<test>")
+    loss = lambda y, t: ((y - t) ** 2).mean()  # noqa: E731
+    sched = PipelineSchedule(prog, [stage], loss, rank=0, framework="paddle", handlers={Kind.W: spy})
+    assert sched.split_paths[0] == "split: the weight gradients of 1 Linear and 1 Embedding deferred to W"
+    ids = paddle.to_tensor(np.array([[3, 1, 7, 7], [49, 3, 0, 7], [2, 2, 2, 3], [11, 12, 3, 3]]))
+    target = paddle.to_tensor(np.random.default_rng(0).standard_normal((4, 4, WIDTH)))
+    sched.step(ids, target=target)
+    assert seen == [True, True]
+    for part, want in ((ids[:2], target[:2]), (ids[2:], target[2:])):
+        (loss(reference(part), want) / 2).backward()
+    for (name, want), got in zip(reference.named_parameters(), stage.parameters()):
+        if want.grad is None:
+            assert got.grad is None, name
+            continue
+        assert np.allclose(want.grad.numpy(), got.grad.numpy(), rtol=1e-12, atol=1e-14), name
+    assert np.all(stage.embed.weight.grad.numpy()[3] == 0)  # the padding id's row
+    sched.close()
+
+
+@pytest.mark.slow
+def test_a_large_embedding_verifies_across_processes(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ppdsl run --verify` on Paddle, 2 ranks on gloo: a 2**20-element table deferred, exact."""
+    from pathlib import Path
+
+    from ppdsl.cli import main
+    from procs import generator_files
+
+    files = generator_files(tmp_path, ["zb1p()", "zbv()"], suffix="_2")
+    model = str(Path(__file__).parent / "helpers" / "paddle_tokens_model.py")
+    code = main(["run", *files, "--framework", "paddle", "--model", f"{model}:build_stage", "--data",
+                 f"{model}:batches", "--loss", f"{model}:loss", "--steps", "2", "--verify", "--verbose",
+                 "--timeout", "60"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert out.count("verify ok: ") == 2, out
+    assert "weight gradients of 1 Linear and 1 Embedding deferred to W" in out + err

@@ -39,6 +39,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Key = tuple[int, int]
 
+#: An embedding table smaller than this (elements) keeps its gradient in `I`: its backward is
+#: a scatter into a zeroed table, which at this size costs less than deferring it does (on
+#: PyTorch the graph walk, a few microseconds per node of the stage's graph each microbatch).
+EMBEDDING_MIN = 1 << 20
+
 
 class DeferredGrads:
     """Weight gradients left by `I` actions, keyed by (stage, microbatch)."""
@@ -50,16 +55,17 @@ class DeferredGrads:
             framework = get_framework()
         self.framework = framework
         self.key: Key | None = None  # what the running backward defers under; None: compute now
-        self._pending: dict[Key, list[tuple[Any, Any, Any]]] = {}
+        self._pending: dict[Key, list[tuple[Any, Any, Any, Any]]] = {}
         self._calls: dict[Key, Callable[[], int]] = {}  # the graph split's W, keyed as the products
         self._forwarded: set[Key] = set()  # keys whose forward ran a switched layer
 
-    def defer(self, weight: Any, x: Any, dy: Any) -> None:
-        """`weight` is the layer's parameter itself, never a saved copy of it."""
+    def defer(self, weight: Any, x: Any, dy: Any, accumulate: Callable[[Any, Any, Any], None] | None = None) -> None:
+        """`weight` is the layer's parameter itself, never a saved copy of it; `accumulate`
+        adds the product (None: a Linear's, `x^T dy`, as the framework's adapter adds it)."""
         if self.key is None:
-            self.framework.accumulate_weight_grad(weight, x, dy)
+            (accumulate or self.framework.accumulate_weight_grad)(weight, x, dy)
         else:
-            self._pending.setdefault(self.key, []).append((weight, x, dy))
+            self._pending.setdefault(self.key, []).append((weight, x, dy, accumulate))
 
     def defer_call(self, key: Key, call: Callable[[], int]) -> None:
         """The rest of `key`'s backward on the autograd graph (`graph_split.py`), for its `W`."""
@@ -78,8 +84,9 @@ class DeferredGrads:
         """The weight gradients deferred under `key`, then forget their tensors; how many ran."""
         work = self._pending.pop(key, ())
         self._forwarded.discard(key)
-        for weight, x, dy in work:
-            self.framework.accumulate_weight_grad(weight, x, dy)
+        linear = self.framework.accumulate_weight_grad
+        for weight, x, dy, accumulate in work:
+            (accumulate or linear)(weight, x, dy)
         call = self._calls.pop(key, None)
         return len(work) + (call() if call is not None else 0)
 
@@ -94,7 +101,7 @@ class DeferredGrads:
         """The tensors the deferred gradients keep alive (inputs and output gradients), of
         one key or of all."""
         for work in self._pending.values() if key is None else [self._pending.get(key, [])]:
-            for _, x, dy in work:
+            for _, x, dy, _ in work:
                 yield x
                 yield dy
 
@@ -122,6 +129,7 @@ class SplitLinears:
             switched, kept = self.switched.setdefault(s, []), self.kept.setdefault(s, {})
             linears = list(eligible_linears(fw, stage))
             switched.extend((name or "(the stage itself)", sub) for name, sub, reason in linears if not reason)
+            switched.extend(fw.split_embeddings(stage))
             found = fw.graph_weights(stage, [sub for _, sub in switched])
             on_graph = {id(p) for _, p, _ in found}
             for name, sub, reason in linears:
@@ -160,7 +168,7 @@ class SplitLinears:
             graph = self.graphs.get(s)
             on_graph = graph.describe() if graph is not None else ""
             if switched or (graph is not None and graph.active):
-                parts = [f"the weight gradients of {_count(switched, 'Linear')} deferred to W"] if switched else []
+                parts = [f"the weight gradients of {_layers(self.store.framework, switched)} deferred to W"] if switched else []
                 parts += [on_graph] if on_graph else []
                 out[s] = "split: " + "; ".join(parts + ([kept] if kept else []))
             else:
@@ -232,6 +240,15 @@ def _plural_reason(reason: str) -> str:
 
 def _count(items: list[Any], noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+def _layers(fw: Framework, switched: list[tuple[str, Any]]) -> str:
+    """"2 Linears", or "2 Linears and 1 Embedding": the switched layers by kind."""
+    linear = fw.linear_class()
+    linears = [sub for _, sub in switched if isinstance(sub, linear)]
+    others = [sub for _, sub in switched if not isinstance(sub, linear)]
+    said = [_count(linears, "Linear")] if linears else []
+    return " and ".join(said + ([_count(others, "Embedding")] if others else []))
 
 
 OVERRIDES = ("overrides Linear.forward, so its weight gradient cannot be deferred to W; it is computed with the "

@@ -137,6 +137,9 @@ class PaddleFramework(Framework):
     def sublayers(self, layer: Any) -> Iterator[tuple[str, Any]]:
         return iter(layer.named_sublayers(include_self=True))
 
+    def split_embeddings(self, stage: Any) -> list[tuple[str, Any]]:
+        return split.embeddings(stage)
+
     def linear_class(self) -> Any:
         return paddle.nn.Linear
 

@@ -1,14 +1,17 @@
 """Paddle's split backward: a switched `paddle.nn.Linear` computes through a `PyLayer` matmul whose
 backward defers the weight gradient to a `DeferredGrads` store (`split_backward.py`), to be
-accumulated into the layer's parameter itself."""
+accumulated into the layer's parameter itself. A large `paddle.nn.Embedding` the same way: its
+backward defers the scatter of the output gradient into the table."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any
 
+from ..interpreter import split_backward
 from ..interpreter.split_backward import DeferredGrads
 from .blas import accumulate_product
+
 
 def _rows(t: Any) -> Any:
     """[..., n] -> [rows, n]: the weight gradient of a matmul over any leading dimensions."""
@@ -68,8 +71,74 @@ def _split_matmul() -> Any:
     return SplitMatmul
 
 
+def accumulate_embedding_grad(padding_idx: int | None) -> Any:
+    """What adds an embedding's weight gradient: each row of `dy` into the row of the table its
+    id names, but the padding id's (Paddle's embedding gradient, in the order it adds)."""
+    def accumulate(weight: Any, ids: Any, dy: Any) -> None:
+        paddle = _paddle()
+        if weight.stop_gradient:
+            return
+        with paddle.no_grad():
+            flat = ids.reshape([-1])
+            rows = dy.reshape([-1, dy.shape[-1]])
+            if padding_idx is not None:
+                rows = rows * (flat != padding_idx).astype(rows.dtype).unsqueeze(-1)
+            grad = weight.grad
+            if grad is None:
+                weight.grad = paddle.index_add(paddle.zeros_like(weight), flat, 0, rows)
+            else:
+                grad.index_add_(flat, 0, rows)
+
+    return accumulate
+
+
+@functools.cache
+def _split_embedding() -> Any:
+    paddle = _paddle()
+    base: Any = paddle.autograd.PyLayer
+
+    class SplitEmbedding(base):  # type: ignore[misc]  # subclassing Any: paddle is untyped
+        @staticmethod
+        def forward(ctx: Any, ids: Any, weight: Any, padding_idx: int | None, store: DeferredGrads) -> Any:
+            ctx.save_for_backward(ids)
+            ctx.weight = weight  # the parameter itself (a recompute saves a detached one)
+            ctx.store = store
+            ctx.accumulate = accumulate_embedding_grad(padding_idx)
+            store.forwarded()
+            return paddle.nn.functional.embedding(ids, weight, padding_idx=padding_idx)
+
+        @staticmethod
+        def backward(ctx: Any, dy: Any) -> Any:
+            (ids,) = ctx.saved_tensor()
+            ctx.store.defer(ctx.weight, ids, dy, ctx.accumulate)
+            return None, None
+
+    return SplitEmbedding
+
+
+def embeddings(stage: Any) -> list[tuple[str, Any]]:
+    """The embeddings of `stage` a split layer takes: a plain `paddle.nn.Embedding` (its own
+    forward, dense gradient, no `max_norm` or frequency scaling) whose table has at least
+    `EMBEDDING_MIN` elements and is a parameter."""
+    paddle = _paddle()
+    out = []
+    for name, sub in stage.named_sublayers(include_self=True):
+        if type(sub).forward is not paddle.nn.Embedding.forward or "forward" in vars(sub):
+            continue
+        weight = sub._parameters.get("weight")
+        if (not isinstance(weight, paddle.base.framework.EagerParamBase) or weight.stop_gradient
+                or sub._sparse or sub._max_norm is not None or sub._scale_grad_by_freq
+                or int(weight.numel()) < split_backward.EMBEDDING_MIN):
+            continue
+        out.append((name or "(the stage itself)", sub))
+    return out
+
+
 def split_forward(layer: Any, store: DeferredGrads) -> Any:
-    """The forward of a switched `paddle.nn.Linear`."""
+    """The forward of a switched `paddle.nn.Linear` or `paddle.nn.Embedding`."""
+    paddle = _paddle()
+    if isinstance(layer, paddle.nn.Embedding):
+        return _embedding_forward(layer, store)
     matmul = _split_matmul()
     paddle = _paddle()
     from paddle.base import core, framework
@@ -84,6 +153,22 @@ def split_forward(layer: Any, store: DeferredGrads) -> Any:
         if not weight.stop_gradient and weight.is_leaf and paddle.is_grad_enabled() and tracer()._amp_level == amp_off:
             return matmul.apply(x, weight, layer.bias, store)
         return linear(x, weight, layer.bias)
+
+    return forward
+
+
+def _embedding_forward(layer: Any, store: DeferredGrads) -> Any:
+    split = _split_embedding()
+    paddle = _paddle()
+    from paddle.base import core, framework
+
+    tracer, amp_off = framework._dygraph_tracer, core.AmpLevel.O0
+
+    def forward(x: Any) -> Any:
+        weight = layer.weight
+        if not weight.stop_gradient and weight.is_leaf and paddle.is_grad_enabled() and tracer()._amp_level == amp_off:
+            return split.apply(x, weight, layer._padding_idx, store)
+        return paddle.nn.Embedding.forward(layer, x)
 
     return forward
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..interpreter import split_backward
 from ..interpreter.split_backward import DeferredGrads
 
 
@@ -157,12 +158,6 @@ def unsplittable(stage: Any, name: str, layer: Any) -> str:
     return ""
 
 
-#: An embedding table smaller than this (elements) keeps its gradient in `I`: its backward is
-#: a scatter into a zeroed table, which at this size costs less than the graph walk that would
-#: defer it (a few microseconds per node of the stage's graph, every microbatch).
-EMBEDDING_MIN = 1 << 20
-
-
 def graph_weights(stage: Any, switched: Sequence[Any]) -> list[tuple[str, Any, str]]:
     """The weights of `stage` the autograd graph defers (`graph_split.py`): every parameter of
     two or more dimensions that is not a split Linear's, a DTensor, or under FSDP (those must be
@@ -176,7 +171,7 @@ def graph_weights(stage: Any, switched: Sequence[Any]) -> list[tuple[str, Any, s
         for name, p in module.named_parameters(recurse=False):
             if id(p) in taken or not p.requires_grad or p.dim() < 2 or _is_dtensor(p):
                 continue
-            if isinstance(module, embeddings) and p.numel() < EMBEDDING_MIN:
+            if isinstance(module, embeddings) and p.numel() < split_backward.EMBEDDING_MIN:
                 continue
             taken.add(id(p))
             if any(_is_fsdp(m) for m in _ancestors(stage, module_name)):
