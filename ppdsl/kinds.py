@@ -140,8 +140,8 @@ KINDS: Final[tuple[KindRow, ...]] = (
     KindRow("W", 2, "compute", local="I_DONE", backward=True, memory="frees_split", cost="W", picture="W"),
     # The forward again, with autograd, from the input its `F` kept; after that `F` and before
     # the first backward, which its stage's row order makes wait for it (one rank runs both).
-    KindRow("R", 4, "compute", local="F_DONE", memory="remakes", cost="R", picture="R", runtimes=frozenset(),
-            in_csv=False, read_whole=False),
+    KindRow("R", 4, "compute", local="F_DONE", memory="remakes", cost="R", picture="R", in_csv=False,
+            read_whole=False),
     # The activations of a (stage, microbatch) to host memory and back, on the copy lane.
     KindRow("OFFLOAD", 5, "compute", local="F_DONE", memory="moves_out", cost="OFFLOAD", picture="MOVE",
             short="OF", runtimes=frozenset(), in_csv=False, read_whole=False),

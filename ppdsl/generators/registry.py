@@ -18,7 +18,7 @@ from typing import Union
 from attrs import frozen
 
 from ..wording import did_you_mean
-from ..ir import Kind, Step, actions_of
+from ..ir import Action, Kind, Step, actions_of
 
 ArgValue = Union[int, float, str]
 
@@ -162,8 +162,68 @@ def expand(name: str, ranks: int, microbatches: int, args: Mapping[str, object],
     return run(lookup(name), Context(ranks, microbatches, inference), args)
 
 
+#: What every generator takes besides its own arguments.
+RECOMPUTE = Param("recompute", str, "none",
+                  "all, none, or N: how many microbatches of each stage's in-flight window recompute (an R "
+                  "just before the first backward)")
+
+
+def recompute_of(args: Mapping[str, object]) -> tuple[dict[str, object], int | None]:
+    """`args` without `recompute`, and how many of each in-flight window recompute (None: none;
+    a number at least the window: all)."""
+    own = dict(args)
+    value = own.pop(RECOMPUTE.name, "none")
+    if value == "none":
+        return own, None
+    if value == "all":
+        return own, ALL
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return own, value or None
+    raise GeneratorError("PPS022", f"`recompute` must be all, none or a count of microbatches, not `{value}`",
+                         RECOMPUTE.name)
+
+
+ALL = 1 << 62
+
+
+def with_recompute(built: Built, per_window: int) -> Built:
+    """`built` with an `R` of (s, m) just before the first backward of (s, m) in its row, for
+    the first `per_window` microbatches of each in-flight window of each stage: the window is
+    the most forwards of the stage its row has run and not yet started backward on; microbatch
+    m recomputes when m mod window < per_window."""
+    rows = []
+    for row in built.rows:
+        window: dict[int, int] = {}
+        open_: dict[int, set[int]] = {}
+        for step in row:
+            for a in actions_of(step):
+                if a.microbatch is None:
+                    continue
+                if a.kind is Kind.F:
+                    open_.setdefault(a.stage, set()).add(a.microbatch)
+                    window[a.stage] = max(window.get(a.stage, 0), len(open_[a.stage]))
+                elif a.kind in (Kind.B, Kind.I):
+                    open_.get(a.stage, set()).discard(a.microbatch)
+        out: list[Step] = []
+        seen: set[tuple[int, int]] = set()
+        for step in row:
+            for a in actions_of(step):
+                if a.microbatch is None:
+                    continue
+                key = (a.stage, a.microbatch)
+                if a.kind in (Kind.B, Kind.I) and key not in seen:
+                    seen.add(key)
+                    if a.microbatch % window[a.stage] < per_window:
+                        out.append(Action(a.stage, Kind.R, a.microbatch))
+                    break
+            out.append(step)
+        rows.append(tuple(out))
+    return Built(tuple(rows), built.stages, built.placement)
+
+
 def run(spec: GeneratorSpec, context: Context, args: Mapping[str, object]) -> Built:
     """Run `spec` in `context`; raise GeneratorError (PPS021-022) on any problem."""
+    args, recompute = recompute_of(args)
     values = check_arguments(spec, args)
     if spec.build_in is not None:
         built = spec.build_in(context, values)
@@ -173,6 +233,8 @@ def run(spec: GeneratorSpec, context: Context, args: Mapping[str, object]) -> Bu
         raise AssertionError(f"generator {spec.name} built a malformed program")
     if context.inference:
         built = Built(tuple(forwards_only(row) for row in built.rows), built.stages, built.placement)
+    elif recompute is not None:
+        built = with_recompute(built, recompute)
     return built
 
 
@@ -183,8 +245,15 @@ def count(name: str, ranks: int, microbatches: int, args: Mapping[str, object], 
 
 
 def steps_of(spec: GeneratorSpec, context: Context, args: Mapping[str, object]) -> int | None:
+    args, recompute = recompute_of(args)
     values = check_arguments(spec, args)
-    return None if spec.steps is None else spec.steps(context.ranks, context.microbatches, values, context.inference)
+    if spec.steps is None:
+        return None
+    steps = spec.steps(context.ranks, context.microbatches, values, context.inference)
+    if recompute is None or context.inference:
+        return steps
+    # At most one R per forward, and every forward has a backward: a bound, enough for a limit.
+    return steps + steps // 2
 
 
 def forwards_only(row: tuple[Step, ...]) -> tuple[Step, ...]:

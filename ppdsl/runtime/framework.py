@@ -205,6 +205,18 @@ class Framework(abc.ABC):
         defer their own way); [] where the framework's graph cannot be split."""
         return []
 
+    @abc.abstractmethod
+    def rng_state(self) -> Any:
+        """The random generators' state (what a dropout draws from), for `set_rng_state`."""
+
+    @abc.abstractmethod
+    def set_rng_state(self, state: Any) -> None: ...
+
+    @abc.abstractmethod
+    def running_statistics(self, layer: Any) -> list[str]:
+        """The sublayers of `layer` that update running statistics in a training forward (a
+        batch norm): a forward run twice (`R`) would update them twice."""
+
     def hooks_registered(self) -> AbstractContextManager[list[str]]:
         """While open, collects the kinds of hooks the code puts on activations (the graph
         split refuses a forward that adds one)."""

@@ -6,6 +6,7 @@ tolerance) or checks what a failure says; none starts a process."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -533,3 +534,92 @@ def test_loopback_every_rank_agrees_whether_the_step_is_finite(spoil: str | None
             sched.close()
 
     assert loop.run(rank_main) == [spoil is None] * prog.ranks
+
+
+# --- recompute: R runs a forward again from the input its F kept -----------------------------
+def with_recompute(gen: str, placement: str = "loop", ranks: int = 2, microbatches: int = 4) -> Program:
+    """`gen`'s program with an R of every (stage, microbatch) just before its first backward."""
+    prog = generated(gen, ranks, microbatches)
+    rows = []
+    for r, row in enumerate(prog.rows):
+        words, seen = [], set()
+        for a in row:
+            if a.kind in (Kind.B, Kind.I) and (a.stage, a.microbatch) not in seen:
+                seen.add((a.stage, a.microbatch))
+                words.append(f"{a.stage}R{a.microbatch}")
+            words.append(f"{a.stage}{a.kind.name}{a.microbatch}")
+        rows.append(f"rank {r}: {' '.join(words)}")
+    return program(f"pipeline ranks={ranks} microbatches={microbatches} stages={prog.stages} placement={placement}\n"
+                   + "\n".join(rows) + "\n")
+
+
+class Dropped(torch.nn.Module):
+    """A block with dropout: an R must draw the mask its F drew."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.block = Block(width)
+        self.drop = torch.nn.Dropout(0.3)
+
+    def forward(self, x: Any) -> Any:
+        return self.drop(self.block(x))
+
+
+@pytest.mark.parametrize(("gen", "placement"), [("1f1b()", "loop"), ("zb1p()", "loop"), ("zbv()", "v"),
+                                                ("interleaved_1f1b(virtual=2)", "loop")])
+def test_loopback_recompute_gives_the_unpipelined_gradients(gen: str, placement: str) -> None:
+    prog = with_recompute(gen, placement)
+    assert any(a.kind == Kind.R for row in prog.rows for a in row)
+    layers, reference, _ = run_pipeline(prog)
+    assert_exact(prog, layers, reference)
+
+
+def test_loopback_recompute_draws_the_forwards_random_numbers_again() -> None:
+    """Dropout in every stage, one rank holding both stages of a 1-rank program: the R's mask is
+    its F's, and the draws after it are those of a run without R (the reference's)."""
+    prog = program("pipeline ranks=1 microbatches=2 stages=2 placement=loop\n"
+                   "rank 0: 0F0 1F0 0F1 1F1 1R0 1B0 0R0 0B0 1R1 1B1 0R1 0B1\n")
+    torch.manual_seed(0)
+    layers = [Dropped(STAGES_WIDTH).double() for _ in range(2)]
+    reference = copy.deepcopy(layers)
+    x, target = batch()
+    loop = Loopback("torch", 1, timeout=10.0)
+
+    def rank_main(rank: int) -> list[float]:
+        sched = PipelineSchedule(prog, {0: layers[0], 1: layers[1]}, loss_fn, transport=loop.links(rank))
+        torch.manual_seed(7)
+        losses: list[Any] = []
+        try:
+            sched.step(x, target=target, losses=losses)
+        finally:
+            sched.close()
+        return [float(v) for v in losses]
+
+    losses = loop.run(rank_main)[0]
+    after = torch.rand(1)
+    torch.manual_seed(7)  # the reference draws the masks in the same order: F0 (0, 1), F1 (0, 1)
+    ys = []
+    for xm in x.chunk(2):
+        ys.append(reference[1](reference[0](xm)))
+    want_losses = [float(loss_fn(y, t)) for y, t in zip(ys, target.chunk(2))]
+    sum(loss_fn(y, t) / 2 for y, t in zip(ys, target.chunk(2))).backward()
+    assert torch.equal(after, torch.rand(1))  # R left the generator where a run without it does
+    assert losses == pytest.approx(want_losses, rel=1e-12)
+    for layer, ref in zip(layers, reference):
+        for p, w in zip(layer.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, w.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_loopback_recompute_of_a_stage_with_batch_norm_is_refused_on_every_rank() -> None:
+    prog = with_recompute("1f1b()")
+    loop = Loopback("torch", prog.ranks, timeout=10.0)
+    layers = [torch.nn.Sequential(torch.nn.Linear(STAGES_WIDTH, STAGES_WIDTH), torch.nn.BatchNorm1d(STAGES_WIDTH))
+              for _ in range(prog.stages)]
+
+    def rank_main(rank: int) -> str:
+        with pytest.raises(SetupError) as info:
+            PipelineSchedule(prog, {s: layers[s] for s in prog.stages_of(rank)}, loss_fn, transport=loop.links(rank))
+        return str(info.value)
+
+    said = loop.run(rank_main)
+    assert all("stage 0 has R actions, but its 1 (updates running statistics in training)" in s for s in said), said

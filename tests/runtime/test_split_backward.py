@@ -253,3 +253,34 @@ def test_a_large_embedding_verifies_across_processes(tmp_path: Any, capsys: pyte
     assert code == 0, out + err
     assert out.count("verify ok: ") == 2, out
     assert "weight gradients of 1 Linear and 1 Embedding deferred to W" in out + err
+
+
+@pytest.mark.parametrize("rows", ["0F0 1F0 0F1 1F1 1R0 1B0 0R0 0B0 1R1 1B1 0R1 0B1",
+                                  "0F0 1F0 0F1 1F1 1R0 1I0 0R0 0I0 1R1 1I1 0R1 0I1 1W0 0W0 1W1 0W1"])
+def test_recompute_on_paddle_draws_the_same_dropout_and_gives_autograds_gradients(rows: str) -> None:
+    """R on Paddle (with B, and with the split I/W): the forward again from its kept input, the
+    dropout mask its F drew, the generator left where a run without R leaves it."""
+    import copy
+
+    from ppdsl.expansion import parse
+    from ppdsl.runtime import PipelineSchedule
+
+    paddle.seed(3)
+    layers = [paddle.nn.Sequential(_stage(s), paddle.nn.Dropout(0.3)) for s in range(2)]
+    reference = copy.deepcopy(layers)
+    prog = parse(f"pipeline ranks=1 microbatches=2 stages=2 placement=loop\nrank 0: {rows}\n", "<test>")
+    loss = lambda y, t: ((y - t) ** 2).mean()  # noqa: E731
+    sched = PipelineSchedule(prog, layers, loss, rank=0, framework="paddle")
+    rng = np.random.default_rng(4)
+    x, t = (paddle.to_tensor(rng.standard_normal((4, 2, WIDTH))) for _ in range(2))
+    paddle.seed(11)
+    sched.step(x, target=t)
+    after = paddle.rand([1]).numpy()
+    paddle.seed(11)
+    for xm, tm in zip(paddle.chunk(x, 2), paddle.chunk(t, 2)):
+        (loss(reference[1](reference[0](xm)), tm) / 2).backward()
+    assert np.array_equal(after, paddle.rand([1]).numpy())
+    for layer, ref in zip(layers, reference):
+        for (name, p), q in zip(layer.named_parameters(), ref.parameters()):
+            assert np.allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-10, atol=1e-12), name
+    sched.close()

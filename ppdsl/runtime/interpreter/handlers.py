@@ -124,8 +124,19 @@ def forward(sched: PipelineSchedule, op: Op) -> None:
         x = values.hand_over(sched.fw, sched.stages[s - 1].outputs[m], stage.training)
     else:
         x = stage.received.pop(m)
-    with sched.memory.saving(sched.fw, (s, m)) if sched.profile else nullcontext():
+    later_r = m in stage.recomputed and stage.training  # keeps its input only: nothing saved lives on
+    with sched.memory.saving(sched.fw, (s, m)) if sched.profile and not later_r else nullcontext():
         y = stage.forward(m, x, sched.kwargs[m])
+    if sched.grad_guard is not None and sched.step_index == 0 and not later_r:
+        sched.grad_guard.learn(s, stage.differentiated(y))
+
+
+def recompute(sched: PipelineSchedule, op: Op) -> None:
+    """`R`: the stage's forward of the microbatch again, with autograd, from its kept input."""
+    s, m = op.stage, op.microbatch
+    stage = sched.stages[s]
+    with sched.memory.saving(sched.fw, (s, m)) if sched.profile else nullcontext():
+        y = stage.recompute(m)
     if sched.grad_guard is not None and sched.step_index == 0:
         sched.grad_guard.learn(s, stage.differentiated(y))
 
@@ -237,6 +248,7 @@ def builtin(deferred: DeferredGrads | None) -> dict[Kind, Handler]:
         Kind.B: backward,
         Kind.I: keyed(backward_split, deferred) if deferred is not None else backward_input,
         Kind.W: deferred_weight if split else backward_weight,
+        Kind.R: keyed(recompute, deferred) if deferred is not None else recompute,
         Kind.SEND_F: message, Kind.RECV_F: message, Kind.SEND_B: message, Kind.RECV_B: message,
         Kind.UNSHARD: gather_weights, Kind.RESHARD: gather_weights, Kind.REDUCE_GRAD: reduce_grads,
     }

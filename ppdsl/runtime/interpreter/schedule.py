@@ -137,6 +137,10 @@ class PipelineSchedule:
                      deferred=self.deferred, graph=graphs.get(s)) for s, layer in self.layers.items()}
         if self.plan.last_stage:
             self.stages[self.plan.stages - 1].head = self.head
+        for op in self.plan.ops:
+            for part in op.parts or (op,):
+                if part.kind == Kind.R:
+                    self.stages[part.stage].recomputed.add(part.microbatch)
         self.grad_guard = GradGuard(fw, self.layers, last_backward_labels(self.plan), self.global_rank) \
             if grad_guard and self.plan.training else None
         self.guard = _guard
@@ -150,7 +154,7 @@ class PipelineSchedule:
             transport.watchdog = self.watchdog
         # Before any group is made: ranks holding different programs would make different groups.
         self._agree_on_program(transport.gather if transport is not None else partial(gather_objects, fw),
-                               handlers_.unrunnable(self.plan, self.handlers, fw.name))
+                               handlers_.unrunnable(self.plan, self.handlers, fw.name) or self._unrecomputable())
         self.transport: Carrier = transport if transport is not None else Transport(
             fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends, self.layout)
         self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard, f"ppdsl/notes/{self._token}/")
@@ -179,6 +183,20 @@ class PipelineSchedule:
         for message in self.split.warnings():
             self.split_warnings.append(message)
             warnings.warn(message, stacklevel=3)
+
+    def _unrecomputable(self) -> str | None:
+        """Why a stage with `R` actions cannot run them exactly (None: all can): a layer that
+        updates running statistics would update them twice, and the model would drift from
+        the one trained without the `R`."""
+        for s, stage in sorted(self.stages.items()):
+            if stage.recomputed and self.plan.training:
+                found = self.fw.running_statistics(stage.layer)
+                if found:
+                    return (f"rank {self.plan.rank}: stage {s} has R actions, but its {', '.join(found[:3])} "
+                            f"({'updates' if len(found) == 1 else 'update'} running statistics in training) would "
+                            "update them a second time in each R: remove its R actions (or the layer's running "
+                            "statistics, track_running_stats=False)")
+        return None
 
     def _agree_on_program(self, gather: Callable[[Any], list[Any]], refused: str | None) -> None:
         """All ranks compare the digest of the program they hold, and whether each can run its

@@ -37,6 +37,8 @@ class Stage:
         self.deferred = deferred
         self.graph = graph  # the weights the autograd graph defers to W (with the split)
         self.head: Callable[[int, Any], Any] | None = None
+        #: Microbatches whose forward an `R` of this rank runs again (set by the schedule).
+        self.recomputed: set[int] = set()
         self._keeps_input = training and not first  # the first stage's input needs no gradient
         self.reset()
 
@@ -49,24 +51,55 @@ class Stage:
         self.received: dict[int, Any] = {}  # an activation received before this stage's forward
         self.kept: dict[int, Any] = {}  # an output gradient kept between a retained I and its W
         self.whole: set[int] = set()  # microbatches whose I ran the whole backward
+        self.kept_inputs: dict[int, tuple[Any, dict[str, Any], Any]] = {}  # input, kwargs, RNG, until R
+        self.awaiting: set[int] = set()  # microbatches whose output has no graph until their R
 
     # --- compute ------------------------------------------------------------------------
     def forward(self, m: int, x: Any, kwargs: dict[str, Any]) -> Any:
-        """Run the layer on `x`; keep the output (or the scaled loss) for the backward."""
+        """Run the layer on `x`; keep the output (or the scaled loss) for the backward. A
+        microbatch an `R` runs again keeps its input instead (`recompute`)."""
+        if m in self.recomputed and self.training:
+            # The graph is built and dropped: the output's members keep their gradient flags
+            # (the next stage and the messages need them), and nothing saved for the backward
+            # outlives the forward. The RNG state is kept so the `R` draws what this one did.
+            self.kept_inputs[m] = (x, kwargs, self.fw.rng_state())
+            y = values.hand_over(self.fw, self._run(m, x, kwargs), True)
+            self.outputs[m] = y
+            self.awaiting.add(m)
+            return y
+        y = self._run(m, x, kwargs)
+        self.outputs[m] = y
+        return y
+
+    def recompute(self, m: int) -> Any:
+        """`R`: the forward of microbatch m again, with autograd, from the input its `F` kept
+        and with the random state it had (restored afterwards, so the draws that follow are
+        those of a run without the `R`)."""
+        x, kwargs, state = self.kept_inputs.pop(m)
+        now = self.fw.rng_state()
+        self.fw.set_rng_state(state)
+        try:
+            y = self._run(m, x, kwargs)
+        finally:
+            self.fw.set_rng_state(now)
+        self.outputs[m] = y
+        self.awaiting.discard(m)
+        return y
+
+    def _run(self, m: int, x: Any, kwargs: dict[str, Any]) -> Any:
         graph = self.graph
         if graph is not None and graph.active:
             with self.fw.hooks_registered() as hooks:
                 y = values.call(self.layer, x, kwargs)
             if hooks:
                 warnings.warn(graph.refuse(f"the forward put a hook on an activation ({hooks[0]}), which a second "
-                                           "call of the node that made it would run again"), stacklevel=2)
+                                           "call of the node that made it would run again"), stacklevel=3)
         else:
             y = values.call(self.layer, x, kwargs)
         if self.head is not None:
             y = self.head(m, y)
         if self._keeps_input:
             self.inputs[m] = values.grad_members(self.fw, x)
-        self.outputs[m] = y
         return y
 
     def differentiated(self, y: Any) -> list[Any]:
@@ -159,8 +192,9 @@ class Stage:
 
     # --- what memory and the profile read -----------------------------------------------
     def live_graphs(self) -> set[int]:
-        """Microbatches whose graph this stage still holds (weight gradients deferred included)."""
-        live = set(self.outputs)
+        """Microbatches whose graph this stage still holds (weight gradients deferred included;
+        not a forward whose `R` is still to come: it kept only its input)."""
+        live = set(self.outputs) - self.awaiting
         live.update(self.kept)
         if self.deferred is not None:
             live.update(m for s, m in self.deferred.keys() if s == self.index)
@@ -172,6 +206,8 @@ class Stage:
         for store in (self.inputs, self.outputs, self.input_grads, self.output_grads, self.kept, self.received):
             for value in store.values():
                 yield from (t for t in values.split(value)[1] if is_tensor(t))
+        for x, kwargs, _ in self.kept_inputs.values():  # an R's input (its RNG state is not the stage's)
+            yield from (t for t in values.split((x, kwargs))[1] if is_tensor(t))
 
     def graph_tensors(self, m: int) -> list[Any]:
         """The tensors kept for microbatch m's graph: its input, output and kept gradient."""

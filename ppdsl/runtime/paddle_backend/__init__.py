@@ -137,6 +137,17 @@ class PaddleFramework(Framework):
     def sublayers(self, layer: Any) -> Iterator[tuple[str, Any]]:
         return iter(layer.named_sublayers(include_self=True))
 
+    def rng_state(self) -> Any:
+        return paddle.get_rng_state()
+
+    def set_rng_state(self, state: Any) -> None:
+        paddle.set_rng_state(state)
+
+    def running_statistics(self, layer: Any) -> list[str]:
+        norms = paddle.nn.layer.norm._BatchNormBase
+        return [name or "(the stage itself)" for name, m in layer.named_sublayers(include_self=True)
+                if isinstance(m, norms) and m.training and not m._use_global_stats]
+
     def split_embeddings(self, stage: Any) -> list[tuple[str, Any]]:
         return split.embeddings(stage)
 

@@ -142,6 +142,21 @@ class TorchFramework(Framework):
     def graph_weights(self, stage: Any, switched: Sequence[Any]) -> list[tuple[str, Any, str]]:
         return split.graph_weights(stage, switched)
 
+    def rng_state(self) -> Any:
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        return torch.get_rng_state(), cuda
+
+    def set_rng_state(self, state: Any) -> None:
+        cpu, cuda = state
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+    def running_statistics(self, layer: Any) -> list[str]:
+        norms = torch.nn.modules.batchnorm._NormBase
+        return [name or "(the stage itself)" for name, m in layer.named_modules()
+                if isinstance(m, norms) and m.training and m.track_running_stats]
+
     def hooks_registered(self) -> AbstractContextManager[list[str]]:
         return graph_split.hooks_registered()
 
