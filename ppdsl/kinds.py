@@ -144,9 +144,9 @@ KINDS: Final[tuple[KindRow, ...]] = (
             read_whole=False),
     # The activations of a (stage, microbatch) to host memory and back, on the copy lane.
     KindRow("OFFLOAD", 5, "compute", local="F_DONE", memory="moves_out", cost="OFFLOAD", picture="MOVE",
-            short="OF", runtimes=frozenset(), in_csv=False, read_whole=False),
+            short="OF", in_csv=False, read_whole=False),
     KindRow("RELOAD", 6, "compute", local="F_DONE", memory="moves_in", cost="RELOAD", picture="MOVE",
-            short="RL", runtimes=frozenset(), in_csv=False, read_whole=False),
+            short="RL", in_csv=False, read_whole=False),
     KindRow("SEND_F", 8, "comm", sends="F_DONE", completes=("MSG_F_SENT",), peer=(1, "RECV_F"), cost="comm",
             picture="SEND", short="SF"),
     KindRow("RECV_F", 9, "comm", completes=("RECV_F_DONE",), peer=(-1, "SEND_F"), cost="comm", picture="RECV",

@@ -168,62 +168,89 @@ RECOMPUTE = Param("recompute", str, "none",
                   "just before the first backward)")
 
 
-def recompute_of(args: Mapping[str, object]) -> tuple[dict[str, object], int | None]:
-    """`args` without `recompute`, and how many of each in-flight window recompute (None: none;
-    a number at least the window: all)."""
+OFFLOAD = Param("offload", str, "none",
+                "all, none, or N: how many microbatches of each stage's in-flight window move their activations "
+                "to host memory (an OFFLOAD right after the forward, a RELOAD just before the first backward)")
+
+
+def memory_args(args: Mapping[str, object]) -> tuple[dict[str, object], int | None, int | None]:
+    """`args` without `recompute` and `offload`, and how many of each in-flight window each
+    takes (None: none; a number at least the window: all)."""
     own = dict(args)
-    value = own.pop(RECOMPUTE.name, "none")
-    if value == "none":
-        return own, None
-    if value == "all":
-        return own, ALL
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return own, value or None
-    raise GeneratorError("PPS022", f"`recompute` must be all, none or a count of microbatches, not `{value}`",
-                         RECOMPUTE.name)
+    counts: list[int | None] = []
+    for param in (RECOMPUTE, OFFLOAD):
+        value = own.pop(param.name, "none")
+        if value == "none":
+            counts.append(None)
+        elif value == "all":
+            counts.append(ALL)
+        elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            counts.append(value or None)
+        else:
+            raise GeneratorError("PPS022", f"`{param.name}` must be all, none or a count of microbatches, not "
+                                 f"`{value}`", param.name)
+    return own, counts[0], counts[1]
 
 
 ALL = 1 << 62
 
 
-def with_recompute(built: Built, per_window: int) -> Built:
-    """`built` with an `R` of (s, m) just before the first backward of (s, m) in its row, for
-    the first `per_window` microbatches of each in-flight window of each stage: the window is
-    the most forwards of the stage its row has run and not yet started backward on; microbatch
-    m recomputes when m mod window < per_window."""
+def _windows(row: tuple[Step, ...]) -> dict[int, int]:
+    """Per stage, the most forwards of it the row has run and not yet started backward on."""
+    window: dict[int, int] = {}
+    open_: dict[int, set[int]] = {}
+    for step in row:
+        for a in actions_of(step):
+            if a.microbatch is None:
+                continue
+            if a.kind is Kind.F:
+                open_.setdefault(a.stage, set()).add(a.microbatch)
+                window[a.stage] = max(window.get(a.stage, 0), len(open_[a.stage]))
+            elif a.kind in (Kind.B, Kind.I):
+                open_.get(a.stage, set()).discard(a.microbatch)
+    return window
+
+
+def with_memory_actions(built: Built, recompute: int | None, offload: int | None) -> Built:
+    """`built` with, for the first `recompute` microbatches of each in-flight window of each
+    stage (microbatch m when m mod window < recompute), an `R` just before the first backward
+    of (s, m) in its row; and for the first `offload` of the others, an `OFFLOAD` right after
+    the forward and a `RELOAD` just before the first backward."""
     rows = []
     for row in built.rows:
-        window: dict[int, int] = {}
-        open_: dict[int, set[int]] = {}
-        for step in row:
-            for a in actions_of(step):
-                if a.microbatch is None:
-                    continue
-                if a.kind is Kind.F:
-                    open_.setdefault(a.stage, set()).add(a.microbatch)
-                    window[a.stage] = max(window.get(a.stage, 0), len(open_[a.stage]))
-                elif a.kind in (Kind.B, Kind.I):
-                    open_.get(a.stage, set()).discard(a.microbatch)
+        window = _windows(row)
+
+        def takes(a: Action, count: int | None) -> bool:
+            return count is not None and a.microbatch is not None and a.microbatch % window[a.stage] < count
+
         out: list[Step] = []
         seen: set[tuple[int, int]] = set()
         for step in row:
+            before: list[Step] = []
+            after: list[Step] = []
             for a in actions_of(step):
                 if a.microbatch is None:
                     continue
+                moved = not takes(a, recompute) and takes(a, offload)
+                if a.kind is Kind.F and moved:
+                    after.append(Action(a.stage, Kind.OFFLOAD, a.microbatch))
                 key = (a.stage, a.microbatch)
                 if a.kind in (Kind.B, Kind.I) and key not in seen:
                     seen.add(key)
-                    if a.microbatch % window[a.stage] < per_window:
-                        out.append(Action(a.stage, Kind.R, a.microbatch))
-                    break
+                    if takes(a, recompute):
+                        before.append(Action(a.stage, Kind.R, a.microbatch))
+                    elif moved:
+                        before.append(Action(a.stage, Kind.RELOAD, a.microbatch))
+            out.extend(before)
             out.append(step)
+            out.extend(after)
         rows.append(tuple(out))
     return Built(tuple(rows), built.stages, built.placement)
 
 
 def run(spec: GeneratorSpec, context: Context, args: Mapping[str, object]) -> Built:
     """Run `spec` in `context`; raise GeneratorError (PPS021-022) on any problem."""
-    args, recompute = recompute_of(args)
+    args, recompute, offload = memory_args(args)
     values = check_arguments(spec, args)
     if spec.build_in is not None:
         built = spec.build_in(context, values)
@@ -233,8 +260,8 @@ def run(spec: GeneratorSpec, context: Context, args: Mapping[str, object]) -> Bu
         raise AssertionError(f"generator {spec.name} built a malformed program")
     if context.inference:
         built = Built(tuple(forwards_only(row) for row in built.rows), built.stages, built.placement)
-    elif recompute is not None:
-        built = with_recompute(built, recompute)
+    elif recompute is not None or offload is not None:
+        built = with_memory_actions(built, recompute, offload)
     return built
 
 
@@ -245,15 +272,15 @@ def count(name: str, ranks: int, microbatches: int, args: Mapping[str, object], 
 
 
 def steps_of(spec: GeneratorSpec, context: Context, args: Mapping[str, object]) -> int | None:
-    args, recompute = recompute_of(args)
+    args, recompute, offload = memory_args(args)
     values = check_arguments(spec, args)
     if spec.steps is None:
         return None
     steps = spec.steps(context.ranks, context.microbatches, values, context.inference)
-    if recompute is None or context.inference:
+    if (recompute is None and offload is None) or context.inference:
         return steps
-    # At most one R per forward, and every forward has a backward: a bound, enough for a limit.
-    return steps + steps // 2
+    # At most two memory actions per forward, and every forward has a backward: a bound.
+    return steps + steps
 
 
 def forwards_only(row: tuple[Step, ...]) -> tuple[Step, ...]:

@@ -217,6 +217,19 @@ class Framework(abc.ABC):
         """The sublayers of `layer` that update running statistics in a training forward (a
         batch norm): a forward run twice (`R`) would update them twice."""
 
+    @abc.abstractmethod
+    def packing(self, pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> AbstractContextManager[Any]:
+        """While open, what autograd saves for a backward goes through `pack` and comes back
+        through `unpack` (saved-tensor hooks)."""
+
+    @abc.abstractmethod
+    def to_host(self, t: Any) -> Any:
+        """A copy of `t` in host memory (on the CPU: a new buffer all the same)."""
+
+    @abc.abstractmethod
+    def from_host(self, t: Any) -> Any:
+        """A copy of host tensor `t` on the bound device (on the CPU: a new buffer)."""
+
     def hooks_registered(self) -> AbstractContextManager[list[str]]:
         """While open, collects the kinds of hooks the code puts on activations (the graph
         split refuses a forward that adds one)."""

@@ -77,3 +77,13 @@ def test_the_documented_expansion_is_what_expand_prints(tmp_path: Path, capsys: 
     monkeypatch.chdir(tmp_path)
     assert main(["expand", "two.pps"]) == 0
     assert capsys.readouterr().out == block.group(1)
+
+
+def test_offload_moves_after_the_forward_and_back_before_the_first_backward() -> None:
+    prog = _program("1f1b(offload=all, recompute=1)", ranks=2, microbatches=4)
+    rows = _actions(prog)
+    words = [f"{a.stage}{a.kind.name}{a.microbatch}" for a in rows[0]]  # type: ignore[attr-defined]
+    # Rank 0's window is 2: microbatches 0 and 2 recompute, 1 and 3 are offloaded.
+    assert words == ["0F0", "0F1", "0OFFLOAD1", "0R0", "0B0", "0F2", "0RELOAD1", "0B1", "0F3", "0OFFLOAD3",
+                     "0R2", "0B2", "0RELOAD3", "0B3"]
+    assert not [d for d in check(prog) if d.severity == "error"]  # type: ignore[arg-type]

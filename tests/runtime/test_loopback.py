@@ -623,3 +623,20 @@ def test_loopback_recompute_of_a_stage_with_batch_norm_is_refused_on_every_rank(
 
     said = loop.run(rank_main)
     assert all("stage 0 has R actions, but its 1 (updates running statistics in training)" in s for s in said), said
+
+
+# --- OFFLOAD and RELOAD: what a forward saved, to host memory and back -------------------------
+@pytest.mark.parametrize("call", ["1f1b(offload=all)", "zb1p(offload=all)", "interleaved_1f1b(virtual=2, offload=1)",
+                                  "1f1b(recompute=1, offload=all)"])
+def test_loopback_offload_and_reload_give_the_unpipelined_gradients(call: str) -> None:
+    prog = generated(call)
+    moved: list[tuple[str, int, int]] = []  # (label, tensors moved, still on the device)
+
+    def spy(ctx: ActionContext) -> None:
+        ctx.default()
+        held = ctx.stage.saved.get(ctx.op.microbatch, []) if ctx.stage is not None else []
+        moved.append((ctx.op.label, len(held), sum(s.tensor is not None for s in held)))
+
+    layers, reference, _ = run_pipeline(prog, handlers={Kind.OFFLOAD: spy})
+    assert_exact(prog, layers, reference)
+    assert moved and all(n > 0 and left == 0 for _, n, left in moved), moved

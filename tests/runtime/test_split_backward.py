@@ -256,10 +256,13 @@ def test_a_large_embedding_verifies_across_processes(tmp_path: Any, capsys: pyte
 
 
 @pytest.mark.parametrize("rows", ["0F0 1F0 0F1 1F1 1R0 1B0 0R0 0B0 1R1 1B1 0R1 0B1",
-                                  "0F0 1F0 0F1 1F1 1R0 1I0 0R0 0I0 1R1 1I1 0R1 0I1 1W0 0W0 1W1 0W1"])
-def test_recompute_on_paddle_draws_the_same_dropout_and_gives_autograds_gradients(rows: str) -> None:
+                                  "0F0 1F0 0F1 1F1 1R0 1I0 0R0 0I0 1R1 1I1 0R1 0I1 1W0 0W0 1W1 0W1",
+                                  "0F0 0OFFLOAD0 1F0 1OFFLOAD0 0F1 1F1 1RELOAD0 1B0 0RELOAD0 0B0 1B1 0B1",
+                                  "0F0 0OFFLOAD0 1F0 0F1 1F1 1R0 1I0 0RELOAD0 0I0 1R1 1I1 0I1 1W0 0W0 1W1 0W1"])
+def test_recompute_and_offload_on_paddle_give_autograds_gradients(rows: str) -> None:
     """R on Paddle (with B, and with the split I/W): the forward again from its kept input, the
-    dropout mask its F drew, the generator left where a run without R leaves it."""
+    dropout mask its F drew, the generator left where a run without R leaves it; OFFLOAD and
+    RELOAD: what the forward saved, to host memory and back."""
     import copy
 
     from ppdsl.expansion import parse

@@ -141,6 +141,14 @@ def recompute(sched: PipelineSchedule, op: Op) -> None:
         sched.grad_guard.learn(s, stage.differentiated(y))
 
 
+def offload(sched: PipelineSchedule, op: Op) -> None:
+    sched.stages[op.stage].offload(op.microbatch)
+
+
+def reload(sched: PipelineSchedule, op: Op) -> None:
+    sched.stages[op.stage].reload(op.microbatch)
+
+
 def output_grads(sched: PipelineSchedule, stage: Stage, m: int) -> list[Any] | None:
     """The gradients of a stage's output members (None at the last stage: the loss): handed
     down by the next stage when this rank holds it, else received."""
@@ -249,6 +257,7 @@ def builtin(deferred: DeferredGrads | None) -> dict[Kind, Handler]:
         Kind.I: keyed(backward_split, deferred) if deferred is not None else backward_input,
         Kind.W: deferred_weight if split else backward_weight,
         Kind.R: keyed(recompute, deferred) if deferred is not None else recompute,
+        Kind.OFFLOAD: offload, Kind.RELOAD: reload,
         Kind.SEND_F: message, Kind.RECV_F: message, Kind.SEND_B: message, Kind.RECV_B: message,
         Kind.UNSHARD: gather_weights, Kind.RESHARD: gather_weights, Kind.REDUCE_GRAD: reduce_grads,
     }

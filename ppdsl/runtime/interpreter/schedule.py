@@ -141,6 +141,8 @@ class PipelineSchedule:
             for part in op.parts or (op,):
                 if part.kind == Kind.R:
                     self.stages[part.stage].recomputed.add(part.microbatch)
+                elif part.kind == Kind.OFFLOAD:
+                    self.stages[part.stage].offloaded.add(part.microbatch)
         self.grad_guard = GradGuard(fw, self.layers, last_backward_labels(self.plan), self.global_rank) \
             if grad_guard and self.plan.training else None
         self.guard = _guard

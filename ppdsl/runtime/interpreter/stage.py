@@ -20,6 +20,16 @@ from ..framework import Framework, GradRefused, SplitCostly, SplitRefused
 from .split_backward import DeferredGrads, GraphSplit
 
 
+class Saved:
+    """A tensor autograd saved for a backward, on the device (`tensor`) or in host memory (`host`)."""
+
+    __slots__ = ("tensor", "host")
+
+    def __init__(self, tensor: Any):
+        self.tensor: Any = tensor
+        self.host: Any = None
+
+
 class Stage:
     """Stage `index` of the program, held by this rank as `layer`.
 
@@ -37,8 +47,11 @@ class Stage:
         self.deferred = deferred
         self.graph = graph  # the weights the autograd graph defers to W (with the split)
         self.head: Callable[[int, Any], Any] | None = None
-        #: Microbatches whose forward an `R` of this rank runs again (set by the schedule).
+        #: Microbatches whose forward an `R` of this rank runs again, and whose saved tensors
+        #: an `OFFLOAD` moves to host memory (set by the schedule).
         self.recomputed: set[int] = set()
+        self.offloaded: set[int] = set()
+        self._params = {fw.data_ptr(p) for _, p in fw.named_parameters(layer)}
         self._keeps_input = training and not first  # the first stage's input needs no gradient
         self.reset()
 
@@ -53,6 +66,7 @@ class Stage:
         self.whole: set[int] = set()  # microbatches whose I ran the whole backward
         self.kept_inputs: dict[int, tuple[Any, dict[str, Any], Any]] = {}  # input, kwargs, RNG, until R
         self.awaiting: set[int] = set()  # microbatches whose output has no graph until their R
+        self.saved: dict[int, list[Saved]] = {}  # what a forward saved, for OFFLOAD and RELOAD
 
     # --- compute ------------------------------------------------------------------------
     def forward(self, m: int, x: Any, kwargs: dict[str, Any]) -> Any:
@@ -63,7 +77,7 @@ class Stage:
             # (the next stage and the messages need them), and nothing saved for the backward
             # outlives the forward. The RNG state is kept so the `R` draws what this one did.
             self.kept_inputs[m] = (x, kwargs, self.fw.rng_state())
-            y = values.hand_over(self.fw, self._run(m, x, kwargs), True)
+            y = values.hand_over(self.fw, self._run(m, x, kwargs, pack=False), True)
             self.outputs[m] = y
             self.awaiting.add(m)
             return y
@@ -86,7 +100,10 @@ class Stage:
         self.awaiting.discard(m)
         return y
 
-    def _run(self, m: int, x: Any, kwargs: dict[str, Any]) -> Any:
+    def _run(self, m: int, x: Any, kwargs: dict[str, Any], pack: bool = True) -> Any:
+        if pack and m in self.offloaded and self.training:
+            with self._packing(m):
+                return self._run(m, x, kwargs, pack=False)
         graph = self.graph
         if graph is not None and graph.active:
             with self.fw.hooks_registered() as hooks:
@@ -101,6 +118,46 @@ class Stage:
         if self._keeps_input:
             self.inputs[m] = values.grad_members(self.fw, x)
         return y
+
+    # --- OFFLOAD and RELOAD ---------------------------------------------------------------
+    def _packing(self, m: int) -> Any:
+        """Around the forward of a microbatch an `OFFLOAD` moves: every tensor autograd saves
+        (but the stage's parameters, which stay) is held by a `Saved` the stage keeps."""
+        held = self.saved[m] = []
+        params = self._params
+        data_ptr = self.fw.data_ptr
+
+        def pack(t: Any) -> Any:
+            if data_ptr(t) in params:
+                return t
+            saved = Saved(t)
+            held.append(saved)
+            return saved
+
+        index = self.index
+
+        def unpack(saved: Any) -> Any:
+            if not isinstance(saved, Saved):
+                return saved
+            if saved.tensor is None:  # the checker's PPS111 keeps a valid program from this
+                raise RuntimeError(f"stage {index}, microbatch {m}: its activations are in host memory: the "
+                                   "backward ran between its OFFLOAD and its RELOAD")
+            return saved.tensor
+
+        return self.fw.packing(pack, unpack)
+
+    def offload(self, m: int) -> None:
+        """`OFFLOAD`: the tensors the forward of microbatch m saved, copied to host memory and
+        dropped from the device (the stage keeps no other reference)."""
+        for saved in self.saved.get(m, ()):
+            if saved.tensor is not None:
+                saved.host, saved.tensor = self.fw.to_host(saved.tensor), None
+
+    def reload(self, m: int) -> None:
+        """`RELOAD`: those tensors copied back to the device, where the backward finds them."""
+        for saved in self.saved.pop(m, ()):
+            if saved.host is not None:
+                saved.tensor, saved.host = self.fw.from_host(saved.host), None
 
     def differentiated(self, y: Any) -> list[Any]:
         """What a backward starts from: the loss, or the output members that need a gradient."""

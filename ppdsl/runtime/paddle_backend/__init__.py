@@ -137,6 +137,15 @@ class PaddleFramework(Framework):
     def sublayers(self, layer: Any) -> Iterator[tuple[str, Any]]:
         return iter(layer.named_sublayers(include_self=True))
 
+    def packing(self, pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> AbstractContextManager[Any]:
+        return paddle.autograd.saved_tensors_hooks(pack, unpack)  # type: ignore[no-any-return]
+
+    def to_host(self, t: Any) -> Any:
+        return t.detach().cpu() if self.device.is_gpu else t.detach().clone()
+
+    def from_host(self, t: Any) -> Any:
+        return t.cuda() if self.device.is_gpu else t.clone()
+
     def rng_state(self) -> Any:
         return paddle.get_rng_state()
 

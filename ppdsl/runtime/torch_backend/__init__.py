@@ -157,6 +157,16 @@ class TorchFramework(Framework):
         return [name or "(the stage itself)" for name, m in layer.named_modules()
                 if isinstance(m, norms) and m.training and m.track_running_stats]
 
+    def packing(self, pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> AbstractContextManager[Any]:
+        hooks: AbstractContextManager[Any] = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+        return hooks
+
+    def to_host(self, t: Any) -> Any:
+        return t.detach().to("cpu", copy=True)
+
+    def from_host(self, t: Any) -> Any:
+        return t.to(self._torch_device or "cpu", copy=True)
+
     def hooks_registered(self) -> AbstractContextManager[list[str]]:
         return graph_split.hooks_registered()
 
