@@ -45,6 +45,14 @@ def main(path: str, steps: int = 20) -> None:
         optimizer.clear_grad()
         if losses:  # the rank that holds the last stage
             print(f"step {step}: loss {float(sum(losses)) / len(losses):.4f}", flush=True)
+    # Evaluation: the same schedule's forwards only, under no gradient; every rank calls it.
+    for layer in stages.values():
+        layer.eval()
+    inputs, targets = next(data)
+    held_out: list[paddle.Tensor] = []
+    outputs = schedule.eval(inputs, target=targets, losses=held_out)
+    if outputs is not None:  # the rank that holds the last stage
+        print(f"eval: loss {float(sum(held_out)) / len(held_out):.4f} on {outputs.shape[0]} samples", flush=True)
     schedule.close()  # ends its sending threads before the process exits
 
 

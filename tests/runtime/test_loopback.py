@@ -601,7 +601,7 @@ def test_loopback_recompute_draws_the_forwards_random_numbers_again() -> None:
     ys = []
     for xm in x.chunk(2):
         ys.append(reference[1](reference[0](xm)))
-    want_losses = [float(loss_fn(y, t)) for y, t in zip(ys, target.chunk(2))]
+    want_losses = [float(loss_fn(y, t).detach()) for y, t in zip(ys, target.chunk(2))]
     sum(loss_fn(y, t) / 2 for y, t in zip(ys, target.chunk(2))).backward()
     assert torch.equal(after, torch.rand(1))  # R left the generator where a run without it does
     assert losses == pytest.approx(want_losses, rel=1e-12)
@@ -640,3 +640,46 @@ def test_loopback_offload_and_reload_give_the_unpipelined_gradients(call: str) -
     layers, reference, _ = run_pipeline(prog, handlers={Kind.OFFLOAD: spy})
     assert_exact(prog, layers, reference)
     assert moved and all(n > 0 and left == 0 for _, n, left in moved), moved
+
+
+# --- eval: the training schedule's forwards only, under no gradient ---------------------------
+@pytest.mark.parametrize("gen", ["1f1b()", "zbv()", "interleaved_1f1b(virtual=2)", "zb1p(recompute=all)"])
+def test_loopback_eval_runs_the_forwards_only_and_changes_no_gradient(gen: str) -> None:
+    prog = generated(gen)
+    layers = model(prog.stages)
+    reference = model(prog.stages)
+    x, target = batch()
+    loop = Loopback("torch", prog.ranks, timeout=10.0)
+    last = prog.rank_of(prog.stages - 1)
+
+    def rank_main(rank: int) -> tuple[Any, list[Any], list[Any], list[Any]]:
+        mine = {s: layers[s] for s in prog.stages_of(rank)}
+        sched = PipelineSchedule(prog, mine, loss_fn, transport=loop.links(rank))
+        try:
+            sched.step(x, target=target)
+            grads = [p.grad.clone() for s in sorted(mine) for p in mine[s].parameters()]
+            losses: list[Any] = []
+            out = None
+            for _ in range(2):  # the forward-only schedule is made once and reused
+                losses = []
+                out = sched.eval(x, target=target, losses=losses)
+            after = [p.grad for s in sorted(mine) for p in mine[s].parameters()]
+        finally:
+            sched.close()
+        return out, losses, grads, after
+
+    results = loop.run(rank_main)
+    with torch.no_grad():
+        want = x
+        for layer in reference:
+            want = layer(want)
+    for rank, (out, losses, grads, after) in enumerate(results):
+        assert all(torch.equal(a, b) for a, b in zip(grads, after)), "eval changed a gradient"
+        if rank == last:
+            assert out is not None and out.grad_fn is None and not out.requires_grad
+            torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+            want_losses = [float(loss_fn(o, t)) for o, t in zip(want.chunk(prog.microbatches),
+                                                                 target.chunk(prog.microbatches))]
+            assert [float(v) for v in losses] == pytest.approx(want_losses, rel=1e-12)
+        else:
+            assert out is None and losses == []

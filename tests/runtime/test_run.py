@@ -272,8 +272,11 @@ def test_the_example_training_loop_uses_the_api_directly(tmp_path: Path) -> None
     outcome = launch([load_program(f)], [f, "8"], steps=0, timeout=30, quiet=True, keep_logs=str(tmp_path),
                      command=[sys.executable, str(ROOT / "examples" / "train_loop.py")])
     assert outcome.code == 0, outcome.failure
-    losses = [float(x) for x in re.findall(r"step \d+: loss ([0-9.]+)", (tmp_path / "rank1.log").read_text())]
+    log = (tmp_path / "rank1.log").read_text()
+    losses = [float(x) for x in re.findall(r"step \d+: loss ([0-9.]+)", log)]
     assert len(losses) == 8 and losses[-1] < losses[0]
+    held_out = re.findall(r"eval: loss ([0-9.]+) on (\d+) samples", log)  # forwards only, every rank
+    assert len(held_out) == 1 and held_out[0][1] == "64" and float(held_out[0][0]) < losses[0], log
 
 
 # --- checked before any process starts ----------------------------------------------------

@@ -94,7 +94,8 @@ class PipelineSchedule:
                  check: bool = True, pause_gc: bool = True, framework: str | Framework | None = None,
                  background_sends: bool = True, layout: Layout | None = None, grad_guard: bool = True,
                  handlers: Mapping[Kind | str, handlers_.UserHandler] | None = None,
-                 transport: Carrier | None = None, _guard: bool = True, _transport: Transport | None = None):
+                 transport: Carrier | None = None, _guard: bool = True, _transport: Transport | None = None,
+                 _shared: bool = False):
         fw = self.fw = setup.framework(framework, stages)
         self.layout = setup.layout(fw, program, rank, layout if layout is not None or transport is None else transport.layout)
         self.rank = self.layout.pipeline_rank  # what the plan is compiled for
@@ -103,6 +104,9 @@ class PipelineSchedule:
         self.backend = (backend or (fw.backend() if fw.is_initialized() else "gloo")).lower()
         self.comm_model = transport.model if transport is not None else comm_model_of(self.backend, background_sends)
         # Lint (and lower) under the backend's own model before anything is sent.
+        self._source = program  # as given: `eval` takes its forwards
+        self._evaluator: PipelineSchedule | None = None
+        self._shared = _shared  # another schedule's transport (`eval`'s): closed by that one
         self.program = prepare(program, self.comm_model, check=check)
         self.plan = compile_rank(self.program, self.rank)
         self.layers = setup.stage_map(fw, stages, self.plan)
@@ -343,6 +347,38 @@ class PipelineSchedule:
             return values.merge_batch(fw, [self.outputs[m] for m in sorted(self.outputs)])
         return None
 
+    def eval(self, *args: Any, target: Any = None, losses: list[Any] | None = None, **kwargs: Any) -> Any:
+        """Forward only, under no gradient: the program's forwards in their order (its
+        backward work dropped), the batch split into the same microbatches. Every rank calls
+        it, as `step()` (the first call agrees on the forward-only program, a collective).
+        On the last stage's rank it returns the outputs merged back into one batch and, with
+        `target`, appends each microbatch's loss (unscaled) to `losses`; elsewhere None. No
+        gradient, running statistic of a training step or random draw of one is changed by it
+        beyond what the forwards themselves do (a model in `eval()` mode draws nothing)."""
+        inner = self._evaluator
+        if inner is None:
+            inner = self._evaluator = self._forward_only()
+        with self.fw.no_grad():
+            out = inner.run_batch(args, kwargs=kwargs, return_output=True)
+            if target is not None and losses is not None and inner.plan.last_stage:
+                assert self.loss_fn is not None
+                try:
+                    targets = values.split_batch(self.fw, target, self.plan.microbatches, "target")
+                except values.StageValueError as exc:
+                    raise SetupError(str(exc)) from None
+                losses.extend(self.fw.detach(self.loss_fn(inner.outputs[m], targets[m])) for m in sorted(inner.outputs))
+        return out
+
+    def _forward_only(self) -> PipelineSchedule:
+        """The schedule `eval` runs: this program's forwards in each rank's order, over this
+        schedule's transport, layers and watchdog."""
+        from ...generators.registry import forwards_only
+
+        program = self._source.evolve(mode="inference", rows=tuple(forwards_only(row) for row in self._source.rows))
+        return PipelineSchedule(program, self.layers, None, transport=self.transport, watchdog=self.watchdog,
+                                backend=self.backend, framework=self.fw, pause_gc=self.pause_gc,
+                                split_backward=False, grad_guard=False, _guard=self.guard, _shared=True)
+
     def gradients_finite(self, losses: Sequence[Any] = ()) -> bool:
         """Whether the gradients on every rank, and the `losses` each rank passes (the last
         stage's of the step), are all finite: a collective, called by every rank after
@@ -363,9 +399,12 @@ class PipelineSchedule:
         """End the schedule's background threads (the sending threads, the gradient reduction
         of a data-parallel layout) once the last step is done; a script that exits normally
         should call it."""
+        if self._evaluator is not None and self._evaluator.reducer is not None:
+            self._evaluator.reducer.close()
         if self.reducer is not None:
             self.reducer.close()
-        self.transport.close()
+        if not self._shared:
+            self.transport.close()
         if self._own_watchdog:
             self.watchdog.stop()
 
