@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from ..diagnostics import UsageError
@@ -46,6 +46,10 @@ class SplitCostly(Exception):
         super().__init__(", ".join(nodes))
         self.weights = weights
         self.nodes = nodes
+
+
+class CollectiveRefused(RuntimeError):
+    """A collective called where it has no peers (the message says where and what to do)."""
 
 
 class Framework(abc.ABC):
@@ -229,6 +233,35 @@ class Framework(abc.ABC):
     @abc.abstractmethod
     def from_host(self, t: Any) -> Any:
         """A copy of host tensor `t` on the bound device (on the CPU: a new buffer)."""
+
+    #: The framework's collective and point-to-point calls a user's code may make, by module.
+    collective_modules: tuple[str, ...] = ()
+    collective_names: tuple[str, ...] = ()
+
+    @contextmanager
+    def collectives_refused(self, why: Callable[[str], str]) -> Iterator[None]:
+        """While open, the framework's collectives and messages (`collective_names` in each
+        of `collective_modules`) raise `CollectiveRefused(why(name))` instead of running."""
+        saved: list[tuple[Any, str, Any]] = []
+        for module_name in self.collective_modules:
+            module = sys.modules.get(module_name)
+            if module is None:
+                continue
+            for name in self.collective_names:
+                fn = getattr(module, name, None)
+                if fn is None:
+                    continue
+
+                def refused(*args: Any, _name: str = name, **kwargs: Any) -> Any:
+                    raise CollectiveRefused(why(_name))
+
+                saved.append((module, name, fn))
+                setattr(module, name, refused)
+        try:
+            yield
+        finally:
+            for module, name, fn in reversed(saved):
+                setattr(module, name, fn)
 
     def hooks_registered(self) -> AbstractContextManager[list[str]]:
         """While open, collects the kinds of hooks the code puts on activations (the graph

@@ -26,3 +26,4 @@ def test_recompute_and_offload_verify_across_processes(framework: str, tmp_path:
     out, err = capsys.readouterr()
     assert code == 0, out + err
     assert out.count("verify ok: ") == 3, out
+

@@ -144,7 +144,17 @@ class Verifier:
         if self.optimizer is not None:
             if skipped:
                 self.fw.clear_grads(self.optimizer)
-            else:
+                return
+            # The reference runs on rank 0 alone: a collective in the optimizer's step would
+            # wait for peers that are elsewhere (or meet their next messages). Refused, said.
+            spec = self.cfg.optimizer
+
+            def why(name: str) -> str:
+                return (f"--verify: the optimizer `{spec}` calls {name}() in its step, but --verify's unpipelined "
+                        "reference steps its optimizer on rank 0 alone, where a collective has no peers: run "
+                        "without --verify, or verify with an optimizer whose step makes no collective call")
+
+            with self.fw.collectives_refused(why):
                 self.fw.optimizer_step(self.optimizer)
 
     def finish(self, reporter: Reporter, file: int = 0) -> None:

@@ -23,6 +23,10 @@ class PaddleFramework(Framework):
     layer_type = "paddle.nn.Layer"
     split = split
     tensor_type = "paddle.Tensor"
+    collective_modules = ("paddle.distributed",)
+    collective_names = ("all_reduce", "all_gather", "all_gather_object", "reduce", "reduce_scatter", "broadcast",
+                        "broadcast_object_list", "alltoall", "alltoall_single", "barrier", "send", "recv", "isend",
+                        "irecv", "batch_isend_irecv")
 
     # --- tensors -------------------------------------------------------------------------
     def is_tensor(self, obj: Any) -> bool:

@@ -22,6 +22,10 @@ class TorchFramework(Framework):
     layer_type = "torch.nn.Module"
     split = split
     tensor_type = "torch.Tensor"
+    collective_modules = ("torch.distributed", "torch.distributed.distributed_c10d")
+    collective_names = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce",
+                        "reduce_scatter", "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "all_to_all",
+                        "all_to_all_single", "barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv")
 
     # --- tensors -------------------------------------------------------------------------
     def is_tensor(self, obj: Any) -> bool:
