@@ -683,3 +683,35 @@ def test_loopback_eval_runs_the_forwards_only_and_changes_no_gradient(gen: str) 
             assert [float(v) for v in losses] == pytest.approx(want_losses, rel=1e-12)
         else:
             assert out is None and losses == []
+
+
+# --- a rank that stops on the first step tells the ranks waiting for it ------------------------
+@pytest.mark.parametrize("gen", ["1f1b()", "zbv()"])
+def test_loopback_targets_missing_on_one_rank_is_the_same_error_on_every_rank(gen: str) -> None:
+    import time
+
+    prog = generated(gen, ranks=2)
+    layers = model(prog.stages)
+    x, target = batch()
+    last = prog.rank_of(prog.stages - 1)
+    loop = Loopback("torch", prog.ranks, timeout=20.0)
+
+    def rank_main(rank: int) -> str:
+        sched = PipelineSchedule(prog, {s: layers[s] for s in prog.stages_of(rank)}, loss_fn,
+                                 transport=loop.links(rank))
+        try:
+            sched.step(x, target=None if rank == last else target)  # the last stage's rank forgot it
+        except (SetupError, StepError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            sched.close()
+        return "ran"
+
+    t0 = time.monotonic()
+    said = loop.run(rank_main)
+    assert time.monotonic() - t0 < 10, "a rank waited for its timeout"
+    reason = "the last stage needs the batch's targets: step(inputs, target=...)"
+    assert said[last] == f"SetupError: {reason}"
+    for rank, text in enumerate(said):
+        if rank != last:
+            assert text.startswith("StepError: ") and f"rank {last} stopped before step 0: {reason}" in text, said

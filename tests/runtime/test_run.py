@@ -334,3 +334,23 @@ def test_a_users_model_does_not_choose_the_threads(capsys: pytest.CaptureFixture
     code, out, err, _ = _run(capsys, str(f), "--steps", "1", "--model", str(ROOT / "examples" / "my_model.py"))
     assert code == 0, err
     assert f"each: {cores()} cores / 2 ranks)" in out, out
+
+
+@pytest.mark.slow
+def test_targets_missing_on_one_rank_stop_every_rank_with_its_reason(tmp_path: Path) -> None:
+    """Real Paddle processes on gloo: the last stage's rank forgets the targets on the first
+    step; the other rank is told why through the first step's notes, in seconds."""
+    from ppdsl.runtime.jobs.launcher import launch
+
+    f = tmp_path / "two.pps"
+    f.write_text("pipeline ranks=2 microbatches=4\nuse 1f1b()\n")
+    outcome = launch([load_program(str(f))], [], steps=0, timeout=60, quiet=True, keep_logs=str(tmp_path),
+                     command=[sys.executable, str(HERE / "helpers" / "missing_target.py")])
+    assert outcome.code == 0, outcome.failure
+    reason = "the last stage needs the batch's targets: step(inputs, target=...)"
+    told = [re.search(r"told after ([0-9.]+) s: (.*)", (tmp_path / f"rank{r}.log").read_text()) for r in (0, 1)]
+    assert all(told), [(tmp_path / f"rank{r}.log").read_text() for r in (0, 1)]
+    assert told[1] and told[1].group(2) == f"SetupError: {reason}"
+    assert told[0] and told[0].group(2).startswith("StepError: rank 0, step 0") and \
+        f"rank 1 stopped before step 0: {reason}" in told[0].group(2)
+    assert float(told[0].group(1)) < 20

@@ -271,8 +271,17 @@ class PipelineSchedule:
                     raise SetupError("the last stage needs the batch's targets: step(inputs, target=...)")
                 self.targets = values.split_batch(fw, target, M, "target")
             self.kwargs = values.split_batch(fw, dict(kwargs or {}), M, "keyword arguments", need_tensor=False)
-        except values.StageValueError as exc:
+        except (SetupError, values.StageValueError) as exc:
+            self.wire.abandon(f"rank {self.global_rank} stopped before step {self.step_index}: {exc}")
             raise SetupError(str(exc)) from None
+        try:
+            return self._run_step(losses, return_output)
+        except StepError as exc:
+            self.wire.abandon(exc.detail if exc.peer else str(exc))
+            raise
+
+    def _run_step(self, losses: list[Any] | None, return_output: bool) -> Any:
+        plan, fw = self.plan, self.fw
         wd = self.watchdog
         wd.step = self.wire.step = self.step_index
         op: Op | None = None

@@ -1,30 +1,33 @@
 """PyTorch's split on the autograd graph: the weight gradients of any layer deferred to `W`.
 
-The split Linear (`split.py`) covers `torch.nn.Linear`. The other weights a stage defers (an
-`Embedding`, a `Conv*`, a user's own `autograd.Function`, a Linear that overrides its forward)
-are split here, on the graph the forward built. Two sets of leaves: the stage's input and the
-parameters finished in `I` (`eager`: the split Linears' own, whose deferral happens inside
-`I`'s backward, and whatever the caller keeps whole), and the `deferred` weights. Nodes that
-lead to the first set run in `I`; nodes that lead only to deferred weights are `W`'s part.
-Where the two parts meet, one of two things carries the gradient across:
+The split Linear (`split.py`) covers `torch.nn.Linear`. The other weights a stage defers (a
+large `Embedding`, a Linear that overrides its forward, `x @ self.weight`) are split here, on
+the graph the forward built. Two sets of leaves: the stage's input and the parameters finished
+in `I` (`eager`: the split Linears' own, whose deferral happens inside `I`'s backward, and
+whatever the caller keeps whole), and the `deferred` weights. Nodes that lead to the first set
+run in `I`; nodes that lead only to deferred weights are `W`'s part. Where the two parts meet,
+one of two things carries the gradient across:
 
 - a *fork*: a node `I` runs whose edge into `W`'s part goes straight to a weight (through
-  transposes and casts at most), as a convolution's or a custom Function's backward. `I` asks
-  that node for its input-side outputs only, and a pre-hook keeps the gradients it received;
-  `W` feeds them back in, asking for the weight: the node runs again for the weight output.
+  transposes and casts at most), as a matrix product's backward. `I` asks that node for its
+  input-side outputs only, and a pre-hook keeps the gradients it received; `W` feeds them back
+  in, asking for the weight: the node runs again for the weight output. Only nodes whose weight
+  output is a kernel of its own are worth it (`_SEPARATE`); any other fork's weights are
+  finished in `I` (`SplitCostly`, before any work).
 - a *branch*: a node of `W`'s part that does work of its own (an `Embedding`'s backward, a
   whole sub-network only the weights need). `I` asks for the gradient flowing into it
   (`autograd.grad` on a `GradientEdge`, which stops there) and `W` starts from it.
 
-So I + W cost one backward, plus what a fork's second call shares. The graph is kept
+So I + W cost one backward, plus one engine call per fork in `W`. The graph is kept
 (`retain_graph`) from `I` to `W`, as PyTorch's own `stage_backward_input` /
 `stage_backward_weight` keep it.
 
 The split is exact or not taken: a leaf that is none of the stage's known tensors, a hook on
-a parameter (`I`'s gradients are added by hand, as autograd adds them, without hooks), or a
-deferred weight that a fork also reaches through `I`'s part (its gradient would be counted
-twice): `Refused`, with the reason, before anything is computed, and the caller runs the whole
-backward in `I`.
+a parameter finished in `I` (`I`'s gradients are added by hand, as autograd adds them, without
+hooks), or a deferred weight that a fork also reaches through `I`'s part (its gradient would be
+counted twice): `SplitRefused`, with the reason, before anything is computed, and the caller
+runs the whole backward in `I`. A forward that hooks an activation is refused by the caller
+(`hooks_registered`), since a fork's second call would run the hook again.
 """
 
 from __future__ import annotations
@@ -166,7 +169,7 @@ def backward_input(outs: Sequence[Any], grads: Sequence[Any] | None, inputs: Seq
             bits |= owned
         raise SplitCostly([w for i, w in enumerate(deferred) if bits >> i & 1], sorted({n for n, _ in costly}))
     if not forks and not branches and not direct:
-        return _whole(outs, grads, inputs, eager), None
+        return _whole(outs, grads, inputs), None
     received: dict[int, tuple[Any, ...]] = {}
     handles = [node.register_prehook(_keeper(received, i)) for i, (node, _, _) in enumerate(forks)]
     edges = [GradientEdge(node, k) for node, slots in branches.items() for k in sorted(slots)]
@@ -206,7 +209,7 @@ def _engine(roots: list[Any], grads: list[Any], inputs: list[Any], *, keep: bool
     return out
 
 
-def _whole(outs: Sequence[Any], grads: Sequence[Any], inputs: Sequence[Any], eager: Sequence[Any]) -> list[Any | None]:
+def _whole(outs: Sequence[Any], grads: Sequence[Any], inputs: Sequence[Any]) -> list[Any | None]:
     """Nothing to defer: one backward, as autograd runs it."""
     torch.autograd.backward(list(outs), list(grads))
     return [x.grad for x in inputs]

@@ -98,10 +98,11 @@ def parse_description(meta: Any, dtypes: Sequence[str], max_dims: int, max_eleme
     return Incoming(Form(form, tuple(keys) if form == DICT else ()), tuple(shapes), tuple(types), tuple(grads))
 
 
-def encode_note(label: Label | None, value: dict[str, Any] | None = None, error: str | None = None) -> bytes:
+def encode_note(label: Label | None, value: dict[str, Any] | None = None, error: str | None = None,
+                abandoned: bool = False) -> bytes:
     """A send's note: its label (guard on), the description of what it sends (a forward), or
-    why it cannot be sent."""
-    note: dict[str, Any] = {}
+    why it cannot be sent; `abandoned`: the sender stopped on its first step, `error` says why."""
+    note: dict[str, Any] = {"abandoned": True} if abandoned else {}
     if label is not None:
         note["label"] = label.words()
     if value is not None:

@@ -84,6 +84,22 @@ class Wire:
     def first_step_done(self) -> None:
         self.first = False
 
+    def abandon(self, reason: str) -> None:
+        """On the first step, a rank that stops before all its notes are out leaves each peer
+        it sends to one more note saying why: a peer waiting for a note from it raises that
+        reason (and leaves its own peers the same), instead of waiting out its timeout."""
+        if not self.first:
+            return
+        peers = {part.peer for op in self.plan.ops for part in (op.parts or (op,))
+                 if part.kind in (Kind.SEND_F, Kind.SEND_B)}
+        for peer in sorted(peers):
+            n = self._posted[peer] = self._posted.get(peer, 0) + 1
+            try:
+                self.transport.post_note(self._key(self.rank, self.transport.layout.global_rank(peer), n),
+                                         messages.encode_note(None, error=reason[:4000], abandoned=True))
+            except Exception:  # noqa: BLE001 - the reason the rank stops is what it raises
+                return
+
     # --- running exchanges ---------------------------------------------------------------
     def run(self, exchange: Exchange) -> None:
         """One action: its note, then its messages one after another, each blocking."""
@@ -249,6 +265,8 @@ class Wire:
             if data is None:
                 return False
             note = messages.decode_note(data)
+            if note.get("abandoned"):
+                raise PeerError(str(note.get("error", "a peer stopped")))
             if self.guard:
                 self._check_label(op, note.get("label"), numbered[0])
             use(note)
