@@ -8,7 +8,9 @@ the two tensors that make it (the layer's input and the gradient of its output) 
 `DeferredGrads` store under the (stage, microbatch) the interpreter is running. `W(s,m)` later
 runs exactly that key's weight gradients (`weight.grad +=` the product, the way the
 framework's own backward accumulates it) and drops the tensors. With no key set (a fused `B`)
-the weight gradient is computed on the spot.
+the weight gradient is computed on the spot. A large Paddle `Embedding` defers the same way
+(its ids and output gradient, `W` adds the rows). On PyTorch the other weights of a stage are
+deferred on the autograd graph itself (`GraphSplit` here, the adapter's `graph_split.py`).
 
 The switch is made when a step starts and undone when it ends (`SplitLinears.active`), so
 between steps, after `close()` and in the user's own code the modules are exactly theirs:
