@@ -124,7 +124,7 @@ def forward(sched: PipelineSchedule, op: Op) -> None:
         x = values.hand_over(sched.fw, sched.stages[s - 1].outputs[m], stage.training)
     else:
         x = stage.received.pop(m)
-    later_r = m in stage.recomputed and stage.training  # keeps its input only: nothing saved lives on
+    later_r = stage.keeps_input_only(m)  # nothing it saves lives on
     with sched.memory.saving(sched.fw, (s, m)) if sched.profile and not later_r else nullcontext():
         y = stage.forward(m, x, sched.kwargs[m])
     if sched.grad_guard is not None and sched.step_index == 0 and not later_r:

@@ -72,7 +72,7 @@ class Stage:
     def forward(self, m: int, x: Any, kwargs: dict[str, Any]) -> Any:
         """Run the layer on `x`; keep the output (or the scaled loss) for the backward. A
         microbatch an `R` runs again keeps its input instead (`recompute`)."""
-        if m in self.recomputed and self.training:
+        if self.keeps_input_only(m):
             # The graph is built and dropped: the output's members keep their gradient flags
             # (the next stage and the messages need them), and nothing saved for the backward
             # outlives the forward. The RNG state is kept so the `R` draws what this one did.
@@ -84,6 +84,10 @@ class Stage:
         y = self._run(m, x, kwargs)
         self.outputs[m] = y
         return y
+
+    def keeps_input_only(self, m: int) -> bool:
+        """Whether the forward of microbatch m keeps only its input (an `R` runs it again)."""
+        return self.training and m in self.recomputed
 
     def recompute(self, m: int) -> Any:
         """`R`: the forward of microbatch m again, with autograd, from the input its `F` kept

@@ -137,40 +137,43 @@ def embeddings(stage: Any) -> list[tuple[str, Any]]:
 def split_forward(layer: Any, store: DeferredGrads) -> Any:
     """The forward of a switched `paddle.nn.Linear` or `paddle.nn.Embedding`."""
     paddle = _paddle()
+    takes_split = _takes_split()
     if isinstance(layer, paddle.nn.Embedding):
-        return _embedding_forward(layer, store)
-    matmul = _split_matmul()
-    paddle = _paddle()
-    from paddle.base import core, framework
+        embedding = _split_embedding()
 
+        def forward_embedding(x: Any) -> Any:
+            weight = layer.weight
+            if takes_split(weight):
+                return embedding.apply(x, weight, layer._padding_idx, store)
+            return paddle.nn.Embedding.forward(layer, x)
+
+        return forward_embedding
+    matmul = _split_matmul()
     linear = paddle.nn.functional.linear
-    tracer, amp_off = framework._dygraph_tracer, core.AmpLevel.O0
 
     def forward(x: Any) -> Any:
         weight = layer.weight
-        # Under amp the plain Linear: Paddle casts its operands, which the PyLayer would not
-        # (the CPU build ignores amp, so this path has not been measured on a GPU).
-        if not weight.stop_gradient and weight.is_leaf and paddle.is_grad_enabled() and tracer()._amp_level == amp_off:
+        if takes_split(weight):
             return matmul.apply(x, weight, layer.bias, store)
         return linear(x, weight, layer.bias)
 
     return forward
 
 
-def _embedding_forward(layer: Any, store: DeferredGrads) -> Any:
-    split = _split_embedding()
+@functools.cache
+def _takes_split() -> Any:
+    """What says whether a call with `weight` runs the split layer: a leaf parameter that takes a
+    gradient, under autograd, without amp (Paddle casts a layer's operands under amp, which the
+    PyLayer would not; the CPU build ignores amp, so that path has not been measured on a GPU)."""
     paddle = _paddle()
     from paddle.base import core, framework
 
-    tracer, amp_off = framework._dygraph_tracer, core.AmpLevel.O0
+    tracer, amp_off, grad_enabled = framework._dygraph_tracer, core.AmpLevel.O0, paddle.is_grad_enabled
 
-    def forward(x: Any) -> Any:
-        weight = layer.weight
-        if not weight.stop_gradient and weight.is_leaf and paddle.is_grad_enabled() and tracer()._amp_level == amp_off:
-            return split.apply(x, weight, layer._padding_idx, store)
-        return paddle.nn.Embedding.forward(layer, x)
+    def takes(weight: Any) -> bool:
+        return bool(not weight.stop_gradient and weight.is_leaf and grad_enabled() and tracer()._amp_level == amp_off)
 
-    return forward
+    return takes
 
 
 def unsplittable(stage: Any, name: str, layer: Any) -> str:
