@@ -14,6 +14,13 @@ Keys (the same on the `.pps` `costs` line, after `--costs`, and in a profile's `
 - `comm`: the latency of one message (a send/receive pair, or one hand-off between ranks in
   a program without explicit communication). `bytes` and `bandwidth` (bytes per time unit)
   add `bytes / bandwidth` to every message.
+- `R`, `OFFLOAD`, `RELOAD`: a recompute (default: what `F` costs) and a move of one
+  microbatch's activations to host memory and back. Moves run on the rank's copy lane,
+  beside its computes; a backward waits for the reload of its activations. Without a time
+  of their own they take the stage's activation bytes (a profile's sizes) over `offload_bw`
+  (bytes per time unit), else nothing.
+- `copy_lane`: 1 (the default) runs offloads and reloads on a copy lane beside the computes;
+  0 has each rank run them itself, in row order, as `ppdsl run` does (its profile says so).
 - `overlap`: for an overlapped pair `(F;B)`, the fraction of the shorter part hidden under the
   longer one: 0 (the default) makes the pair cost the sum of its parts, which is what a runtime
   that runs them one after the other (ppdsl's own) takes; 1 the longer of the two, for a
@@ -47,7 +54,7 @@ from .wording import plural
 # The compute kinds' cost keys, from the table of kinds (`ppdsl/kinds.py`, each row's `cost`):
 # F, B, I, W, a full backward before its halves.
 COMPUTE_KINDS: Final[tuple[str, ...]] = TABLE.cost_keys
-GLOBAL_KEYS: Final = ("comm", "bytes", "bandwidth", "overlap")  # `comm`: every send's and receive's
+GLOBAL_KEYS: Final = ("comm", "bytes", "bandwidth", "overlap", "offload_bw", "copy_lane")  # `comm`: every send's and receive's
 # At most as many digits as MAX_STAGES has: a longer number is no stage (and int() of a
 # 5000-digit string is an error of its own).
 _STAGE_KEY = re.compile(rf"^({'|'.join(map(re.escape, COMPUTE_KINDS))})_s(\d{{1,{len(str(MAX_STAGES))}}})$")
@@ -94,15 +101,18 @@ def check_key(key: str) -> tuple[str, int | None]:
 def check_value(key: str, value: float) -> None:
     if not math.isfinite(value) or value < 0:
         raise CostError("PPS351", f"cost `{key}={value:g}` must be a finite number >= 0", key)
-    top = MAX_QUANTITY if key in ("bytes", "bandwidth") else MAX_COST
+    top = MAX_QUANTITY if key in ("bytes", "bandwidth", "offload_bw") else MAX_COST
     if value > top:
         raise CostError("PPS351", f"cost `{key}={value:g}` is larger than {top:g}", key,
                         help="ppdsl's limit: past it the sums of a simulation are no longer times")
     if 0 < value < MIN_COST:
         raise CostError("PPS351", f"cost `{key}={value:g}` is smaller than {MIN_COST:g} but not 0", key,
                         help="write 0 for free, or pick a smaller time unit")
-    if key == "bandwidth" and value == 0:
-        raise CostError("PPS351", "`bandwidth` must be greater than 0", key)
+    if key in ("bandwidth", "offload_bw") and value == 0:
+        raise CostError("PPS351", f"`{key}` must be greater than 0", key)
+    if key == "copy_lane" and value not in (0, 1):
+        raise CostError("PPS351", f"`copy_lane={value:g}` is 1 (offloads and reloads beside the computes) or 0 "
+                        "(each run by its rank in row order)", key)
     if key == "overlap" and value > 1:
         raise CostError("PPS351", f"`overlap={value:g}` is a fraction between 0 and 1", key,
                         help="1: an overlapped pair costs the longer part; 0: the sum of both")
@@ -226,10 +236,15 @@ class CostModel:
             i = given.get("I", f)
             w = given.get("W", f)
             b = i + w
-        # A recompute is the forward again; moving activations costs what is given (a copy
-        # lane's time, `OFFLOAD`/`RELOAD`), else nothing.
-        return {"F": f, "B": b, "I": i, "W": w, "R": given.get("R", f), "OFFLOAD": given.get("OFFLOAD", 0.0),
-                "RELOAD": given.get("RELOAD", 0.0)}
+        # A recompute is the forward again. Moving activations (on the copy lane) costs what is
+        # given, else the stage's activation bytes (a profile's sizes) over `offload_bw`, else
+        # nothing.
+        moved = 0.0
+        bw = self._values.get("offload_bw")
+        if bw and stage is not None and self.sizes is not None and stage < self.sizes.stages:
+            moved = self.sizes.activation[stage] / bw
+        return {"F": f, "B": b, "I": i, "W": w, "R": given.get("R", f), "OFFLOAD": given.get("OFFLOAD", moved),
+                "RELOAD": given.get("RELOAD", moved)}
 
     def table(self, stages: int, shares: Sequence[int] | None = None) -> list[tuple[float, ...]]:
         """Per stage, the duration of each compute Kind, indexed by Kind value (non-compute: 0).
@@ -255,6 +270,12 @@ class CostModel:
         return t
 
     @property
+    def copy_lane(self) -> bool:
+        """Whether offloads and reloads run on a copy lane beside the computes (`copy_lane=1`,
+        the default: a side stream) or each on its rank in row order (`copy_lane=0`)."""
+        return self._values.get("copy_lane", 1.0) != 0
+
+    @property
     def overlap_fraction(self) -> float:
         return self._values.get("overlap", 0.0)
 
@@ -271,7 +292,7 @@ class CostModel:
             x, y = (table[p.stage][p.kind] if 0 <= p.stage < stages else 0.0 for p in step.parts)
             return self.pair_time(x, y)
 
-        return Timing.from_table(table, self.message_time, overlap)
+        return Timing.from_table(table, self.message_time, overlap, self.copy_lane)
 
     def describe(self, stages: int, kinds: Collection[str] | None = None, overlap: bool = True) -> dict[str, float]:
         """The effective costs, as a flat dict for reports (per-stage keys only where they differ).
@@ -296,6 +317,8 @@ class CostModel:
         out["comm"] = self.message_time
         if overlap:
             out["overlap"] = self.overlap_fraction
+        if not self.copy_lane:
+            out["copy_lane"] = 0.0
         return out
 
 

@@ -92,6 +92,10 @@ class KindRow(NamedTuple):
     # RECV_F, D in SEND_F) would cut those too, and every row of sends would need mending. A
     # kind that does not is read word by word in the rows that hold it.
     read_whole: bool = True
+    # Where its time is spent: on the rank's compute lane, or on its copy lane beside it (a
+    # move of activations to host memory and back, which the rank does not wait for; the
+    # backward that reads what a reload brings back does).
+    lane: Literal["compute", "copy"] = "compute"
 
     @property
     def csv(self) -> dict[str, str]:
@@ -144,9 +148,9 @@ KINDS: Final[tuple[KindRow, ...]] = (
             read_whole=False),
     # The activations of a (stage, microbatch) to host memory and back, on the copy lane.
     KindRow("OFFLOAD", 5, "compute", local="F_DONE", memory="moves_out", cost="OFFLOAD", picture="MOVE",
-            short="OF", in_csv=False, read_whole=False),
+            short="OF", in_csv=False, read_whole=False, lane="copy"),
     KindRow("RELOAD", 6, "compute", local="F_DONE", memory="moves_in", cost="RELOAD", picture="MOVE",
-            short="RL", in_csv=False, read_whole=False),
+            short="RL", in_csv=False, read_whole=False, lane="copy"),
     KindRow("SEND_F", 8, "comm", sends="F_DONE", completes=("MSG_F_SENT",), peer=(1, "RECV_F"), cost="comm",
             picture="SEND", short="SF"),
     KindRow("RECV_F", 9, "comm", completes=("RECV_F_DONE",), peer=(-1, "SEND_F"), cost="comm", picture="RECV",
@@ -191,6 +195,11 @@ class Derived(NamedTuple):
     sends: tuple[int, ...]
     receives: tuple[int, ...]
     backward: tuple[int, ...]
+    copy: tuple[int, ...]  # the kinds on the copy lane
+    reloads: tuple[int, ...]  # the copy kinds that bring activations back (`memory` "moves_in")
+    # The backwards that read their forward's activations (a local need of `F_DONE`): they
+    # wait for a reload of their (stage, microbatch) to end.
+    after_reload: tuple[int, ...]
     compute_max: int  # `k <= compute_max`: a compute
     comm_max: int  # `k > comm_max`: stage-only, or the end of a row (`kind_mask`)
     receive_bit: int  # among sends and receives, `k & receive_bit` is a receive
@@ -279,6 +288,9 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int
     local_needs: list[tuple[int, int]] = []
     own_slot: dict[int, int] = {}
     for r in rows:
+        if r.lane == "copy" and r.category != "compute":
+            raise TableError(f"{r.name}: only a compute (an action of a stage and a microbatch) runs on the copy lane")
+    for r in rows:
         if r.local is not None:
             made_by = [p for p in rows if r.local in p.completes and p.category == "compute" and p.value != r.value]
             if len(made_by) != 1:
@@ -291,6 +303,9 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int
         slot_mask=(1 << slot_bits) - 1, nothing=(1 << slot_bits) - 1, slot_value=slot_value,
         compute=compute, comm=comm, stage=stage, sends=sends, receives=receives,
         backward=tuple(sorted(r.value for r in rows if r.backward)),
+        copy=tuple(sorted(r.value for r in rows if r.lane == "copy")),
+        reloads=tuple(sorted(r.value for r in rows if r.lane == "copy" and r.memory == "moves_in")),
+        after_reload=tuple(sorted(r.value for r in rows if r.backward and r.local == "F_DONE")),
         compute_max=compute_max, comm_max=comm_max, receive_bit=receive_bit, exchange_bit=exchange_bit,
         names={r.name: r.value for r in sorted(rows, key=lambda r: r.value)},
         legacy_names={r.legacy_csv or r.name: r.value for r in sorted(rows, key=lambda r: r.value)},
@@ -350,6 +365,11 @@ class Kind(enum.IntEnum):
         return _IS_COMM[self]
 
     @property
+    def on_copy_lane(self) -> bool:
+        """Its time is spent on the rank's copy lane, beside its computes (OFFLOAD, RELOAD)."""
+        return _IS_COPY[self]
+
+    @property
     def is_send(self) -> bool:
         return _IS_SEND[self]
 
@@ -378,5 +398,6 @@ def _flags(values: tuple[int, ...]) -> tuple[bool, ...]:
 
 _IS_COMPUTE, _IS_COMM, _IS_STAGE = _flags(TABLE.compute), _flags(TABLE.comm), _flags(TABLE.stage)
 _IS_SEND, _IS_RECV, _IS_BACKWARD = _flags(TABLE.sends), _flags(TABLE.receives), _flags(TABLE.backward)
+_IS_COPY = _flags(TABLE.copy)
 
 KIND_BY_NAME: Final[dict[str, Kind]] = {name: Kind(v) for name, v in TABLE.names.items()}

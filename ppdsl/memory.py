@@ -97,7 +97,7 @@ def _having(enc: Encoded, kind: int) -> set[int]:
 
 
 def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
-            kept: Sequence[float] | None = None) -> Sequence[Sequence[float]]:
+            kept: Sequence[float] | None = None, inputs: Sequence[float] | None = None) -> Sequence[Sequence[float]]:
     """Per rank, per action (code): the activations it makes live (+) or frees (-).
 
     `F` adds its stage's weight; `B` frees it unless that backward is split, `W` when it is.
@@ -107,11 +107,12 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
 
     `kept` (bytes, with `weights` in bytes): per stage, what a split backward's `I` leaves
     live until its `W` (the saved inputs and output gradients of the weight gradient, not
-    the whole graph): that `I` frees the rest of the forward's bytes and `W` frees `kept`."""
+    the whole graph): that `I` frees the rest of the forward's bytes and `W` frees `kept`.
+    `inputs` (bytes): per stage, what a forward with a later `R` keeps (its input)."""
     M = enc.microbatches
     if kept is not None:
         assert weights is not None, "bytes kept after I need the forward's bytes"
-        return _byte_deltas(enc, weights, kept)
+        return _byte_deltas(enc, weights, kept, inputs)
     if R in enc.kinds:  # a forward's weight depends on whether its (stage, microbatch) has an `R`
         per_stage = [1.0] * enc.stages if weights is None else [float(w) for w in weights]
         return _byte_deltas(enc, per_stage, per_stage)
@@ -144,14 +145,17 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
     return _byte_deltas(enc, per_stage, per_stage)
 
 
-def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float]) -> list[list[float]]:
-    """`_deltas` by one lookup per action: `F` adds its stage's weight (nothing when an `R`
-    of its (stage, microbatch) makes it again: the forward keeps only its input), a `B` not
-    split frees it, an `I` frees all but `kept` and its `W` frees `kept`; `R` and `RELOAD`
-    add it, `OFFLOAD` frees it (to host memory)."""
+def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float],
+                 inputs: Sequence[float] | None = None) -> list[list[float]]:
+    """`_deltas` by one lookup per action: `F` adds its stage's weight (only its `inputs`,
+    nothing in the unit, when an `R` of its (stage, microbatch) makes it again: the forward
+    keeps only its input, and the `R` adds the rest), a `B` not split frees it, an `I` frees
+    all but `kept` and its `W` frees `kept`; `OFFLOAD` frees all but its `inputs` (to host
+    memory) and `RELOAD` brings that back."""
     M = enc.microbatches
     split = _split(enc)
     remade = _having(enc, R)
+    held = [0.0] * enc.stages if inputs is None else [float(x) for x in inputs]
     out: list[list[float]] = []
     km, kb = KIND_MASK, KIND_BITS
     for codes in enc.codes:
@@ -160,11 +164,11 @@ def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float]) 
             k, sm = c & km, c >> kb
             s = sm // M
             if k == F:
-                row.append(0.0 if sm in remade else weights[s])
+                row.append(held[s] if sm in remade else weights[s])
             elif k == R or k == RELOAD:
-                row.append(weights[s])
+                row.append(weights[s] - held[s])
             elif k == OFFLOAD:
-                row.append(-weights[s])
+                row.append(held[s] - weights[s])
             elif k == B and sm not in split:
                 row.append(-weights[s])
             elif k == I:
@@ -195,7 +199,7 @@ def _check_weights(program: Program, weights: Sequence[float] | None) -> None:
 
 
 def profile(program: Program, weights: Sequence[float] | None = None,
-            kept: Sequence[float] | None = None) -> MemoryProfile:
+            kept: Sequence[float] | None = None, inputs: Sequence[float] | None = None) -> MemoryProfile:
     _check_weights(program, weights)
     enc = encode(program)
     if enc.invalid:
@@ -204,7 +208,7 @@ def profile(program: Program, weights: Sequence[float] | None = None,
     peak_steps: list[int | None] = []
     lives: list[tuple[float, ...]] = []
     weights, scale = _unit(program.placement, weights)
-    for rank, deltas in enumerate(_deltas(enc, weights, trusted=False, kept=kept)):
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted=False, kept=kept, inputs=inputs)):
         n = len(program.rows[rank])
         # Per step: what it allocates and what it frees (an overlapped pair does both).
         alloc = [0.0] * n
@@ -245,7 +249,8 @@ def peak_stage_activations(program: Program) -> tuple[int, ...]:
 
 
 def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: bool = False,
-                     kept: Sequence[float] | None = None) -> list[tuple[float, int | None]] | None:
+                     kept: Sequence[float] | None = None, inputs: Sequence[float] | None = None
+                     ) -> list[tuple[float, int | None]] | None:
     """Per rank (peak, first step at the peak): `profile`'s peaks as prefix sums over the
     codes, at a fraction of its cost (a test holds them equal). None (use `profile`) for rows
     with overlapped pairs, where a step both allocates and frees. `trusted`: the checker,
@@ -254,7 +259,7 @@ def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: boo
         return None
     out: list[tuple[float, int | None]] = []
     weights, scale = _unit(enc.placement, weights)
-    for rank, deltas in enumerate(_deltas(enc, weights, trusted, kept)):
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted, kept, inputs)):
         live = list(accumulate(deltas))
         peak = max(live, default=0)
         if peak <= 0:
@@ -276,16 +281,28 @@ class Sizes:
 
     - `activation[s]`: what a forward of stage s keeps alive until its backward frees it;
     - `kept[s]`: what a split backward's `I` keeps alive until its `W`;
-    - `state[s]`: the stage's weights, gradients and optimizer state, alive all step.
+    - `state[s]`: the stage's weights, gradients and optimizer state, alive all step;
+    - `input[s]`: what a forward of stage s keeps beside the tensors autograd saved (its input
+      and output, part of `activation`): all it keeps until its `R` when an `R` runs it again,
+      and what stays on the device while an `OFFLOAD` has the rest in host memory (empty:
+      nothing, as the unit counts it).
     """
 
     activation: tuple[float, ...] = field(converter=_sizes)
     kept: tuple[float, ...] = field(converter=_sizes)
     state: tuple[float, ...] = field(converter=_sizes)
+    input: tuple[float, ...] = field(default=(), converter=_sizes)
 
     def __attrs_post_init__(self) -> None:
         if not len(self.activation) == len(self.kept) == len(self.state):
             raise ValueError("sizes give activation, kept and state for different numbers of stages")
+        if self.input and len(self.input) != len(self.activation):
+            raise ValueError("sizes give input and activation for different numbers of stages")
+
+    @property
+    def inputs(self) -> tuple[float, ...]:
+        """`input`, one per stage (zeros where not measured)."""
+        return self.input or (0.0,) * len(self.activation)
 
     @property
     def stages(self) -> int:
@@ -299,7 +316,7 @@ class Sizes:
         def carry(values: tuple[float, ...]) -> list[float]:
             return carried(dict(enumerate(values)), self.stages, stages)
 
-        return Sizes(carry(self.activation), carry(self.kept), carry(self.state))
+        return Sizes(carry(self.activation), carry(self.kept), carry(self.state), carry(self.input) if self.input else ())
 
     def state_of_ranks(self, placement: Sequence[int]) -> list[float]:
         """Per rank, the state bytes of the stages it holds."""
@@ -328,9 +345,9 @@ def peak_bytes(program: Program, sizes: Sizes) -> BytesProfile:
     enc = encode(program)
     if enc.invalid:
         raise ValueError("the program has out-of-range actions; check() reports them")
-    fast = peaks_from_codes(enc, sizes.activation, kept=sizes.kept)
+    fast = peaks_from_codes(enc, sizes.activation, kept=sizes.kept, inputs=sizes.input or None)
     if fast is None:
-        prof = profile(program, sizes.activation, sizes.kept)
+        prof = profile(program, sizes.activation, sizes.kept, sizes.input or None)
         fast = list(zip(prof.peak, prof.peak_step))
     state = sizes.state_of_ranks(program.placement)
     state += [0.0] * (program.ranks - len(state))

@@ -66,17 +66,18 @@ def parse_profile(text: str) -> CostModel:
 
 # What a profile's `sizes` holds, per stage, in bytes (`memory.Sizes`).
 SIZE_KEYS: Final = ("activation", "kept", "state")
+OPTIONAL_SIZE_KEYS: Final = ("input",)  # a forward's input, measured where an `R` runs it again
 
 
 def _sizes(sizes: object) -> Sizes | None:
     if sizes is None:
         return None
     example = '"sizes": {"activation": [4096, 4096], "kept": [1024, 1024], "state": [8192, 8192]}'
-    if not isinstance(sizes, dict) or set(sizes) != set(SIZE_KEYS):
-        raise CostError("PPS352", "`sizes` must be an object of " + ", ".join(SIZE_KEYS) + ": bytes per stage", "sizes",
-                        help=f"e.g. {example}")
+    if not isinstance(sizes, dict) or not set(SIZE_KEYS) <= set(sizes) <= {*SIZE_KEYS, *OPTIONAL_SIZE_KEYS}:
+        raise CostError("PPS352", "`sizes` must be an object of " + ", ".join(SIZE_KEYS) + " (and optionally "
+                        + ", ".join(OPTIONAL_SIZE_KEYS) + "): bytes per stage", "sizes", help=f"e.g. {example}")
     lists: dict[str, list[float]] = {}
-    for key in SIZE_KEYS:
+    for key in (*SIZE_KEYS, *(k for k in OPTIONAL_SIZE_KEYS if k in sizes)):
         values = sizes[key]
         if not isinstance(values, list) or not 0 < len(values) <= MAX_STAGES:
             raise CostError("PPS352", f"`sizes.{key}` must be a list of bytes, one per stage (1 to {MAX_STAGES})", key,
@@ -90,7 +91,7 @@ def _sizes(sizes: object) -> Sizes | None:
     if len({len(v) for v in lists.values()}) != 1:
         raise CostError("PPS352", "`sizes` lists give different numbers of stages: "
                         + ", ".join(f"{k} {len(v)}" for k, v in lists.items()), "sizes")
-    return Sizes(lists["activation"], lists["kept"], lists["state"])
+    return Sizes(lists["activation"], lists["kept"], lists["state"], lists.get("input", ()))
 
 
 def _measured_stages(data: dict[str, object], items: list[tuple[str, float]], sizes: Sizes | None) -> int | None:
@@ -181,7 +182,8 @@ def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterab
     if sizes is not None:
         data["stages"] = sizes.stages
         data["sizes"] = {"activation": [round(v) for v in sizes.activation], "kept": [round(v) for v in sizes.kept],
-                         "state": [round(v) for v in sizes.state]}
+                         "state": [round(v) for v in sizes.state],
+                         **({"input": [round(v) for v in sizes.input]} if any(sizes.input) else {})}
     mem = list(memory)
     if mem:
         data["memory"] = mem

@@ -67,6 +67,7 @@ from .encoding import (_COMM_KINDS, COMM_KINDS, COMM_MAX, COMPUTE_KINDS, COMPUTE
                        kind_slice, peer_code, producers, received_key, sent_key)
 from .gcpause import no_gc
 from .ir import Action, Kind, Overlap, Program, row_length
+from .kinds import TABLE
 from .proofs import rows_carry_their_inputs, steps_are_an_order
 
 
@@ -109,10 +110,13 @@ class Timing:
     message: Callable[[Action], float] = _no_message
     table: tuple[tuple[float, ...], ...] | None = None
     fixed_message: float | None = None
+    # Offloads and reloads on a copy lane beside the computes (a side stream); False: the rank
+    # runs each itself, in row order, as a compute.
+    copy_lane: bool = True
 
     @classmethod
     def from_table(cls, table: Sequence[Sequence[float] | Mapping[Kind, float]], message: float = 0.0,
-                   overlap: Callable[[Overlap], float] | None = None) -> Timing:
+                   overlap: Callable[[Overlap], float] | None = None, copy_lane: bool = True) -> Timing:
         """Compute times per stage and Kind value (`table[stage][kind]`), one message time.
 
         A row is a sequence indexed by Kind value (`row[Kind.F]`), or a mapping from Kind to
@@ -128,7 +132,7 @@ class Timing:
         def fixed(a: Action) -> float:
             return msg
 
-        return cls(compute, overlap, fixed, rows, msg)
+        return cls(compute, overlap, fixed, rows, msg, copy_lane)
 
     def overlap_time(self, step: Overlap) -> float:
         if self.overlap is not None:
@@ -177,6 +181,9 @@ class Execution:
     _steps: tuple[list[int] | None, ...] = field(eq=False, hash=False, repr=False)
     _groups: tuple[dict[int, tuple[bool, int]], ...] = field(eq=False, hash=False, repr=False)
     _lengths: tuple[int, ...] = field(eq=False, hash=False, repr=False)
+    # Each backward that waited for the reload of its activations: (rank, its action index, the
+    # reload's action index, how long it waited), in the order they ran.
+    reload_waits: tuple[tuple[int, int, int, float], ...] = field(default=(), eq=False, hash=False, repr=False)
 
     @property
     def starts(self) -> tuple[tuple[float | None, ...], ...]:
@@ -221,6 +228,12 @@ class Execution:
 
 # --------------------------------------------------------------------------------------------
 # The engine
+
+# Per kind value, its lane as the timed loop reads it (`KindRow.lane`): a copy (offload,
+# reload), a backward that waits for its reload, or anything else.
+_ON_COPY_LANE, _AFTER_RELOAD = 1, 2
+_LANES: list[int] = [_ON_COPY_LANE if k in TABLE.copy else _AFTER_RELOAD if k in TABLE.after_reload else 0
+                     for k in range(KIND_SPACE)]
 
 
 def execute(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, timing: Timing = UNIT,
@@ -420,6 +433,14 @@ class _Engine:
         batch_end = [0.0] * R
         work: deque[int] = deque(range(R))
         popleft, push, extend = work.popleft, work.append, work.extend
+        # A program with offloads or reloads: per kind, its lane (`_lanes`); per rank, when
+        # its copy lane is free; per (stage, microbatch), the reload in flight (its index and
+        # end); and each backward a reload made wait (rank, index, the reload's index, for how long).
+        lane_of = _LANES if timed and timing.copy_lane and not enc.kinds.isdisjoint(TABLE.copy) else None
+        copy_free = [0.0] * R
+        reload_kinds = frozenset(TABLE.reloads)
+        reloaded: dict[int, tuple[int, float]] = {}
+        reload_waits: list[tuple[int, int, int, float]] = []
 
         def wake(key: int) -> None:
             ws = waiters.pop(key, None)
@@ -549,6 +570,24 @@ class _Engine:
                             e += hop_time[c]
                         if e > t0:
                             t0 = e
+                        if lane_of is not None:  # the program moves activations: a copy lane beside compute
+                            lane = lane_of[k]
+                            if lane == _ON_COPY_LANE:  # the rank posts it and goes on; its copies run in order
+                                f = copy_free[r]
+                                if f > t0:
+                                    t0 = f
+                                copy_free[r] = end = t0 + dur[c & dur_mask]
+                                st[i] = t0
+                                en[i] = end
+                                if k in reload_kinds:
+                                    reloaded[sm] = (i, end)
+                                i += 1
+                                continue
+                            if lane == _AFTER_RELOAD and reloaded:
+                                back = reloaded.pop(sm, None)
+                                if back is not None and back[1] > t0:
+                                    reload_waits.append((r, i, back[0], back[1] - t0))
+                                    t0 = back[1]
                         t = end = t0 + dur[c & dur_mask]
                         st[i] = t0
                         en[i] = end
@@ -656,7 +695,7 @@ class _Engine:
         makespan = max(map(_last_end, ends), default=0.0)  # a step ends when its last action does
         rows = program.rows
         return Execution(completed, waits, makespan, tuple(starts), tuple(ends), tuple(enc.steps), tuple(enc.groups),
-                         tuple(row_length(rows, r) for r in range(R)))
+                         tuple(row_length(rows, r) for r in range(R)), tuple(reload_waits))
 
     def _waits(self, pc: list[int], pending: list[int], posted: dict[int, int],
                done: list[float]) -> list[Wait]:

@@ -21,18 +21,34 @@ from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
 from operator import and_, sub
 
+from attrs import frozen
+
 from .costs import DEFAULT, CostModel, parse_inline, shares_of
 from .diagnostics import Diagnostic
 from .wording import plural
 from .ir import Action, Batch, Kind, Overlap, Program, require_program
+from .kinds import TABLE
 from .memory import UNIT, BytesProfile, MemoryProfile, peak_bytes, peaks_from_codes, profile
 from .sim.critical import PathStep, critical_path
 from .semantics import CommModel, Execution, Wait, execute, wait_cycle
 from .encoding import COMM_KINDS, COMPUTE_KINDS, KIND_MASK, KIND_SPACE, code_space, encode, kind_slice
 
-# Per kind value: whether its time is busy (a compute) or a message's (a send or receive).
-_IS_COMPUTE = [k in COMPUTE_KINDS for k in range(KIND_SPACE)]
+# Per kind value: whether its time is busy (a compute on the compute lane: an offload's or
+# reload's is the copy lane's) or a message's (a send or receive).
+_IS_COMPUTE = [k in COMPUTE_KINDS and k not in TABLE.copy for k in range(KIND_SPACE)]
 _IS_COMM = [k in COMM_KINDS for k in range(KIND_SPACE)]
+_IS_COPY = [k in TABLE.copy for k in range(KIND_SPACE)]
+
+
+@frozen
+class ReloadWait:
+    """A backward (`action`, step `step` of rank `rank`) that waited `waited` for `reload`."""
+
+    rank: int
+    step: int
+    action: str
+    reload: str
+    waited: float
 
 
 class Simulation:
@@ -70,7 +86,7 @@ class Simulation:
                     continue
                 if isinstance(step, Action):
                     k = step.kind
-                    if k.is_compute:
+                    if k.is_compute and not k.on_copy_lane:
                         b += e - s
                     elif k.is_comm:
                         c += e - s
@@ -90,10 +106,40 @@ class Simulation:
         return self.program.ranks
 
     @functools.cached_property
+    def copy(self) -> tuple[float, ...]:
+        """Per rank, the time it spends moving activations (OFFLOAD, RELOAD): on its copy lane,
+        beside its computes, in none of busy, comm or idle (with `copy_lane=0`, in its own
+        time, not idle)."""
+        enc = encode(self.program)
+        if enc.kinds.isdisjoint(TABLE.copy):
+            return (0.0,) * self.ranks
+        out = []
+        for codes, st, en in zip(enc.codes, self.execution.action_starts, self.execution.action_ends):
+            out.append(sum(e - s for c, s, e in zip(codes, st, en)
+                           if s is not None and e is not None and _IS_COPY[c & KIND_MASK]))
+        return tuple(out)
+
+    @functools.cached_property
+    def reload_waits(self) -> tuple[ReloadWait, ...]:
+        """Each backward that started late because the reload of its activations had not
+        ended (the copy lane was behind), in the order they ran."""
+        enc = encode(self.program)
+        out = []
+        for rank, index, reload, waited in self.execution.reload_waits:
+            steps = enc.steps[rank]
+            step = index if steps is None else steps[index]
+            at = reload if steps is None else steps[reload]
+            out.append(ReloadWait(rank, step, str(self.program.rows[rank][step]), str(self.program.rows[rank][at]),
+                                  waited))
+        return tuple(out)
+
+    @functools.cached_property
     def idle(self) -> tuple[float, ...]:
-        """Per rank, the time neither computing nor communicating (cached: reports index it
-        per rank, which was ranks x ranks at 65,536 ranks)."""
-        return tuple(max(0.0, self.makespan - b - c) for b, c in zip(self.busy, self.comm))
+        """Per rank, the time neither computing nor communicating (nor copying, when the rank
+        runs its offloads and reloads itself: `copy_lane=0`) (cached: reports index it per
+        rank, which was ranks x ranks at 65,536 ranks)."""
+        own = (0.0,) * len(self.busy) if self.costs.copy_lane else self.copy
+        return tuple(max(0.0, self.makespan - b - c - o) for b, c, o in zip(self.busy, self.comm, own))
 
     @functools.cached_property
     def handoffs(self) -> int:
@@ -169,6 +215,7 @@ class Simulation:
             "handoffs": self.handoffs,
             "handoff_time": self.handoff_time,
             "idle": list(self.idle),
+            "copy": list(self.copy),
             "peak_memory": list(self.peak_memory),
             "memory_unit": UNIT if self._weights is None else "the given memory weights",
             **({} if self.peak_bytes is None else {"peak_bytes": list(self.peak_bytes.peak),
@@ -179,6 +226,9 @@ class Simulation:
             "critical_path": [{"rank": p.rank, "step": p.step, "action": p.text, "start": p.start, "end": p.end}
                               for p in self.critical_path],
         })
+        if self.reload_waits:
+            out["reload_waits"] = [{"rank": w.rank, "step": w.step, "action": w.action, "reload": w.reload,
+                                    "waited": w.waited} for w in self.reload_waits]
         if not self.completed:
             out["waits"] = [{"rank": w.rank, "step": w.step, "action": str(w.action), "needs": w.needs,
                              "on_rank": w.on_rank, "reason": w.reason} for w in self.waits]

@@ -33,7 +33,7 @@ SHOWN_WAITS = 16
 def add_common(p: argparse.ArgumentParser) -> None:
     """Options `simulate` and `show` share."""
     p.add_argument("--costs", action="append", default=[], metavar="SPEC",
-                   help="F=1,B=2,I=1,W=1,comm=0.1 (also F_s3=, bytes=, bandwidth=, overlap=) or a .json profile; "
+                   help="F=1,B=2,I=1,W=1,comm=0.1 (also F_s3=, R=, OFFLOAD=, RELOAD=, offload_bw=, bytes=, bandwidth=, overlap=) or a .json profile; "
                         "repeatable, later wins")
     p.add_argument("--comm-model", choices=MODELS, default="rendezvous",
                    help="how sends and receives wait (default: rendezvous)")
@@ -208,16 +208,40 @@ def report(path: str, sim: Simulation, full_path: bool = False, status_note: str
                      f"{num(sim.handoff_time)} in flight in all (in no rank's comm)")
     in_bytes = sim.peak_bytes
     unit = bytes_unit(in_bytes.peak) if in_bytes is not None else ""
-    rows = [["rank", "busy", "comm", "idle", "peak memory"] + ([f"peak {unit}"] if in_bytes is not None else [])]
+    copies = any(sim.copy)
+    rows = [["rank", "busy", "comm", "idle"] + ["copy"] * copies + ["peak memory"]
+            + ([f"peak {unit}"] if in_bytes is not None else [])]
     for r in range(p.ranks):
-        rows.append([str(r), num(sim.busy[r]), num(sim.comm[r]), num(sim.idle[r]), num(sim.peak_memory[r])]
-                    + ([in_unit(in_bytes.peak[r], unit)] if in_bytes is not None else []))
+        rows.append([str(r), num(sim.busy[r]), num(sim.comm[r]), num(sim.idle[r])] + [num(sim.copy[r])] * copies
+                    + [num(sim.peak_memory[r])] + ([in_unit(in_bytes.peak[r], unit)] if in_bytes is not None else []))
     lines.extend(_table(rows))
+    if copies:
+        lines.append("copy: the time each rank's copy lane moves activations (OFFLOAD, RELOAD), beside its computes"
+                     if sim.costs.copy_lane else
+                     "copy: the time each rank moves activations (OFFLOAD, RELOAD) itself, between its computes "
+                     "(copy_lane=0)")
     lines.append(MEMORY_NOTE)
     if in_bytes is not None:
         lines.append(bytes_note(unit))
+    lines.extend(reload_lines(sim))
     lines.extend(_path_summary(sim, full_path))
     return "\n".join(lines) + "\n"
+
+
+# How many late reloads the text report names before a count of the rest (JSON has them all).
+SHOWN_RELOAD_WAITS = 4
+
+
+def reload_lines(sim: Simulation) -> list[str]:
+    """What the late reloads cost: each backward that waited for its activations to come back."""
+    waits = sim.reload_waits
+    if not waits:
+        return []
+    total = sum(w.waited for w in waits)
+    named = "; ".join(f"{w.action}@r{w.rank} waited {num(w.waited)} for {w.reload}" for w in waits[:SHOWN_RELOAD_WAITS])
+    more = f"; and {len(waits) - SHOWN_RELOAD_WAITS} more" if len(waits) > SHOWN_RELOAD_WAITS else ""
+    return [f"reloads late: {plural(len(waits), 'backward')} waited {num(total)} in all for a reload: {named}{more}",
+            "  (a reload placed earlier in its row, or a faster copy, hides it)"]
 
 
 def in_unit(n: float, unit: str) -> str:

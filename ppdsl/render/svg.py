@@ -14,7 +14,7 @@ import math
 
 from ..wording import plural
 from ..simulate import Simulation, applying_to, stuck_summary
-from .timeline import CATEGORIES, COLOURS, Slot, Timeline, colour_of, kinds_in, max_chunks
+from .timeline import CATEGORIES, COLOURS, COPY_CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
 
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
@@ -94,9 +94,15 @@ def render_svg(sim: Simulation, timeline: Timeline, title: str, width: int = 120
     out.append(f'<text x="{mx:.1f}" y="{top - 10}" text-anchor="end" fill="#333" font-size="10">makespan '
                f'{_num(sim.makespan)}</text>')
     # The steps.
+    # A rank with offloads or reloads: its computes in the upper part of its lane, its copy
+    # lane (they run beside the computes) in a strip under them.
+    with_copies = {s.rank for s in timeline.slots if s.category in COPY_CATEGORIES}
+    strip = round(lane * 0.4)
     for s in timeline.slots:
-        out.append(_slot(s, left - timeline.origin * scale, top, lane, gap, scale, chunks, interactive,
-                         timeline.rank_of(s.rank)))
+        band = ((0, lane) if s.rank not in with_copies else (lane - strip, strip) if s.category in COPY_CATEGORIES
+                else (0, lane - strip - 1))
+        out.append(_slot(s, left - timeline.origin * scale, top, band, gap, scale, chunks, interactive,
+                         timeline.rank_of(s.rank), lane))
     # Legend.
     x, y = left, legend_y
     for c in kinds:
@@ -130,12 +136,14 @@ def render_svg(sim: Simulation, timeline: Timeline, title: str, width: int = 120
     return "\n".join(out) + "\n"
 
 
-def _slot(s: Slot, left: float, top: float, lane: int, gap: int, scale: float, chunks: int, interactive: bool,
-          rank: int) -> str:
-    """One step; `left` is where time 0 would be, `rank` the rank its lane draws."""
+def _slot(s: Slot, left: float, top: float, band: tuple[int, int], gap: int, scale: float, chunks: int,
+          interactive: bool, rank: int, height: int) -> str:
+    """One step; `left` is where time 0 would be, `rank` the rank its lane draws, `band` the
+    part of the lane (of `height`) it takes: from its top, how high."""
     x = left + s.start * scale
     w = max(s.duration * scale, 1.0)
-    y = top + s.rank * (lane + gap)
+    y = top + s.rank * (height + gap) + band[0]
+    lane = band[1]
     fill = colour_of(s, chunks)
     stroke, sw, dash = "#ffffff", 0.8, ""
     text_fill = "#111111" if _luminance(fill) > 0.55 else "#ffffff"

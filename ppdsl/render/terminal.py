@@ -19,7 +19,7 @@ from ..kinds import PICTURES
 from ..wording import plural
 from ..limits import MAX_PICTURE_CELLS
 from ..simulate import Simulation, stuck_summary
-from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
+from .timeline import CATEGORIES, COPY_CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
 
 # Per category, its short name in the legend (`kinds.PICTURES`).
@@ -57,12 +57,14 @@ def _label(s: Slot, full: bool) -> str:
 # Without colour, the cells a step spans after its label are filled with this, so that a
 # two-cell `B0` does not read as a one-cell `B0` followed by idle time (which is blank).
 PLAIN_FILL = "-"
+COPY_LANE = "  copy"  # the name of a rank's copy lane, under the rank's own
 
 
 def layout(sim: Simulation, timeline: Timeline, width: int, fill: str = " "
-           ) -> tuple[list[list[tuple[str, Slot | None]]], float, int]:
-    """Per rank, a list of cells (text, slot or None for idle); the quantum; the cell width.
-    `fill` pads a step's cells after its label (the last blank always separates steps)."""
+           ) -> tuple[list[list[tuple[str, Slot | None]]], float, int, list[str]]:
+    """Per lane, a list of cells (text, slot or None for idle); the quantum; the cell width;
+    each lane's name (a rank, or the copy lane under it). `fill` pads a step's cells after its
+    label (the last blank always separates steps)."""
     durations = [s.duration for s in timeline.slots if s.duration > 0 and s.category not in ("SEND", "RECV")]
     if not durations:
         durations = [s.duration for s in timeline.slots if s.duration > 0] or [1.0]
@@ -78,10 +80,13 @@ def layout(sim: Simulation, timeline: Timeline, width: int, fill: str = " "
     cell = min(max(labels, default=2) + 1, 12)
     columns = max(1, math.ceil(span / quantum - 1e-9))
     lanes: list[list[tuple[str, Slot | None]]] = [[] for _ in range(timeline.ranks)]
+    # Offloads and reloads run on a copy lane beside the rank's computes: a line of their own
+    # under the rank's, where it has any.
+    copies: dict[int, list[tuple[str, Slot | None]]] = {}
     for s, text in zip(timeline.slots, texts):  # in step order per rank
         if s.duration <= 0:
             continue  # a free send/receive takes no room; the legend says so
-        lane = lanes[s.rank]
+        lane = copies.setdefault(s.rank, []) if s.category in COPY_CATEGORIES else lanes[s.rank]
         c0 = int((s.start - timeline.origin) / quantum + 1e-9)
         if c0 < len(lane):
             if s.duration < quantum * 0.999:
@@ -93,10 +98,13 @@ def layout(sim: Simulation, timeline: Timeline, width: int, fill: str = " "
         label = text[: span - 1]
         body = (label + fill * (span - 1 - len(label)) if c1 - c0 > 1 else label.ljust(span - 1)) + " "
         lane.extend((body[k * cell:(k + 1) * cell], s) for k in range(c1 - c0))
+    lanes = [line for r, lane in enumerate(lanes) for line in ([lane, copies[r]] if r in copies else [lane])]
+    names = [name for r in range(timeline.ranks)
+             for name in ([f"rank {timeline.rank_of(r)}", COPY_LANE] if r in copies else [f"rank {timeline.rank_of(r)}"])]
     columns = max([columns, *(len(lane) for lane in lanes)])
     for lane in lanes:
         lane.extend([(" " * cell, None)] * (columns - len(lane)))
-    return lanes, quantum, cell
+    return lanes, quantum, cell, names
 
 
 # The steps past which the picture is the overview without trying the full one (which lays out
@@ -129,12 +137,12 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
         return None
     rich = _rich()
     coloured = use_colour(colour)
-    lanes, quantum, cell = layout(sim, timeline, width, " " if coloured else PLAIN_FILL)
+    lanes, quantum, cell, names = layout(sim, timeline, width, " " if coloured else PLAIN_FILL)
     gutter = gutter_of(timeline)
     per_page = max(1, (width - gutter) // cell)
     columns = len(lanes[0]) if lanes else 0
     pages = math.ceil(columns / per_page)
-    if max_lines is not None and pages * (timeline.ranks + 2) + 4 > max_lines:
+    if max_lines is not None and pages * (len(lanes) + 2) + 4 > max_lines:
         return None
     chunks = max_chunks(sim)
     out_lines: list[Any] = [heading(sim, title)]
@@ -148,8 +156,8 @@ def render(sim: Simulation, timeline: Timeline, title: str, width: int | None = 
             if pos + len(mark) <= len(ruler):
                 ruler[pos:pos + len(mark)] = list(mark)
         out_lines.append(" " * gutter + "".join(ruler).rstrip())
-        for r, lane in enumerate(lanes):
-            name = f"rank {timeline.rank_of(r)}".ljust(gutter - 1) + "|"
+        for lane, lane_name in zip(lanes, names):
+            name = lane_name.ljust(gutter - 1) + "|"
             if coloured:
                 text = rich.text.Text(name)
                 for chunk, slot in lane[page:stop]:

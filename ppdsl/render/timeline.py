@@ -24,6 +24,8 @@ CATEGORIES: dict[str, str] = {p.key: p.legend for p in PICTURES}
 COLOURS: dict[str, str] = {p.key: p.colour for p in PICTURES}
 # Per kind, its category (`Kind` value -> key of CATEGORIES).
 _CATEGORY_OF: dict[Kind, str] = {k: k.row.picture for k in Kind}
+# The categories drawn on a rank's copy lane, beside its computes (offloads and reloads).
+COPY_CATEGORIES: frozenset[str] = frozenset(r.picture for r in KINDS if r.lane == "copy")
 # A token's kind name -> its label in a narrow cell (`SEND_F` -> `SF`), longest name first.
 _SHORT: tuple[tuple[str, str], ...] = tuple(sorted(((r.name, r.short or r.name) for r in KINDS),
                                                    key=lambda pair: -len(pair[0])))

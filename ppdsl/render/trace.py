@@ -15,7 +15,9 @@ from ..costs import UNITS
 from ..encoding import INPUT_FROM_STAGE, PEER_OF_KIND, encode
 from ..ir import Kind, actions_of
 from ..simulate import Simulation
-from .timeline import Timeline
+from .timeline import COPY_CATEGORIES, Timeline
+
+COPY_TID = 1  # the thread of a rank's copy lane (offloads and reloads run beside its steps, thread 0)
 
 # A message is keyed by the stage it goes to, its microbatch and what it carries ("F": an
 # activation, going up the stages; "B": a gradient, going down), from the rule's tables:
@@ -44,6 +46,7 @@ def render_trace(sim: Simulation, timeline: Timeline, title: str) -> str:
     leaves: dict[tuple[int, int, str], tuple[int, float]] = {}
     arrives: dict[tuple[int, int, str], tuple[int, float]] = {}
     explicit = encode(program).has_comms
+    copy_lanes: set[int] = set()  # the ranks whose copy lane (offloads, reloads: a thread of its own) is named
     for s in timeline.slots:
         step = program.rows[s.rank][s.step]
         parts = actions_of(step)
@@ -53,7 +56,11 @@ def render_trace(sim: Simulation, timeline: Timeline, title: str) -> str:
             args["note"] = s.note
         ts = s.start * scale
         dur = s.duration * scale
-        events.append({"ph": "X", "name": s.text, "cat": s.category, "pid": s.rank, "tid": 0,
+        tid = COPY_TID if s.category in COPY_CATEGORIES else 0
+        if tid and s.rank not in copy_lanes:
+            copy_lanes.add(s.rank)
+            events.append({"ph": "M", "name": "thread_name", "pid": s.rank, "tid": tid, "args": {"name": "copy"}})
+        events.append({"ph": "X", "name": s.text, "cat": s.category, "pid": s.rank, "tid": tid,
                        "ts": round(ts, 3), "dur": round(dur, 3), "args": args})
         if s.status == "unreached":
             continue

@@ -226,6 +226,14 @@ class Framework(abc.ABC):
         """While open, what autograd saves for a backward goes through `pack` and comes back
         through `unpack` (saved-tensor hooks)."""
 
+    def is_contiguous(self, t: Any) -> bool:
+        """Whether `t` is its buffer in row-major order: a reshape of it is the same bytes."""
+        return bool(t.is_contiguous())
+
+    @abc.abstractmethod
+    def reshape(self, t: Any, shape: list[int]) -> Any:
+        """Contiguous `t` seen with `shape` (as many elements): a view of the same buffer."""
+
     @abc.abstractmethod
     def to_host(self, t: Any) -> Any:
         """A copy of `t` in host memory (on the CPU: a new buffer all the same)."""

@@ -2,7 +2,8 @@
 
 Walking back from the step that ends last, each step's start was set by one thing (the rules
 are the engine's, read from the same table, `encoding.Needs`): the data it needed (its producer's end, plus a message time across
-ranks in a program without explicit communication) or the previous step of its own rank. A
+ranks in a program without explicit communication), the previous step of its own rank, or a
+copy on the rank's copy lane (a reload its backward waited for). A
 send or receive under rendezvous that sat blocked until its peer came is explained by the
 peer's side; a buffered receive completes when its send has. Ties go to the data dependency,
 so the path shows how work flows between ranks rather than only along one rank.
@@ -19,8 +20,9 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-from ..ir import Action, Idle, Program, actions_of
-from ..encoding import LOW as _LOW, SHIFT as _SHIFT, Encoded, code_of, code_space, encode, producers
+from ..ir import Action, Idle, Kind, Program, actions_of
+from ..encoding import LOW as _LOW, SHIFT as _SHIFT, Encoded, code as code_at, code_of, code_space, encode, producers
+from ..kinds import TABLE
 
 _Times = Sequence[Sequence[float | None]]
 
@@ -91,12 +93,36 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
         assert e is not None
         return e
 
-    def previous(rank: int, index: int) -> int:
+    def previous(rank: int, index: int, at: float) -> int:
+        """The step before it on its rank: the last one on the compute lane, unless a copy (an
+        offload or reload, on the copy lane beside it) ended at `at` and held it: the reload of
+        a backward's own activations, or the copy before a copy on the lane."""
         row = program.rows[rank]
+        step = row[index]
+        held = -1
+        if type(step) is Action and step.microbatch is not None and step.kind.value in TABLE.after_reload:
+            for k in TABLE.reloads:
+                c = code_at(step.stage, step.microbatch, Kind(k), M)
+                p = where[c] if 0 <= c < size else -1
+                if p >= 0 and p >> _SHIFT == rank and (p & _LOW) < index and _close(end_of(p), at):
+                    held = p
+        copy = type(step) is Action and step.kind.on_copy_lane
+        last = -1
         j = index - 1
-        while j >= 0 and type(row[j]) is Idle:
+        while j >= 0:  # the nearest step on the compute lane, and for a copy the copy before it
+            s = row[j]
+            if type(s) is not Idle and ends[rank][j] is not None:
+                on_copy = type(s) is Action and s.kind.on_copy_lane
+                if on_copy and copy:
+                    if _close(end_of((rank << _SHIFT) | j), at):
+                        held = (rank << _SHIFT) | j
+                    copy = False
+                elif not on_copy and last < 0:
+                    last = (rank << _SHIFT) | j
+                if last >= 0 and not copy:
+                    break
             j -= 1
-        return (rank << _SHIFT) | j if j >= 0 and ends[rank][j] is not None else -1
+        return held if held >= 0 else last
 
     def binding(rank: int, index: int, at: float) -> int:
         """The step whose end made this one start at `at`."""
@@ -105,7 +131,7 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
                 p = made(key)
                 if p >= 0 and _close(end_of(p) + delay, at):
                     return p
-        return previous(rank, index)
+        return previous(rank, index, at)
 
     last = -1
     for rank, row_ends in enumerate(ends):

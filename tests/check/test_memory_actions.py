@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ppdsl import memory
+from ppdsl.encoding import encode
 from ppdsl.check import check, lower_checked
 from ppdsl.diagnostics import PpsError
 from ppdsl.expansion import parse
@@ -55,6 +56,23 @@ def test_memory_counts_the_input_only_forward_the_recompute_and_the_moves() -> N
     # The checker's limit reads the same model.
     assert [d.code for d in check(program, max_memory=1)] == []
     assert [d.code for d in check(without, max_memory=1)] == ["PPS301"]
+
+
+def test_bytes_count_what_a_forward_keeps_beside_its_saved_tensors() -> None:
+    # Activation 100 bytes a microbatch, of which 30 (input and output) stay: F of 0 (100),
+    # OFFLOAD (30), F of 1 with an R (30: 60), RELOAD (130), B (30), R (100), B (0).
+    program = parse(GOOD, "p.pps")
+    sizes = memory.Sizes([100.0], [40.0], [1000.0], input=[30.0])
+    assert memory.profile(program, [100.0], [40.0], [30.0]).live_after == (
+        (100.0, 30.0, 60.0, 130.0, 30.0, 100.0, 0.0),)
+    assert memory.peak_bytes(program, sizes).peak == (1130.0,)
+    # The prefix sums agree with the step-by-step walk.
+    fast = memory.peaks_from_codes(encode(program), [100.0], kept=[40.0], inputs=[30.0])
+    assert fast == [(130.0, 3)]
+    # Carried over to more stages with the rest.
+    assert memory.Sizes([100.0], [40.0], [1000.0], input=[30.0]).for_stages(2).input == (15.0, 15.0)
+    with pytest.raises(ValueError, match="input and activation"):
+        memory.Sizes([100.0], [40.0], [1000.0], input=[1.0, 2.0])
 
 
 def test_lowering_keeps_them_where_they_are() -> None:

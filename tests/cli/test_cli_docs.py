@@ -80,3 +80,11 @@ def test_the_shipped_zbv_picture_is_what_the_tool_draws_now(tmp_path: Path, monk
 def test_simulate_md_recompute_example(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     command = "ppdsl simulate recompute.pps"
     assert _run(command, DOCS / "examples", monkeypatch, capsys) == _console("simulate.md", command)
+
+
+@pytest.mark.parametrize("command", ["ppdsl simulate offload.pps --costs OFFLOAD=0.5,RELOAD=0.5",
+                                     "ppdsl simulate offload.pps --costs OFFLOAD=0.5,RELOAD=3",
+                                     "ppdsl show offload.pps --costs OFFLOAD=0.5,RELOAD=0.5 --no-color"])
+def test_simulate_md_copy_lane_examples(command: str, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(command, DOCS / "examples", monkeypatch, capsys) == _console("simulate.md", command)

@@ -108,7 +108,8 @@ def test_lint_in_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "no profile with sizes is given" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("field, value", [("activation", [1, 2]), ("kept", [-1, 0, 0, 0]), ("state", "x")])
+@pytest.mark.parametrize("field, value", [("activation", [1, 2]), ("kept", [-1, 0, 0, 0]), ("state", "x"),
+                                          ("input", [1, 2]), ("input", [0, -1, 0, 0])])
 def test_bad_sizes_are_located_in_the_profile(tmp_path: Path, field: str, value: object,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     path = Path(_profile(tmp_path))

@@ -75,12 +75,14 @@ def reference_grads(layers: list[Any], x: Any, target: Any, microbatches: int) -
 
 
 def run_pipeline(prog: Program, *, steps: int = 1, model_: CommModel = CommModel.BUFFERED,
-                 seed: int = 0, loop: Loopback | None = None,
+                 seed: int = 0, loop: Loopback | None = None, build: Callable[[int, int], list[Any]] | None = None,
                  **options: Any) -> tuple[list[Any], list[Any], list[list[float]]]:
     """Run `prog` over loopback ranks; returns (the pipeline's stage layers, the same model's
-    copy for the reference, each rank's losses of the last step)."""
-    layers = model(prog.stages, seed)
-    reference = model(prog.stages, seed)
+    copy for the reference, each rank's losses of the last step). `build(stages, seed)`: the
+    model's stages (default: `model`)."""
+    build = build or model
+    layers = build(prog.stages, seed)
+    reference = build(prog.stages, seed)
     x, target = batch()
     loop = loop or Loopback("torch", prog.ranks, model=model_, timeout=10.0)
 
@@ -630,16 +632,60 @@ def test_loopback_recompute_of_a_stage_with_batch_norm_is_refused_on_every_rank(
                                   "1f1b(recompute=1, offload=all)"])
 def test_loopback_offload_and_reload_give_the_unpipelined_gradients(call: str) -> None:
     prog = generated(call)
-    moved: list[tuple[str, int, int]] = []  # (label, tensors moved, still on the device)
+    # (label, tensors moved, tensors left on the device that neither the stage nor the batch holds)
+    moved: list[tuple[str, int, int]] = []
 
     def spy(ctx: ActionContext) -> None:
         ctx.default()
-        held = ctx.stage.saved.get(ctx.op.microbatch, []) if ctx.stage is not None else []
-        moved.append((ctx.op.label, len(held), sum(s.tensor is not None for s in held)))
+        assert ctx.stage is not None
+        m = ctx.op.microbatch
+        saved = ctx.stage.saved.get(m, [])
+        kept = [store[m] for store in (ctx.stage.inputs, ctx.stage.outputs, ctx.schedule.inputs, ctx.schedule.targets)
+                if (m in store if isinstance(store, dict) else m < len(store))]
+        held = {t.data_ptr() for v in kept for t in (v if isinstance(v, (list, tuple)) else [v])
+                if isinstance(t, torch.Tensor)}
+        moved.append((ctx.op.label, sum(s.tensor is None for s in saved),
+                      sum(s.tensor is not None and s.tensor.data_ptr() not in held for s in saved)))
 
     layers, reference, _ = run_pipeline(prog, handlers={Kind.OFFLOAD: spy})
     assert_exact(prog, layers, reference)
     assert moved and all(n > 0 and left == 0 for _, n, left in moved), moved
+
+
+class Reshaping(torch.nn.Module):
+    """Autograd saves one buffer under two shapes (`h` by the product, its reshape by `bmm`)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(width, width)
+
+    def forward(self, x: Any) -> Any:
+        h = self.fc(x)
+        gated = h * torch.sigmoid(h)
+        a = h.reshape(-1, 2, width_half := STAGES_WIDTH // 2)
+        s = torch.tanh(torch.bmm(a, a.transpose(1, 2))).sum(-1)  # [rows, 2]
+        return gated + s.repeat(1, width_half)
+
+
+def reshaping(stages: int, seed: int = 0) -> list[Any]:
+    torch.manual_seed(seed)
+    return [Reshaping(STAGES_WIDTH).double() for _ in range(stages)]
+
+
+@pytest.mark.parametrize("call", ["1f1b(offload=all)", "zb1p(offload=all)"])
+def test_loopback_offload_moves_a_buffer_saved_under_two_shapes_once(call: str) -> None:
+    prog = generated(call)
+    moved: list[int] = []
+
+    def spy(ctx: ActionContext) -> None:
+        ctx.default()
+        assert ctx.stage is not None
+        saved = [s for s in ctx.stage.saved.get(ctx.op.microbatch, []) if s.tensor is None]
+        moved.append(len(saved) - len({id(s.host) for s in saved}))  # Saved sharing a host copy
+
+    layers, reference, _ = run_pipeline(prog, handlers={Kind.OFFLOAD: spy}, build=reshaping)
+    assert_exact(prog, layers, reference)
+    assert moved and all(shared >= 1 for shared in moved), moved
 
 
 # --- eval: the training schedule's forwards only, under no gradient ---------------------------

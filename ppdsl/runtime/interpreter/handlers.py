@@ -125,7 +125,10 @@ def forward(sched: PipelineSchedule, op: Op) -> None:
     else:
         x = stage.received.pop(m)
     later_r = stage.keeps_input_only(m)  # nothing it saves lives on
-    with sched.memory.saving(sched.fw, (s, m)) if sched.profile and not later_r else nullcontext():
+    # A forward an `OFFLOAD` moves keeps what it saved itself (`Stage.device_saved`), under
+    # hooks of its own (Paddle takes one pair at a time).
+    counted = sched.profile and not later_r and m not in stage.offloaded
+    with sched.memory.saving(sched.fw, (s, m)) if counted else nullcontext():
         y = stage.forward(m, x, sched.kwargs[m])
     if sched.grad_guard is not None and sched.step_index == 0 and not later_r:
         sched.grad_guard.learn(s, stage.differentiated(y))
@@ -135,18 +138,23 @@ def recompute(sched: PipelineSchedule, op: Op) -> None:
     """`R`: the stage's forward of the microbatch again, with autograd, from its kept input."""
     s, m = op.stage, op.microbatch
     stage = sched.stages[s]
-    with sched.memory.saving(sched.fw, (s, m)) if sched.profile else nullcontext():
+    with sched.memory.saving(sched.fw, (s, m)) if sched.profile and m not in stage.offloaded else nullcontext():
         y = stage.recompute(m)
     if sched.grad_guard is not None and sched.step_index == 0:
         sched.grad_guard.learn(s, stage.differentiated(y))
 
 
 def offload(sched: PipelineSchedule, op: Op) -> None:
-    sched.stages[op.stage].offload(op.microbatch)
+    m = op.microbatch
+    moved = sched.stages[op.stage].offload(m, [batch[m] for batch in (sched.inputs, sched.targets) if m < len(batch)])
+    if sched.profile:
+        sched.memory.moved(op.stage, moved)
 
 
 def reload(sched: PipelineSchedule, op: Op) -> None:
-    sched.stages[op.stage].reload(op.microbatch)
+    moved = sched.stages[op.stage].reload(op.microbatch)
+    if sched.profile:
+        sched.memory.moved(op.stage, moved)
 
 
 def output_grads(sched: PipelineSchedule, stage: Stage, m: int) -> list[Any] | None:

@@ -9,8 +9,10 @@ alive (seen through `Framework.saving` while its forward runs; parameters are st
 activations). The checker predicts the count (`ppdsl.memory`); the two agree when the
 runtime frees each microbatch at the action the schedule says.
 
-Per stage it also keeps the largest microbatch's bytes after its `F` (`activation`) and
-after its `I` (`kept`): what `ppdsl.memory.peak_bytes` predicts the peak from.
+Per stage it also keeps the largest microbatch's bytes after its `F` or `R` (`activation`) and
+after its `I` (`kept`): what `ppdsl.memory.peak_bytes` predicts the peak from; and the most
+one `OFFLOAD` or `RELOAD` moved (`offloaded`). A microbatch whose saved tensors an `OFFLOAD`
+moved to host memory holds no graph on the device until its `RELOAD` (the checker's count).
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..framework import Framework
+from ...ir import Kind
 from .plan import F, I, Op
+
+# The actions after which a stage's size is measured: a forward and a recompute (what the
+# graph holds until its backward), an `I` (what it keeps until its `W`).
+_MEASURED = (F, int(Kind.R), I)
+_OFFLOAD = int(Kind.OFFLOAD)
 from .stage import Stage
 
 
@@ -42,18 +50,38 @@ class LiveMemory:
         self.parameters: set[int] = set()  # pointers of the parameters (state, never activations)
         self.activation: dict[int, int] = {}  # per stage: the most one microbatch holds after F
         self.kept: dict[int, int] = {}  # per stage: the most one microbatch holds after I
+        self.offloaded: dict[int, int] = {}  # per stage: the most one OFFLOAD or RELOAD moved
+        # Per stage: the most a forward keeps beside what autograd saved (its input and output):
+        # all a forward with a later `R` keeps, and what an `OFFLOAD` leaves on the device.
+        self.input: dict[int, int] = {}
 
     def observe(self, stages: Mapping[int, Stage], op: Op | None = None) -> None:
         """After an action (`op`: which; an F or an I also measures its stage's size)."""
         t0 = time.perf_counter()
         self._observe(stages)
-        if op is not None and op.kind in (F, I):
+        if op is not None and op.kind == _OFFLOAD:
+            # What the stage still holds for the microbatch with its saved tensors in host memory.
             stage = stages[op.stage]
-            table = self.activation if op.kind == F else self.kept
+            size = self.bytes_of(stage.fw, stage.graph_tensors(op.microbatch), set(self.parameters))
+            self.input[op.stage] = max(self.input.get(op.stage, 0), size)
+        elif op is not None and op.kind in _MEASURED:
+            stage = stages[op.stage]
             m = op.microbatch
-            size = self._bytes(stage.fw, stage.graph_tensors(m), [(op.stage, m)] if m in stage.outputs else [])
-            table[op.stage] = max(table.get(op.stage, 0), size)
+            if op.kind == F and m in stage.awaiting:
+                # A forward whose `R` is to come kept its input only (the `R` measures the graph).
+                size = self.bytes_of(stage.fw, [*stage.kept_input_tensors(m), *stage.graph_tensors(m)],
+                                     set(self.parameters))
+                self.input[op.stage] = max(self.input.get(op.stage, 0), size)
+            else:
+                table = self.kept if op.kind == I else self.activation
+                size = self._bytes(stage.fw, stage.graph_tensors(m), [(op.stage, m)] if m in stage.outputs else [])
+                table[op.stage] = max(table.get(op.stage, 0), size)
         self.seconds += time.perf_counter() - t0
+
+    def moved(self, stage: int, nbytes: int) -> None:
+        """An `OFFLOAD` or `RELOAD` of `stage` moved `nbytes`."""
+        if nbytes > self.offloaded.get(stage, 0):
+            self.offloaded[stage] = nbytes
 
     def saving(self, fw: Framework, key: tuple[int, int]) -> AbstractContextManager[Any]:
         """Around a forward: note what autograd saves for the graph `key`."""
@@ -74,7 +102,9 @@ class LiveMemory:
             fw = stage.fw
             graphs += len(stage.live_graphs())
             tensors.extend(stage.tensors())
-            outputs.extend((s, m) for m in stage.outputs)
+            # The graphs alive now: not a forward whose `R` is to come (it saved nothing; what
+            # its key holds is the last step's).
+            outputs.extend((s, m) for m in stage.outputs if m not in stage.awaiting)
         if stages:  # deferred weight gradients are one store for the rank's stages
             deferred = next(iter(stages.values())).deferred
             if deferred is not None:

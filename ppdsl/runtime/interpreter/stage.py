@@ -12,7 +12,7 @@ Memory and the profile read the stage through `tensors` and `graph_tensors`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import values
@@ -23,11 +23,12 @@ from .split_backward import DeferredGrads, GraphSplit
 class Saved:
     """A tensor autograd saved for a backward, on the device (`tensor`) or in host memory (`host`)."""
 
-    __slots__ = ("tensor", "host")
+    __slots__ = ("tensor", "host", "shape")
 
     def __init__(self, tensor: Any):
         self.tensor: Any = tensor
         self.host: Any = None
+        self.shape: list[int] | None = None  # in host memory: its shape, where the copy is shared
 
 
 class Stage:
@@ -67,6 +68,7 @@ class Stage:
         self.kept_inputs: dict[int, tuple[Any, dict[str, Any], Any]] = {}  # input, kwargs, RNG, until R
         self.awaiting: set[int] = set()  # microbatches whose output has no graph until their R
         self.saved: dict[int, list[Saved]] = {}  # what a forward saved, for OFFLOAD and RELOAD
+        self.moved: set[int] = set()  # microbatches whose saved tensors are in host memory
 
     # --- compute ------------------------------------------------------------------------
     def forward(self, m: int, x: Any, kwargs: dict[str, Any]) -> Any:
@@ -150,18 +152,59 @@ class Stage:
 
         return self.fw.packing(pack, unpack)
 
-    def offload(self, m: int) -> None:
+    def offload(self, m: int, elsewhere: Iterable[Any] = ()) -> int:
         """`OFFLOAD`: the tensors the forward of microbatch m saved, copied to host memory and
-        dropped from the device (the stage keeps no other reference)."""
+        dropped from the device (the stage keeps no other reference). `elsewhere`: values
+        the schedule holds for the microbatch (its inputs, its targets). Returns the bytes moved."""
+        moved = 0
+        nbytes, data_ptr = self.fw.nbytes, self.fw.data_ptr
+        # A saved tensor held anyway (the stage's input or output, the batch's own) stays:
+        # moving it would free nothing, and its reload would be a second copy beside it.
+        kept = [self.inputs[m]] if m in self.inputs else []
+        kept += [self.outputs[m]] if m in self.outputs else []
+        held = {data_ptr(t) for value in (*kept, *elsewhere) for t in values.split(value)[1] if self.fw.is_tensor(t)}
+        # Autograd may save one buffer more than once (a tensor and its reshape): one copy of
+        # it, each contiguous view made again from that copy on the way back.
+        fw = self.fw
+        copies: dict[object, Any] = {}
         for saved in self.saved.get(m, ()):
-            if saved.tensor is not None:
-                saved.host, saved.tensor = self.fw.to_host(saved.tensor), None
+            t = saved.tensor
+            if t is None or data_ptr(t) in held:
+                continue
+            shared = fw.is_contiguous(t)
+            key: object = (data_ptr(t), nbytes(t), fw.dtype_name(t)) if shared else id(t)
+            if key not in copies:
+                moved += nbytes(t)
+                copies[key] = fw.to_host(t)
+            saved.host, saved.tensor = copies[key], None
+            saved.shape = fw.shape(t) if shared else None
+        self.moved.add(m)
+        return moved
 
-    def reload(self, m: int) -> None:
-        """`RELOAD`: those tensors copied back to the device, where the backward finds them."""
-        for saved in self.saved.pop(m, ()):
+    def reload(self, m: int) -> int:
+        """`RELOAD`: those tensors copied back to the device, where the backward finds them
+        (until it runs, `device_saved` counts them). Returns the bytes moved."""
+        moved = 0
+        nbytes = self.fw.nbytes
+        copies: dict[int, Any] = {}  # per host copy (by identity), its one device copy
+        fw = self.fw
+        for saved in self.saved.get(m, ()):
             if saved.host is not None:
-                saved.tensor, saved.host = self.fw.from_host(saved.host), None
+                key = id(saved.host)
+                if key not in copies:
+                    copies[key] = fw.from_host(saved.host)
+                    moved += nbytes(copies[key])
+                back = copies[key]
+                if saved.shape is not None and saved.shape != fw.shape(back):
+                    back = fw.reshape(back, saved.shape)
+                saved.tensor, saved.host, saved.shape = back, None, None
+        self.moved.discard(m)
+        return moved
+
+    def device_saved(self, m: int) -> list[Any]:
+        """What autograd saved for microbatch m under an `OFFLOAD`'s hooks and is on the device
+        now (after the forward, or after the `RELOAD`): the graph's bulk, which the stage holds."""
+        return [saved.tensor for saved in self.saved.get(m, ()) if saved.tensor is not None]
 
     def differentiated(self, y: Any) -> list[Any]:
         """What a backward starts from: the loss, or the output members that need a gradient."""
@@ -172,6 +215,7 @@ class Stage:
         outs = self.differentiated(self.outputs.pop(m))
         if outs:
             self.fw.backward(outs, grads)
+        self.saved.pop(m, None)  # the graph is gone: what it saved is freed with it
         if not self.first:
             leaves = self.inputs.pop(m)
             self.input_grads[m] = self._input_grads(leaves, [self.fw.grad_of(x) for x in leaves])
@@ -201,6 +245,7 @@ class Stage:
                 return
         del self.outputs[m]
         self.inputs.pop(m, None)
+        self.saved.pop(m, None)  # the graph keeps what the weights' part needs
         if rest is not None:
             assert self.deferred is not None
             self.deferred.defer_call((self.index, m), rest)
@@ -238,6 +283,7 @@ class Stage:
         outs = self.differentiated(y)
         if outs:
             self.fw.backward(outs, grads)
+        self.saved.pop(m, None)
 
     def deferred_weight(self, m: int) -> tuple[bool, bool]:
         """The split matmul's `W`: (whether it computed anything, whether the forward deferred to it)."""
@@ -254,8 +300,9 @@ class Stage:
     # --- what memory and the profile read -----------------------------------------------
     def live_graphs(self) -> set[int]:
         """Microbatches whose graph this stage still holds (weight gradients deferred included;
-        not a forward whose `R` is still to come: it kept only its input)."""
-        live = set(self.outputs) - self.awaiting
+        not a forward whose `R` is still to come: it kept only its input; nor one whose saved
+        tensors an `OFFLOAD` moved to host memory)."""
+        live = set(self.outputs) - self.awaiting - self.moved
         live.update(self.kept)
         if self.deferred is not None:
             live.update(m for s, m in self.deferred.keys() if s == self.index)
@@ -269,6 +316,15 @@ class Stage:
                 yield from (t for t in values.split(value)[1] if is_tensor(t))
         for x, kwargs, _ in self.kept_inputs.values():  # an R's input (its RNG state is not the stage's)
             yield from (t for t in values.split((x, kwargs))[1] if is_tensor(t))
+        for m in self.saved:  # what an offloaded microbatch saved, while it is on the device
+            yield from self.device_saved(m)
+
+    def kept_input_tensors(self, m: int) -> list[Any]:
+        """The tensors a forward whose `R` is to come keeps for it: its input and keyword arguments."""
+        if m not in self.kept_inputs:
+            return []
+        x, kwargs, _ = self.kept_inputs[m]
+        return [t for t in values.split((x, kwargs))[1] if self.fw.is_tensor(t)]
 
     def graph_tensors(self, m: int) -> list[Any]:
         """The tensors kept for microbatch m's graph: its input, output and kept gradient."""
@@ -277,4 +333,5 @@ class Stage:
                for t in values.split(store[m])[1] if is_tensor(t)]
         if self.deferred is not None:
             out.extend(self.deferred.tensors((self.index, m)))
+        out.extend(self.device_saved(m))
         return out

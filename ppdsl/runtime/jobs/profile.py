@@ -20,7 +20,9 @@ import socket
 import statistics
 from typing import Any
 
+from ...encoding import encode
 from ...ir import KIND_BY_NAME, Kind
+from ...kinds import TABLE
 from ...links import peer_of
 from ...profiles import profile_json
 from ...memory import Sizes, peak_bytes, peak_stage_activations
@@ -70,18 +72,18 @@ def pair_messages(actions: list[dict[str, Any]]) -> None:
         a.pop("_spans", None)
 
 
-def stage_sizes(sched: Any, optimizer: Any = None) -> dict[int, tuple[int, int, int]]:
-    """Per stage of this rank, bytes: (activation, kept, state), as `memory.Sizes` counts them.
+def stage_sizes(sched: Any, optimizer: Any = None) -> dict[int, tuple[int, int, int, int]]:
+    """Per stage of this rank, bytes: (activation, kept, state, input), as `memory.Sizes` counts them.
     State is the stage's parameters, their gradients and the optimizer's state for them."""
     fw, live = sched.fw, sched.memory
-    out: dict[int, tuple[int, int, int]] = {}
+    out: dict[int, tuple[int, int, int, int]] = {}
     for s, layer in sched.layers.items():
         params = [p for _, p in fw.named_parameters(layer)]
         grads = [g for g in map(fw.grad_of, params) if g is not None]
         state = live.bytes_of(fw, params) + live.bytes_of(fw, grads)
         if optimizer is not None:
             state += fw.optimizer_state_bytes(optimizer, params)
-        out[s] = (live.activation.get(s, 0), live.kept.get(s, 0), state)
+        out[s] = (live.activation.get(s, 0), live.kept.get(s, 0), state, live.input.get(s, 0))
     return out
 
 
@@ -94,8 +96,10 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
     sizes = stage_sizes(sched, optimizer)
     memory = {"rank": rank, "peak_microbatches": sched.memory.peak_graphs,
               "predicted_microbatches": peak_stage_activations(sched.program)[rank],
-              "peak_bytes": sched.memory.peak_bytes, "state_bytes": sum(st for _, _, st in sizes.values()),
+              "peak_bytes": sched.memory.peak_bytes, "state_bytes": sum(st for _, _, st, _ in sizes.values()),
               "weight_gradients": {str(s): path for s, path in sorted(sched.split_paths.items())},
+              **({"offloaded_bytes": {str(s): n for s, n in sorted(sched.memory.offloaded.items())}}
+                 if sched.memory.offloaded else {}),
               "_sizes": sizes}
     # The CPU has no allocator peak to read; a GPU's is the framework's own count.
     allocator = sched.fw.allocator_peak_bytes() if sched.fw.device.is_gpu else None
@@ -117,7 +121,9 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
     predicted = peak_bytes(sched.program, measured).peak
     for m in memories:
         m["predicted_bytes"] = round(predicted[m["rank"]])
-    text = profile_json({}, unit="us", actions=actions, memory=memories, sizes=measured)
+    # The interpreter runs an offload or reload on its rank's own thread, between computes.
+    costs = {"copy_lane": 0.0} if not encode(sched.program).kinds.isdisjoint(TABLE.copy) else {}
+    text = profile_json(costs, unit="us", actions=actions, memory=memories, sizes=measured)
     with open(cfg.profile, "w", encoding="utf-8") as f:
         f.write(text)
     reporter.send("profile", file=file, path=cfg.profile, actions=len(actions), memory=memories)
@@ -125,8 +131,10 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
 
 def _sizes_of(program: Any, memories: list[dict[str, Any]]) -> Sizes:
     """Every rank's stage sizes as one `Sizes` of the program's stages (each taken off its entry)."""
-    per_stage: dict[int, tuple[int, int, int]] = {}
+    per_stage: dict[int, tuple[int, int, int, int]] = {}
     for m in memories:
         per_stage.update(m.pop("_sizes"))
-    rows = [per_stage.get(s, (0, 0, 0)) for s in range(program.stages)]
-    return Sizes([a for a, _, _ in rows], [k for _, k, _ in rows], [st for _, _, st in rows])
+    rows = [per_stage.get(s, (0, 0, 0, 0)) for s in range(program.stages)]
+    inputs = [i for _, _, _, i in rows]
+    return Sizes([a for a, _, _, _ in rows], [k for _, k, _, _ in rows], [st for _, _, st, _ in rows],
+                 inputs if any(inputs) else ())

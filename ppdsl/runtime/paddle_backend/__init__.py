@@ -144,6 +144,9 @@ class PaddleFramework(Framework):
     def packing(self, pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> AbstractContextManager[Any]:
         return paddle.autograd.saved_tensors_hooks(pack, unpack)  # type: ignore[no-any-return]
 
+    def reshape(self, t: Any, shape: list[int]) -> Any:
+        return paddle.reshape(t, shape)
+
     def to_host(self, t: Any) -> Any:
         return t.detach().cpu() if self.device.is_gpu else t.detach().clone()
 

@@ -165,6 +165,9 @@ class TorchFramework(Framework):
         hooks: AbstractContextManager[Any] = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
         return hooks
 
+    def reshape(self, t: Any, shape: list[int]) -> Any:
+        return t.view(shape)
+
     def to_host(self, t: Any) -> Any:
         return t.detach().to("cpu", copy=True)
 
