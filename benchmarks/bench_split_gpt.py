@@ -122,8 +122,8 @@ def measure(setting: str, rounds: int, device: str, steps: int = 3) -> dict[str,
     for name, (sched, layers) in sides.items():
         sizes = stage_sizes(sched)
         rows = [sizes[s] for s in range(sched.program.stages)]
-        predicted = peak_bytes(sched.program, Sizes([a for a, _, _, _ in rows], [k for _, k, _, _ in rows],
-                                                    [st for _, _, st, _ in rows])).peak[0]
+        predicted = peak_bytes(sched.program, Sizes([r[0] for r in rows], [r[1] for r in rows],
+                                                    [r[2] for r in rows])).peak[0]
         memory[name] = {"predicted": predicted, "measured_tensors": sched.memory.peak_bytes}
         if device.startswith("cuda"):
             torch.cuda.synchronize()

@@ -38,6 +38,7 @@ from .ir import Kind, Program
 
 
 R, OFFLOAD, RELOAD = int(Kind.R), int(Kind.OFFLOAD), int(Kind.RELOAD)
+RECV_F, SEND_B, RECV_B = int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
 
 UNIT = "microbatches of a rank's activations"  # what every printed peak and limit counts
 # A limit in bytes (`--max-memory 6GiB`): decimal and binary multiples, as disks and
@@ -96,8 +97,8 @@ def _having(enc: Encoded, kind: int) -> set[int]:
     return out
 
 
-def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
-            kept: Sequence[float] | None = None, inputs: Sequence[float] | None = None) -> Sequence[Sequence[float]]:
+def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool, kept: Sequence[float] | None = None,
+            inputs: Sequence[float] | None = None, outputs: Sequence[float] | None = None) -> Sequence[Sequence[float]]:
     """Per rank, per action (code): the activations it makes live (+) or frees (-).
 
     `F` adds its stage's weight; `B` frees it unless that backward is split, `W` when it is.
@@ -108,11 +109,12 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
     `kept` (bytes, with `weights` in bytes): per stage, what a split backward's `I` leaves
     live until its `W` (the saved inputs and output gradients of the weight gradient, not
     the whole graph): that `I` frees the rest of the forward's bytes and `W` frees `kept`.
-    `inputs` (bytes): per stage, what a forward with a later `R` keeps (its input)."""
+    `inputs` (bytes): per stage, what a forward with a later `R` keeps (its input); `outputs`
+    (bytes): per stage, its output (and gradient), while a message or a hand-over holds it."""
     M = enc.microbatches
     if kept is not None:
         assert weights is not None, "bytes kept after I need the forward's bytes"
-        return _byte_deltas(enc, weights, kept, inputs)
+        return _byte_deltas(enc, weights, kept, inputs, outputs)
     if R in enc.kinds:  # a forward's weight depends on whether its (stage, microbatch) has an `R`
         per_stage = [1.0] * enc.stages if weights is None else [float(w) for w in weights]
         return _byte_deltas(enc, per_stage, per_stage)
@@ -146,16 +148,26 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool,
 
 
 def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float],
-                 inputs: Sequence[float] | None = None) -> list[list[float]]:
+                 inputs: Sequence[float] | None = None, outputs: Sequence[float] | None = None) -> list[list[float]]:
     """`_deltas` by one lookup per action: `F` adds its stage's weight (only its `inputs`,
     nothing in the unit, when an `R` of its (stage, microbatch) makes it again: the forward
     keeps only its input, and the `R` adds the rest), a `B` not split frees it, an `I` frees
     all but `kept` and its `W` frees `kept`; `OFFLOAD` frees all but its `inputs` (to host
-    memory) and `RELOAD` brings that back."""
+    memory) and `RELOAD` brings that back.
+
+    With `outputs`, the messages too (a lowered program's, as `ppdsl run` runs it): a
+    `RECV_F` holds the stage before's output until the `F` takes it into its activations, a
+    `RECV_B` holds the gradient of the stage's output until the backward (`B` or `I`) takes
+    it, and a backward makes the gradient of its input, held until its `SEND_B`, or until the
+    backward of the stage before when that stage is on the same rank."""
     M = enc.microbatches
     split = _split(enc)
     remade = _having(enc, R)
     held = [0.0] * enc.stages if inputs is None else [float(x) for x in inputs]
+    out_bytes = [0.0] * enc.stages if outputs is None else [float(x) for x in outputs]
+    # Per stage s: its input's gradient is sent (to another rank's stage s - 1) or handed over.
+    sent = [s > 0 and enc.placement[s - 1] != enc.placement[s] for s in range(enc.stages)]
+    comms = enc.has_comms
     out: list[list[float]] = []
     km, kb = KIND_MASK, KIND_BITS
     for codes in enc.codes:
@@ -164,21 +176,49 @@ def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float],
             k, sm = c & km, c >> kb
             s = sm // M
             if k == F:
-                row.append(held[s] if sm in remade else weights[s])
+                d = held[s] if sm in remade else weights[s]
             elif k == R or k == RELOAD:
-                row.append(weights[s] - held[s])
+                d = weights[s] - held[s]
             elif k == OFFLOAD:
-                row.append(held[s] - weights[s])
+                d = held[s] - weights[s]
             elif k == B and sm not in split:
-                row.append(-weights[s])
+                d = -weights[s]
             elif k == I:
-                row.append(kept[s] - weights[s])
+                d = kept[s] - weights[s]
             elif k == W and sm in split:
-                row.append(-kept[s])
+                d = -kept[s]
             else:
-                row.append(0.0)
+                d = 0.0
+            if outputs is not None and k in _MESSAGE_KINDS:
+                d += _message_delta(k, s, out_bytes, sent, comms, enc.stages)
+            row.append(d)
         out.append(row)
     return out
+
+
+_MESSAGE_KINDS = frozenset((F, B, I, RECV_F, SEND_B, RECV_B))
+
+
+def _message_delta(k: int, s: int, out_bytes: Sequence[float], sent: Sequence[bool], comms: bool,
+                   stages: int) -> float:
+    """What an action of kind k of stage s adds to the bytes messages hold (`_byte_deltas`
+    with `outputs`). `sent[s]`: stage s - 1 is on another rank. A compute-only program's
+    messages are instant: only the hand-overs between stages of one rank hold anything."""
+    if k == RECV_F:
+        return out_bytes[s - 1]
+    if k == RECV_B:
+        return out_bytes[s]
+    if k == SEND_B:
+        return -out_bytes[s - 1]
+    if k == F:  # the received input joins the forward's activations
+        return -out_bytes[s - 1] if s > 0 and sent[s] and comms else 0.0
+    # A backward (`B` or `I`) takes its output's gradient and makes its input's.
+    d = 0.0
+    if s + 1 < stages and (comms or not sent[s + 1]):
+        d -= out_bytes[s]
+    if s > 0 and (comms or not sent[s]):
+        d += out_bytes[s - 1]
+    return d
 
 
 def _unit(placement: Sequence[int], weights: Sequence[float] | None) -> tuple[Sequence[float] | None, float]:
@@ -198,8 +238,8 @@ def _check_weights(program: Program, weights: Sequence[float] | None) -> None:
         raise ValueError(f"memory weights give {len(weights)} stages, the program has {program.stages}")
 
 
-def profile(program: Program, weights: Sequence[float] | None = None,
-            kept: Sequence[float] | None = None, inputs: Sequence[float] | None = None) -> MemoryProfile:
+def profile(program: Program, weights: Sequence[float] | None = None, kept: Sequence[float] | None = None,
+            inputs: Sequence[float] | None = None, outputs: Sequence[float] | None = None) -> MemoryProfile:
     _check_weights(program, weights)
     enc = encode(program)
     if enc.invalid:
@@ -208,7 +248,7 @@ def profile(program: Program, weights: Sequence[float] | None = None,
     peak_steps: list[int | None] = []
     lives: list[tuple[float, ...]] = []
     weights, scale = _unit(program.placement, weights)
-    for rank, deltas in enumerate(_deltas(enc, weights, trusted=False, kept=kept, inputs=inputs)):
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted=False, kept=kept, inputs=inputs, outputs=outputs)):
         n = len(program.rows[rank])
         # Per step: what it allocates and what it frees (an overlapped pair does both).
         alloc = [0.0] * n
@@ -249,8 +289,8 @@ def peak_stage_activations(program: Program) -> tuple[int, ...]:
 
 
 def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: bool = False,
-                     kept: Sequence[float] | None = None, inputs: Sequence[float] | None = None
-                     ) -> list[tuple[float, int | None]] | None:
+                     kept: Sequence[float] | None = None, inputs: Sequence[float] | None = None,
+                     outputs: Sequence[float] | None = None) -> list[tuple[float, int | None]] | None:
     """Per rank (peak, first step at the peak): `profile`'s peaks as prefix sums over the
     codes, at a fraction of its cost (a test holds them equal). None (use `profile`) for rows
     with overlapped pairs, where a step both allocates and frees. `trusted`: the checker,
@@ -259,7 +299,7 @@ def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: boo
         return None
     out: list[tuple[float, int | None]] = []
     weights, scale = _unit(enc.placement, weights)
-    for rank, deltas in enumerate(_deltas(enc, weights, trusted, kept, inputs)):
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted, kept, inputs, outputs)):
         live = list(accumulate(deltas))
         peak = max(live, default=0)
         if peak <= 0:
@@ -285,19 +325,24 @@ class Sizes:
     - `input[s]`: what a forward of stage s keeps beside the tensors autograd saved (its input
       and output, part of `activation`): all it keeps until its `R` when an `R` runs it again,
       and what stays on the device while an `OFFLOAD` has the rest in host memory (empty:
-      nothing, as the unit counts it).
+      nothing, as the unit counts it);
+    - `output[s]`: a stage's output, and so its gradient: what a message holds on the rank
+      that receives it until the action that takes it, and an input gradient on the rank that
+      made it until it is sent or taken (empty: nothing).
     """
 
     activation: tuple[float, ...] = field(converter=_sizes)
     kept: tuple[float, ...] = field(converter=_sizes)
     state: tuple[float, ...] = field(converter=_sizes)
     input: tuple[float, ...] = field(default=(), converter=_sizes)
+    output: tuple[float, ...] = field(default=(), converter=_sizes)
 
     def __attrs_post_init__(self) -> None:
         if not len(self.activation) == len(self.kept) == len(self.state):
             raise ValueError("sizes give activation, kept and state for different numbers of stages")
-        if self.input and len(self.input) != len(self.activation):
-            raise ValueError("sizes give input and activation for different numbers of stages")
+        for name in ("input", "output"):
+            if getattr(self, name) and len(getattr(self, name)) != len(self.activation):
+                raise ValueError(f"sizes give {name} and activation for different numbers of stages")
 
     @property
     def inputs(self) -> tuple[float, ...]:
@@ -316,7 +361,8 @@ class Sizes:
         def carry(values: tuple[float, ...]) -> list[float]:
             return carried(dict(enumerate(values)), self.stages, stages)
 
-        return Sizes(carry(self.activation), carry(self.kept), carry(self.state), carry(self.input) if self.input else ())
+        return Sizes(carry(self.activation), carry(self.kept), carry(self.state), carry(self.input) if self.input else (),
+                     carry(self.output) if self.output else ())
 
     def state_of_ranks(self, placement: Sequence[int]) -> list[float]:
         """Per rank, the state bytes of the stages it holds."""
@@ -345,9 +391,10 @@ def peak_bytes(program: Program, sizes: Sizes) -> BytesProfile:
     enc = encode(program)
     if enc.invalid:
         raise ValueError("the program has out-of-range actions; check() reports them")
-    fast = peaks_from_codes(enc, sizes.activation, kept=sizes.kept, inputs=sizes.input or None)
+    fast = peaks_from_codes(enc, sizes.activation, kept=sizes.kept, inputs=sizes.input or None,
+                            outputs=sizes.output or None)
     if fast is None:
-        prof = profile(program, sizes.activation, sizes.kept, sizes.input or None)
+        prof = profile(program, sizes.activation, sizes.kept, sizes.input or None, sizes.output or None)
         fast = list(zip(prof.peak, prof.peak_step))
     state = sizes.state_of_ranks(program.placement)
     state += [0.0] * (program.ranks - len(state))

@@ -66,7 +66,8 @@ def parse_profile(text: str) -> CostModel:
 
 # What a profile's `sizes` holds, per stage, in bytes (`memory.Sizes`).
 SIZE_KEYS: Final = ("activation", "kept", "state")
-OPTIONAL_SIZE_KEYS: Final = ("input",)  # a forward's input, measured where an `R` runs it again
+# What a forward keeps beside its saved tensors; a stage's output (and its gradient's) size.
+OPTIONAL_SIZE_KEYS: Final = ("input", "output")
 
 
 def _sizes(sizes: object) -> Sizes | None:
@@ -91,7 +92,7 @@ def _sizes(sizes: object) -> Sizes | None:
     if len({len(v) for v in lists.values()}) != 1:
         raise CostError("PPS352", "`sizes` lists give different numbers of stages: "
                         + ", ".join(f"{k} {len(v)}" for k, v in lists.items()), "sizes")
-    return Sizes(lists["activation"], lists["kept"], lists["state"], lists.get("input", ()))
+    return Sizes(lists["activation"], lists["kept"], lists["state"], lists.get("input", ()), lists.get("output", ()))
 
 
 def _measured_stages(data: dict[str, object], items: list[tuple[str, float]], sizes: Sizes | None) -> int | None:
@@ -183,7 +184,8 @@ def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterab
         data["stages"] = sizes.stages
         data["sizes"] = {"activation": [round(v) for v in sizes.activation], "kept": [round(v) for v in sizes.kept],
                          "state": [round(v) for v in sizes.state],
-                         **({"input": [round(v) for v in sizes.input]} if any(sizes.input) else {})}
+                         **({"input": [round(v) for v in sizes.input]} if any(sizes.input) else {}),
+                         **({"output": [round(v) for v in sizes.output]} if any(sizes.output) else {})}
     mem = list(memory)
     if mem:
         data["memory"] = mem

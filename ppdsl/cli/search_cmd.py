@@ -31,6 +31,7 @@ from ..search.byte_limit import COUNTED, SCALED_LIMIT, ByteLimit, InBytes, best_
 from ..search.driver import Found, search, shapes_of
 from ..search.output import exact_note, finish, peak_text, progress_line, proof_words, to_json, to_text
 from ..search.problem import cuts_of
+from ..search.use import MEMORY_ACTIONS
 from .common import byte_limit_needs_sizes, memory_limit, refuse_csv_output, refuse_overwriting, write_output
 
 
@@ -45,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "messages); again to add more, later keys winning (profiles of one number of stages)")
     p.add_argument("--stages-per-rank", choices=("1", "2", "auto"), default="auto",
                    help="1: loop, 2: V, auto: both, or with a profile the shape it measured (default)")
+    p.add_argument("--memory-actions", choices=("none", "recompute", "offload", "both"), default="none",
+                   help="may also return a named generator's schedule with R (recompute) or OFFLOAD and RELOAD "
+                        "placed to fit the limit, when that is shorter (default: none)")
     p.add_argument("--time-limit", type=float, metavar="S", help="stop after S seconds with the best found so far")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="OUT.pps", help="write the schedule here (default: stdout)")
@@ -83,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
     limit: Limit = args.max_memory
     in_bytes: ByteLimit | None = None
     shapes = shapes_of(measured_shape(args.stages_per_rank, args.ranks, measured))
+    actions = MEMORY_ACTIONS[args.memory_actions]
     if limit.in_bytes:
+        if actions:
+            raise UsageError("--memory-actions places actions under a limit in microbatches of a rank's "
+                             f"activations ({UNIT}), not in bytes: give --max-memory as a number")
         if costs.sizes is None:
             raise byte_limit_needs_sizes(limit)
         in_bytes = ByteLimit(limit.amount, costs.sizes)
@@ -97,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         print(progress_line(best, elapsed, count, total, args.time_limit), file=sys.stderr)
 
     result = search(args.ranks, args.microbatches, costs, limit.amount if in_bytes is None else SCALED_LIMIT, shapes,
-                    args.time_limit, progress, in_bytes=in_bytes)
+                    args.time_limit, progress, in_bytes=in_bytes, memory_actions=actions)
     if not isinstance(result, Found):
         return _infeasible(args, f"{result.limit:g}", result.smallest, f"{result.smallest:g}", f"({UNIT})")
     found = finish(result, costs, in_bytes)

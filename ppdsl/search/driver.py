@@ -20,12 +20,14 @@ from collections.abc import Callable
 
 from attrs import frozen
 
-from ..costs import CostModel
+from ..costs import CostModel, reshape
 from ..ir import Kind, Program, Step, make_action
 from ..memory import EPSILON
 from .blocks import block_orders
 from .byte_limit import ByteLimit
+from ..simulate import simulate
 from .exact import MAX_PAIRS, pairs, solve
+from .fit_memory import fit
 from .exact import available as exact_available
 from .listsched import Order, Policy, default_limits, random_policy, run
 from .gaps import fill_gaps
@@ -81,6 +83,7 @@ class Found:
     planned: int = 0  # the candidates the budget allows over every shape (`planned`)
     exact: str = EXACT_OFF  # EXACT_RAN, or why the MILP did not run
     pairs: int = 0  # the MILP's ordering binaries for the largest shape (`exact.pairs`)
+    moved: str = ""  # the memory actions placed to fit the limit ("recompute", "offload"), if any
 
 
 @frozen
@@ -303,18 +306,24 @@ def shapes_of(stages_per_rank: str) -> tuple[int, ...]:
 
 def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes: tuple[int, ...] = (1, 2),
            time_limit: float | None = None, progress: Progress | None = None, seed: int = 0,
-           cuts: int | None = None, exact: bool = True, in_bytes: ByteLimit | None = None) -> Found | Infeasible:
+           cuts: int | None = None, exact: bool = True, in_bytes: ByteLimit | None = None,
+           memory_actions: tuple[str, ...] = ()) -> Found | Infeasible:
     """Search the shapes `shapes` (stages a rank: 1, the loop; 2, the V). `cuts`: how many stages the
     per-stage costs number (default: `problem.cuts_of`, one or two a rank by the highest key).
     `exact`: also run the MILP (`exact.py`) on small problems when scipy is installed.
     `in_bytes`: the limit is in bytes, `limit` is `byte_limit.SCALED_LIMIT` and each shape's
-    stages weigh what `ByteLimit.weights` says (the shapes asked for must fit)."""
+    stages weigh what `ByteLimit.weights` says (the shapes asked for must fit).
+    `memory_actions` ("recompute", "offload"): the schedules the search may also return, each
+    named generator of the shapes with those actions placed to fit the limit (`fit_memory`),
+    priced by the simulator (a copy lane for the moves); the shortest wins."""
+    if in_bytes is not None and memory_actions:
+        raise ValueError("memory actions are placed under a limit in the unit, not in bytes")
     if cuts is None:
         cuts = cuts_of(costs, ranks)
         if cuts is None:
             raise ValueError("per-stage costs name a stage past two a rank")
     started = time.monotonic()
-    if limit < SMALLEST_LIMIT - EPSILON:
+    if limit < SMALLEST_LIMIT - EPSILON and not memory_actions:
         return Infeasible(limit, SMALLEST_LIMIT)
     deadline = started + time_limit if time_limit is not None else None
     # Compared with the named generators of the shapes searched only (the others' costs may be estimates).
@@ -322,8 +331,9 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes
     results: list[tuple[float, int, _Best]] = []  # (makespan, index in problems, best)
     done_best, done_count = math.inf, 0
     problems: list[Problem] = []
+    searched = max(limit, SMALLEST_LIMIT)  # below it only memory actions fit: the search proper runs at it
     for v in shapes:
-        split = make_problem(ranks, microbatches, v, limit, costs, cuts=cuts,
+        split = make_problem(ranks, microbatches, v, searched, costs, cuts=cuts,
                              weights=None if in_bytes is None else in_bytes.weights(ranks, v))
         problems.append(split)
         if fusing_saves(split):  # a measured B cheaper than its I and W: orders of F and B as well
@@ -376,6 +386,38 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes
     bound = min(bounds)
     stopped = deadline is not None and time.monotonic() > deadline
     peak = max(peaks(problem, best.rows))
+    count = sum(r[2].count for r in results)
+    fitted = _with_memory_actions(named, ranks, microbatches, costs, cuts, limit, memory_actions)
+    if fitted is not None and (fitted[2] < makespan - EPSILON or peak > limit + EPSILON):
+        # The bound of a schedule that may move or remake activations: without the idle time
+        # the limit forces (its `lower_bound` term), which memory actions can avoid.
+        free = [lower_bound(make_problem(ranks, microbatches, v, float(ranks * microbatches), costs, cuts=cuts))
+                for v in shapes]
+        name, kind, time_of, peak_of, fitted_program = fitted
+        return Found(fitted_program, time_of, 0.0, peak_of, limit, fitted_program.stages // ranks,
+                     method + "; memory actions: each named generator with R (recompute) or OFFLOAD and RELOAD "
+                     "placed where the limit needs them", False, min(free), count + 1, time.monotonic() - started,
+                     stopped, f"{name} with {kind} placed to fit the limit", best_fitting(named, limit), cuts, total,
+                     status, largest, kind)
+    if peak > limit + EPSILON:  # below the smallest limit and no memory action fits it either
+        return Infeasible(limit, SMALLEST_LIMIT)
     return Found(program, makespan, 0.0, peak, limit, v, method, makespan <= bound + PROOF_TOLERANCE * max(1.0, makespan), bound,
-                 sum(r[2].count for r in results), time.monotonic() - started, stopped, best.start,
+                 count, time.monotonic() - started, stopped, best.start,
                  best_fitting(named, limit), cuts, total, status, largest)
+
+
+def _with_memory_actions(named: list[NamedResult], ranks: int, microbatches: int, costs: CostModel, cuts: int,
+                         limit: float, how: tuple[str, ...]) -> tuple[str, str, float, float, Program] | None:
+    """The shortest named schedule with memory actions placed to fit `limit` (`fit_memory`):
+    (its generator, the actions, its makespan, its peak, the program), or None."""
+    best: tuple[str, str, float, float, Program] | None = None
+    for n in named:
+        for kind in how:
+            program = fit(n.program, limit, kind)
+            if program is None:
+                continue
+            sim = simulate(program, reshape(costs, cuts, program.stages))
+            peak = max(sim.peak_memory)
+            if sim.completed and peak <= limit + EPSILON and (best is None or sim.makespan < best[2] - EPSILON):
+                best = (n.name, kind, sim.makespan, peak, program)
+    return best

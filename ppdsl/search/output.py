@@ -121,7 +121,7 @@ def header_comment(found: Found, costs: CostModel, in_bytes: InBytes | None = No
                   f"memory as the search counted it: {COUNTED} (never under the bytes); "
                   f"peak {_number(found.peak)} {UNIT}"]
     lines = [
-        f"found by `ppdsl search` ({found.candidates} candidates priced)",
+        f"found by `ppdsl search` ({found.candidates} candidates priced)" + (f": {found.start}" if found.moved else ""),
         *memory,
         f"costs: {given}" + (f" (unit: {costs.unit})" if costs.unit != "unit" else "") + f"; shape: {shape}",
         named_line(found, in_bytes),
@@ -165,6 +165,8 @@ def _json(found: Found, output: str | None) -> dict[str, object]:
         "seconds": found.seconds,
         "candidates": found.candidates,
         "stopped_early": found.stopped_early,
+        "start": found.start,
+        "memory_actions": found.moved or None,
         "planned_candidates": found.planned,
         "exact": found.exact,
         "output": output,

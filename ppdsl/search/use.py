@@ -62,17 +62,23 @@ def build_in(context: Context, values: Mapping[str, ArgValue]) -> Built:
         model.check_stages(ranks * (1 if shape == "1" else 2))
     except CostError as exc:
         raise GeneratorError("PPS022", f"the costs line: {exc.message}", "shape") from None
-    return _cached(ranks, microbatches, limit, shape, costs, model)
+    return _cached(ranks, microbatches, limit, shape, costs, model, MEMORY_ACTIONS[str(values["memory_actions"])])
+
+
+# `memory_actions=`: which actions the search may place to fit the limit (`fit_memory`).
+MEMORY_ACTIONS: dict[str, tuple[str, ...]] = {"none": (), "recompute": ("recompute",), "offload": ("offload",),
+                                              "both": ("recompute", "offload")}
 
 
 @functools.lru_cache(maxsize=32)
 def _cached(ranks: int, microbatches: int, limit: float, shape: str, key: tuple[tuple[str, float], ...],
-            costs: CostModel) -> Built:
+            costs: CostModel, memory_actions: tuple[str, ...] = ()) -> Built:
     from .driver import Found, search, shapes_of
     from .output import finish
 
     # Per-stage keys on a file's costs line number the program's own stages.
-    result = search(ranks, microbatches, costs, limit, shapes_of(shape), cuts=ranks * (2 if shape == "2" else 1), exact=False)
+    result = search(ranks, microbatches, costs, limit, shapes_of(shape), cuts=ranks * (2 if shape == "2" else 1), exact=False,
+                    memory_actions=memory_actions)
     if not isinstance(result, Found):
         raise GeneratorError("PPS022", f"no schedule fits max_memory={limit:g}: the smallest feasible is "
                              f"{result.smallest:g} ({UNIT})", "max_memory")
@@ -92,7 +98,9 @@ SPEC = GeneratorSpec(
     build=_without_costs,
     steps=None,
     params=(Param("max_memory", float, 0.0, "peak activations per rank, in microbatches of a rank's share"),
-            Param("shape", str, "auto", "loop (1 stage a rank), v (2) or auto (both)", choices=tuple(SHAPES))),
+            Param("shape", str, "auto", "loop (1 stage a rank), v (2) or auto (both)", choices=tuple(SHAPES)),
+            Param("memory_actions", str, "none", "none, or the actions it may place to fit the limit: recompute, "
+                  "offload or both", choices=("none", "recompute", "offload", "both"))),
     reference="docs/search.md",
     build_in=build_in,
 )

@@ -75,6 +75,28 @@ def test_bytes_count_what_a_forward_keeps_beside_its_saved_tensors() -> None:
         memory.Sizes([100.0], [40.0], [1000.0], input=[1.0, 2.0])
 
 
+def test_bytes_count_the_messages_a_lowered_program_holds() -> None:
+    # Activation 100 a microbatch on each stage, outputs 10 (stage 0) and 20 (stage 1).
+    text = ("pipeline ranks=2 microbatches=1\n"
+            "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\n"
+            "rank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n")
+    program = parse(text, "p.pps")
+    weights, kept = [100.0, 100.0], [0.0, 0.0]
+    outputs = [10.0, 20.0]
+    # Rank 0: F (100), its send (100), the gradient received (110), B (0).
+    # Rank 1: the activation received (110), F takes it in (100), B frees it and makes the
+    # input's gradient (10), its send (0).
+    assert memory.profile(program, weights, kept, outputs=outputs).live_after == (
+        (100.0, 100.0, 110.0, 0.0), (10.0, 100.0, 10.0, 0.0))
+    sizes = memory.Sizes(weights, kept, [0.0, 0.0], output=outputs)
+    assert memory.peak_bytes(program, sizes).peak == (110.0, 100.0)
+    # A compute-only program's messages are instant: only a hand-over on one rank holds.
+    assert memory.profile(parse("pipeline ranks=2 microbatches=1\nrank 0: 0F0 0B0\nrank 1: 1F0 1B0\n", "p.pps"),
+                          weights, kept, outputs=outputs).live_after == ((100.0, 0.0), (100.0, 0.0))
+    one_rank = parse("pipeline ranks=1 microbatches=1 stages=2\nrank 0: 0F0 1F0 1B0 0B0\n", "p.pps")
+    assert memory.profile(one_rank, weights, kept, outputs=outputs).live_after == ((100.0, 200.0, 110.0, 0.0),)
+
+
 def test_lowering_keeps_them_where_they_are() -> None:
     text = ("pipeline ranks=2 microbatches=2\nrank 0: 0F0 0OFFLOAD0 0F1 0RELOAD0 0B0 0R1 0B1\n"
             "rank 1: 1F0 1F1 1R0 1B0 1R1 1B1\n")

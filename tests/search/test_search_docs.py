@@ -50,3 +50,19 @@ def test_pps_examples_parse() -> None:
     for text in blocks:
         program = parse(text)
         assert program.generated is not None and program.generated.name == "search"
+
+
+@pytest.mark.slow
+def test_memory_actions_example_is_what_search_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    block = re.search(r"```console\n\$ (ppdsl search [^\n]*--memory-actions recompute -o found\.pps)\n([^\n]*)\n```",
+                      page())
+    assert block is not None
+    argv = block.group(1).split()[1:]
+    out = tmp_path / "found.pps"
+    argv[argv.index("found.pps")] = str(out)
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip() == block.group(2).replace("found.pps", str(out))
+    assert "v_min with recompute placed to fit the limit" in out.read_text().splitlines()[0]
+    without = [a for a in argv if a not in ("--memory-actions", "recompute")]
+    assert main(without) == 0
+    assert "makespan 83.5," in capsys.readouterr().out and "makespan 83.5" in page()

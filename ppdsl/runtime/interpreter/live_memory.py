@@ -24,6 +24,7 @@ from typing import Any
 
 from ..framework import Framework
 from ...ir import Kind
+from . import values
 from .plan import F, I, Op
 
 # The actions after which a stage's size is measured: a forward and a recompute (what the
@@ -54,11 +55,18 @@ class LiveMemory:
         # Per stage: the most a forward keeps beside what autograd saved (its input and output):
         # all a forward with a later `R` keeps, and what an `OFFLOAD` leaves on the device.
         self.input: dict[int, int] = {}
+        self.output: dict[int, int] = {}  # per stage but the last: its output (and its gradient)
 
     def observe(self, stages: Mapping[int, Stage], op: Op | None = None) -> None:
         """After an action (`op`: which; an F or an I also measures its stage's size)."""
         t0 = time.perf_counter()
         self._observe(stages)
+        if op is not None and op.kind == F and not stages[op.stage].last:
+            # The output, and so its gradient: what a message of it holds.
+            stage = stages[op.stage]
+            value = stage.outputs.get(op.microbatch)
+            size = self.bytes_of(stage.fw, [t for t in values.split(value)[1] if stage.fw.is_tensor(t)])
+            self.output[op.stage] = max(self.output.get(op.stage, 0), size)
         if op is not None and op.kind == _OFFLOAD:
             # What the stage still holds for the microbatch with its saved tensors in host memory.
             stage = stages[op.stage]

@@ -72,18 +72,18 @@ def pair_messages(actions: list[dict[str, Any]]) -> None:
         a.pop("_spans", None)
 
 
-def stage_sizes(sched: Any, optimizer: Any = None) -> dict[int, tuple[int, int, int, int]]:
-    """Per stage of this rank, bytes: (activation, kept, state, input), as `memory.Sizes` counts them.
+def stage_sizes(sched: Any, optimizer: Any = None) -> dict[int, tuple[int, int, int, int, int]]:
+    """Per stage of this rank, bytes: (activation, kept, state, input, output), as `memory.Sizes` counts them.
     State is the stage's parameters, their gradients and the optimizer's state for them."""
     fw, live = sched.fw, sched.memory
-    out: dict[int, tuple[int, int, int, int]] = {}
+    out: dict[int, tuple[int, int, int, int, int]] = {}
     for s, layer in sched.layers.items():
         params = [p for _, p in fw.named_parameters(layer)]
         grads = [g for g in map(fw.grad_of, params) if g is not None]
         state = live.bytes_of(fw, params) + live.bytes_of(fw, grads)
         if optimizer is not None:
             state += fw.optimizer_state_bytes(optimizer, params)
-        out[s] = (live.activation.get(s, 0), live.kept.get(s, 0), state, live.input.get(s, 0))
+        out[s] = (live.activation.get(s, 0), live.kept.get(s, 0), state, live.input.get(s, 0), live.output.get(s, 0))
     return out
 
 
@@ -96,7 +96,7 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
     sizes = stage_sizes(sched, optimizer)
     memory = {"rank": rank, "peak_microbatches": sched.memory.peak_graphs,
               "predicted_microbatches": peak_stage_activations(sched.program)[rank],
-              "peak_bytes": sched.memory.peak_bytes, "state_bytes": sum(st for _, _, st, _ in sizes.values()),
+              "peak_bytes": sched.memory.peak_bytes, "state_bytes": sum(size[2] for size in sizes.values()),
               "weight_gradients": {str(s): path for s, path in sorted(sched.split_paths.items())},
               **({"offloaded_bytes": {str(s): n for s, n in sorted(sched.memory.offloaded.items())}}
                  if sched.memory.offloaded else {}),
@@ -131,10 +131,9 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
 
 def _sizes_of(program: Any, memories: list[dict[str, Any]]) -> Sizes:
     """Every rank's stage sizes as one `Sizes` of the program's stages (each taken off its entry)."""
-    per_stage: dict[int, tuple[int, int, int, int]] = {}
+    per_stage: dict[int, tuple[int, int, int, int, int]] = {}
     for m in memories:
         per_stage.update(m.pop("_sizes"))
-    rows = [per_stage.get(s, (0, 0, 0, 0)) for s in range(program.stages)]
-    inputs = [i for _, _, _, i in rows]
-    return Sizes([a for a, _, _, _ in rows], [k for _, k, _, _ in rows], [st for _, _, st, _ in rows],
-                 inputs if any(inputs) else ())
+    columns = list(zip(*(per_stage.get(s, (0, 0, 0, 0, 0)) for s in range(program.stages))))
+    activation, kept, state, inputs, outputs = (list(c) for c in columns) if columns else ([], [], [], [], [])
+    return Sizes(activation, kept, state, inputs if any(inputs) else (), outputs if any(outputs) else ())
