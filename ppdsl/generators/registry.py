@@ -105,6 +105,7 @@ MODULES = (
     "zbv",
     "v_schedules",
     "dualpipev",
+    "pipeoffload",
 )
 
 

@@ -75,7 +75,7 @@ def test_aliases() -> None:
     assert registry.canonical_name("vpp") == "interleaved_1f1b"
     assert registry.canonical_name("fthenb") == "gpipe"
     assert set(registry.REGISTRY) == {"gpipe", "1f1b", "interleaved_1f1b", "looped_bfs", "zb1p", "zb2p",
-                                      "zbv", "v_half", "v_min", "dualpipev"}
+                                      "zbv", "v_half", "v_min", "dualpipev", "pipeoffload"}
 
 
 def test_inference_keeps_forwards_only() -> None:

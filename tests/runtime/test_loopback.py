@@ -629,7 +629,7 @@ def test_loopback_recompute_of_a_stage_with_batch_norm_is_refused_on_every_rank(
 
 # --- OFFLOAD and RELOAD: what a forward saved, to host memory and back -------------------------
 @pytest.mark.parametrize("call", ["1f1b(offload=all)", "zb1p(offload=all)", "interleaved_1f1b(virtual=2, offload=1)",
-                                  "1f1b(recompute=1, offload=all)"])
+                                  "1f1b(recompute=1, offload=all)", "pipeoffload(virtual=2, chunks=2)"])
 def test_loopback_offload_and_reload_give_the_unpipelined_gradients(call: str) -> None:
     prog = generated(call)
     # (label, tensors moved, tensors left on the device that neither the stage nor the batch holds)
