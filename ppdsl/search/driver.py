@@ -32,7 +32,7 @@ from .exact import available as exact_available
 from .listsched import Order, Policy, default_limits, random_policy, run
 from .gaps import fill_gaps
 from .local import improve
-from .named import NamedResult, best_fitting, named_results, seed_rows
+from .named import NamedResult, best_fitting, moves_activations, named_results, seed_rows
 from .problem import Problem, cuts_of, make_problem
 from .replay import peaks, replay
 from .slots import FWD, GRAD, SLOTS, sm_and_slot
@@ -327,7 +327,8 @@ def search(ranks: int, microbatches: int, costs: CostModel, limit: float, shapes
         return Infeasible(limit, SMALLEST_LIMIT)
     deadline = started + time_limit if time_limit is not None else None
     # Compared with the named generators of the shapes searched only (the others' costs may be estimates).
-    named = [n for n in named_results(ranks, microbatches, costs, cuts) if n.program.stages // ranks in shapes]
+    named = [n for n in named_results(ranks, microbatches, costs, cuts, moves=bool(memory_actions))
+             if n.program.stages // ranks in shapes]
     results: list[tuple[float, int, _Best]] = []  # (makespan, index in problems, best)
     done_best, done_count = math.inf, 0
     problems: list[Problem] = []
@@ -413,7 +414,9 @@ def _with_memory_actions(named: list[NamedResult], ranks: int, microbatches: int
     best: tuple[str, str, float, float, Program] | None = None
     for n in named:
         for kind in how:
-            program = fit(n.program, limit, kind)
+            # A generator that places its own offloads (`pipeoffload`) is taken as it is.
+            program = (n.program if kind == "offload" else None) if moves_activations(n.program) \
+                else fit(n.program, limit, kind)
             if program is None:
                 continue
             sim = simulate(program, reshape(costs, cuts, program.stages))

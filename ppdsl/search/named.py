@@ -19,6 +19,7 @@ from .slots import FWD, GRAD, WGT, search_code, sm_and_slot
 from .problem import Problem, cuts_of
 from .replay import peaks
 
+_MOVES = frozenset((Kind.R, Kind.OFFLOAD, Kind.RELOAD))
 # Arguments a generator is tried with besides its defaults (the search's shapes hold <= 2 stages a rank).
 VARIANTS: dict[str, tuple[dict[str, object], ...]] = {"interleaved_1f1b": ({"virtual": 2},),
                                                       "looped_bfs": ({"virtual": 2},)}
@@ -32,9 +33,12 @@ class NamedResult:
     peak: float  # in the search's unit
 
 
-def named_results(ranks: int, microbatches: int, costs: CostModel, cuts: int | None = None) -> list[NamedResult]:
+def named_results(ranks: int, microbatches: int, costs: CostModel, cuts: int | None = None,
+                  moves: bool = False) -> list[NamedResult]:
     """Every named generator that accepts this size, priced under `costs` (per-stage keys
-    numbering `cuts` stages, see `costs.reshape`), shortest first."""
+    numbering `cuts` stages, see `costs.reshape`), shortest first. A generator whose schedule
+    recomputes or moves activations (`pipeoffload`) only with `moves`: a schedule without
+    them is measured against its peers."""
     out = []
     if cuts is None:
         cuts = cuts_of(costs, ranks)
@@ -47,11 +51,18 @@ def named_results(ranks: int, microbatches: int, costs: CostModel, cuts: int | N
             except registry.GeneratorError:
                 continue
             program = Program(ranks, built.stages, microbatches, built.placement, built.rows)
+            if not moves and moves_activations(program):
+                continue
             sim = simulate(program, reshape(costs, cuts, built.stages))
             if sim.completed:
                 out.append(NamedResult(spec.name, program, sim.makespan, max(sim.peak_memory)))
     out.sort(key=lambda n: (n.makespan, n.peak, n.name))
     return out
+
+
+def moves_activations(program: Program) -> bool:
+    """Whether `program` recomputes or moves activations (R, OFFLOAD, RELOAD)."""
+    return any(type(a) is Action and a.kind in _MOVES for row in program.rows for a in row)
 
 
 def best_fitting(results: list[NamedResult], limit: float) -> NamedResult | None:

@@ -120,3 +120,15 @@ def test_cli_and_use_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["search", "--ranks", "2", "--microbatches", "4", "--max-memory", "1MiB", "--memory-actions",
                  "offload"]) == 2
     assert "not in bytes" in capsys.readouterr().err
+
+
+def test_a_generator_that_moves_activations_is_no_yardstick_for_the_search_without_them() -> None:
+    from ppdsl.search.named import named_results
+
+    costs = parse_inline(UNIT_COSTS)
+    assert "pipeoffload" not in {n.name for n in named_results(4, 8, costs)}
+    moving = {n.name: n for n in named_results(4, 8, costs, moves=True)}
+    assert moving["pipeoffload"].peak < moving["interleaved_1f1b"].peak
+    # With offloads allowed, pipeoffload is a candidate as it stands.
+    found = search(4, 8, costs, moving["pipeoffload"].peak, exact=False, memory_actions=("offload",))
+    assert isinstance(found, Found) and found.makespan <= moving["pipeoffload"].makespan
