@@ -33,6 +33,7 @@ from ppdsl.runtime.jobs.worker import RunConfig, build_stages
 
 NEVER = 1e9  # the launcher watches the whole run; a hung case must not end the process
 BUDGET_SECONDS = 600.0  # the whole worker, whatever happens
+SETTLE = 3.0  # how much longer a rank may sit in one wait when every rank that ended finished
 CAP_SECONDS = 30.0  # one case, however busy the machine: then the ranks left count as stuck
 EXACT = 1e-12  # float64: only rounding may differ
 
@@ -129,7 +130,8 @@ class _Published(Watchdog):
 def _wait_for_ending(index: int, world: int, shared: Path, hang: float) -> dict[int, str]:
     """Each rank's final status once every rank has one, or once the ranks left have all sat
     in one send or receive for `hang` seconds (0.1 s when a rank has already stopped: then
-    the others wait for it and never finish), or after CAP_SECONDS whatever happens.
+    the others wait for it and never finish; SETTLE times `hang` when the ranks that ended all
+    finished their step), or after CAP_SECONDS whatever happens.
 
     A hang is judged by the ranks being blocked (`_Published`), not by the clock alone: on a
     loaded machine (this test starts several launches at once on 2 cores) a case that is
@@ -143,7 +145,11 @@ def _wait_for_ending(index: int, world: int, shared: Path, hang: float) -> dict[
             return statuses
         sinces = [_since(shared / f"{index}.{r}.since") for r in range(world) if r not in statuses]
         blocked = now - max(sinces) if all(sinces) else 0.0  # the shortest wait among them
-        if blocked >= (0.1 if any(s != "done" for s in statuses.values()) else hang):
+        # A rank that stopped leaves the others waiting for it: 0.1 s tells. Ranks that finished
+        # their step leave the rest far more likely slow than hung (a process the loaded machine
+        # has not run since its wait ended still shows it): they get SETTLE times as long.
+        wait = 0.1 if any(s != "done" for s in statuses.values()) else hang * SETTLE if statuses else hang
+        if blocked >= wait:
             return statuses
         time.sleep(0.01)
 
