@@ -40,7 +40,9 @@ WORKER = HERE / "soundness_worker.py"
 # Seconds every rank still running a case must have sat in one send or receive before the case
 # counts as hung (soundness_worker: a slow rank on a busy machine is not a hung one). The
 # programs are a few milliseconds of work; a hang is a send or receive that never meets its peer.
-HANG_SECONDS = 3.0
+# 3 s was seen passed by a send and its receive that did meet, on two cores running two suites
+# side by side (gloo's transfer threads not scheduled): 6 s, at a few hung cases' cost.
+HANG_SECONDS = 6.0
 COMM_CODES = frozenset({"PPS210", "PPS211", "PPS212"})
 PARALLEL_LAUNCHES = 4  # at most this many sets of worker processes at once (2 cores here)
 
