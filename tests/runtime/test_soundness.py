@@ -115,7 +115,9 @@ def test_a_crash_after_other_cases_is_judged_again_in_fresh_processes(monkeypatc
     results = S._run_launches(jobs, S.HANG_SECONDS)
     assert [r.outcome for r in results] == ["exact", "crashed", "exact"], [(r.outcome, r.detail) for r in results]
     assert "signal" in results[1].detail
-    assert firsts == [False, True, False]
+    # The relaunch with the crash first; once more when rank 0's start of it never reached the
+    # launcher before the abort (a loaded machine): that launch counts as one that never began.
+    assert firsts in ([False, True, False], [False, True, True, False]), firsts
 
 
 @pytest.mark.slow
