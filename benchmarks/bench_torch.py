@@ -22,7 +22,6 @@ torch per schedule (goal <= 1.05); (I + W) / B on stage 1 (goal <= 1.10); zb1p /
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -64,7 +63,7 @@ def worker(args: argparse.Namespace) -> None:
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe, _PipelineScheduleRuntime
 
-    from rounds import guard_seconds, stage_actions, time_rounds
+    from rounds import block_layer, compare_and_time, gather_and_end, guard_seconds, stage_actions
 
     from ppdsl.runtime.framework import get_framework
     from ppdsl.runtime.interpreter.preflight import prepare
@@ -85,11 +84,7 @@ def worker(args: argparse.Namespace) -> None:
         return torch.nn.functional.mse_loss(out, target)
 
     def layer() -> Any:
-        torch.manual_seed(100 + rank)
-        blocks: list[torch.nn.Module] = []
-        for _ in range(args.blocks):
-            blocks += [torch.nn.Linear(args.width, args.width), torch.nn.GELU()]
-        return torch.nn.Sequential(*blocks)
+        return block_layer(args.width, args.blocks, 100 + rank)
 
     layers: dict[str, Any] = {}
     steps: dict[str, Any] = {}
@@ -114,31 +109,11 @@ def worker(args: argparse.Namespace) -> None:
             theirs = (ScheduleGPipe if name == "torch_gpipe" else Schedule1F1B)(stage, M, loss_fn=loss_fn)
         steps[name] = (lambda s: (lambda: s.step(x)) if rank == 0 else (lambda: s.step(target=y, losses=[])))(theirs)
 
-    def run(name: str) -> None:
-        steps[name]()
-        layers[name].zero_grad(set_to_none=False)
-
-    # The same gradients after one step from the same weights: every side computes the same thing.
-    for name in SIDES:
-        dist.barrier()
-        steps[name]()
-    ref = [p.grad.clone() for p in layers["1f1b"].parameters()]
-    diff = {name: max(float((p.grad - r).abs().max() / r.abs().max().clamp_min(1e-30))
-                      for p, r in zip(layers[name].parameters(), ref)) for name in SIDES}
-    for name in SIDES:
-        layers[name].zero_grad(set_to_none=False)
-        run(name)  # warm-up: torch's stages infer shapes and allocate on their first steps
     profiled = {name: ours[name] for name in ("1f1b", "zb1p")}
-    times = time_rounds(SIDES, args.rounds, args.steps, run, dist.barrier, profiled)
+    diff, times = compare_and_time(SIDES, steps, layers, "1f1b", args.rounds, args.steps, dist.barrier, profiled)
     actions = stage_actions(profiled, rank)
-    gathered: list[object] = [None, None]
-    dist.all_gather_object(gathered, {"rank": rank, "times": times, "actions": actions, "diff": diff,
-                                      "guard": guard_seconds(ours["zb1p"], steps["zb1p"]),
-                                      "threads": torch.get_num_threads()})
-    if rank == 0:
-        print("RESULT " + json.dumps(gathered), flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
+    gather_and_end({"rank": rank, "times": times, "actions": actions, "diff": diff,
+                    "guard": guard_seconds(ours["zb1p"], steps["zb1p"]), "threads": torch.get_num_threads()})
 
 
 def main() -> int:
@@ -146,22 +121,18 @@ def main() -> int:
     if args.worker:
         worker(args)
         return 0
-    from bench_runtime import run_ranks
-    from rounds import Rounds
+    from rounds import run_block_ranks
 
-    from ppdsl.runtime.jobs.launcher import cores, threads_per_rank
+    from ppdsl.runtime.jobs.launcher import cores
     from ppdsl.runtime.interpreter.preflight import prepare
     from ppdsl.semantics import CommModel
     from ppdsl.expansion import parse
 
     program = prepare(parse(_program_text("gpipe"), "<bench>"), CommModel.RENDEZVOUS)
-    threads = threads_per_rank(2, args.threads)[0]
-    argv = ["--worker", "--rows", str(args.rows), "--width", str(args.width), "--blocks", str(args.blocks),
-            "--steps", str(args.steps), "--rounds", str(args.rounds)]
-    results = run_ranks(__file__, program, argv, timeout=600, threads=threads)
-    if results is None:
+    rounds = run_block_ranks(__file__, program, 2, args, SIDES, timeout=600)
+    if rounds is None:
         return 1
-    rounds = Rounds(results, SIDES, args.rounds)
+    results = rounds.results
     print(f"machine: {cores()} cores, load average {os.getloadavg()[0]:.1f}; 2 ranks x {results[0]['threads']} "
           f"intra-op thread(s); model: each rank {args.blocks} x Linear({args.width}) + GELU, float32, {M} "
           f"microbatches of {args.rows} rows; {args.rounds} rounds x {args.steps} steps, alternating")

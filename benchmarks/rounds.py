@@ -49,6 +49,54 @@ def time_rounds(sides: tuple[str, ...], rounds: int, steps: int, run: Callable[[
     return times
 
 
+def compare_and_time(sides: tuple[str, ...], steps: dict[str, Callable[[], None]], layers: dict[str, Any],
+                     reference: str, rounds: int, per_round: int, barrier: Callable[[], None],
+                     profiled: dict[str, Any], whole: Callable[[Any], Any] = lambda g: g
+                     ) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """One step of every side from the same weights and the largest relative difference of
+    each side's gradients (`whole` of each) from `reference`'s, then a warm-up step of each
+    and the timed rounds (`time_rounds`): (differences, times)."""
+    def run(name: str) -> None:
+        steps[name]()
+        layers[name].zero_grad(set_to_none=False)
+
+    for name in sides:
+        barrier()
+        steps[name]()
+    ref = [whole(p.grad) for p in layers[reference].parameters()]
+    diff = {name: max(float((whole(p.grad) - r).abs().max() / r.abs().max().clamp_min(1e-30))
+                      for p, r in zip(layers[name].parameters(), ref)) for name in sides}
+    for name in sides:
+        layers[name].zero_grad(set_to_none=False)
+        run(name)  # warm-up: torch's stages infer shapes and allocate on their first steps
+    return diff, time_rounds(sides, rounds, per_round, run, barrier, profiled)
+
+
+def block_layer(width: int, blocks: int, seed: int) -> Any:
+    """The block model's stage: `blocks` x (Linear(`width`) + GELU), float32, drawn from `seed`."""
+    import torch
+
+    torch.manual_seed(seed)
+    layers: list[torch.nn.Module] = []
+    for _ in range(blocks):
+        layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
+    return torch.nn.Sequential(*layers)
+
+
+def gather_and_end(record: dict[str, Any]) -> None:
+    """Every rank's `record` to rank 0, which prints them after `RESULT `; the group ends."""
+    import json
+
+    import torch.distributed as dist
+
+    gathered: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, record)
+    if dist.get_rank() == 0:
+        print("RESULT " + json.dumps(gathered), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def stage_actions(schedules: dict[str, Any], rank: int) -> dict[str, list[float]]:
     """{"1f1b B": [...], "zb1p I": [...], ...}: the profiled F/B/I/W times of this rank's stage."""
     actions: dict[str, list[float]] = {}
@@ -111,6 +159,20 @@ class Rounds:
     def print_diff(self) -> None:
         print(f"same gradients after one step (all sides against ppdsl 1f1b): max relative difference "
               f"{self.worst_diff:.1e}")
+
+
+def run_block_ranks(script: str, program: object, ranks: int, args: argparse.Namespace, sides: tuple[str, ...],
+                    timeout: float) -> Rounds | None:
+    """`script --worker` with the block model's options on `ranks` local processes (the
+    launcher counts them from `program`): their gathered rounds (None: failed, said)."""
+    from bench_runtime import run_ranks
+
+    from ppdsl.runtime.jobs.launcher import threads_per_rank
+
+    argv = ["--worker", "--rows", str(args.rows), "--width", str(args.width), "--blocks", str(args.blocks),
+            "--steps", str(args.steps), "--rounds", str(args.rounds)]
+    results = run_ranks(script, program, argv, timeout=timeout, threads=threads_per_rank(ranks, args.threads)[0])
+    return None if results is None else Rounds(results, sides, args.rounds)
 
 
 def run_wide_linear(script: str, args: argparse.Namespace, sides: tuple[str, ...], timeout: float) -> Rounds | None:

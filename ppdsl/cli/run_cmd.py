@@ -83,6 +83,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-parallel", "--dp", type=whole_number(1, MAX_REPLICAS), default=1, metavar="N",
                    help="N replicas of the pipeline (ranks x N processes), each on its share of every batch, "
                         "their gradients averaged each step (default 1)")
+    p.add_argument("--fsdp", type=whole_number(1, MAX_REPLICAS), default=1, metavar="N",
+                   help="shard every stage's weights over N processes with PyTorch's FSDP2 (ranks x N processes, "
+                        "each on its share of every batch; with --data-parallel D, D x N per rank as torch's HSDP); "
+                        "UNSHARD, RESHARD and REDUCE_GRAD are placed as `ppdsl expand --fsdp` does where the file "
+                        "places none (default 1: not sharded)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="intra-op threads per local rank (default: cores / ranks, at least 1)")
     add_max_steps(p, DEFAULT_MAX_LOWERED_STEPS)
@@ -107,8 +112,13 @@ def _chosen_framework(model: str | None, env: Mapping[str, str]) -> str:
 def _check_args(args: argparse.Namespace) -> None:
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
-    if args.data_parallel > 1 and args.profile:
-        raise UsageError("--profile measures one pipeline: run it without --data-parallel")
+    if (args.data_parallel > 1 or args.fsdp > 1) and args.profile:
+        raise UsageError("--profile measures one pipeline: run it without --data-parallel and --fsdp")
+    if args.fsdp > 1:
+        from ..runtime.framework import PADDLE_SHARDING_REFUSED, TORCH
+
+        if args.framework != TORCH:
+            raise UsageError(PADDLE_SHARDING_REFUSED)
     _check_outputs(args)
 
 
@@ -128,15 +138,17 @@ def _check_outputs(args: argparse.Namespace) -> None:
         raise UsageError(f"--logs {args.logs} is a file: name a directory to keep the ranks' logs in")
 
 
-def _programs(files: list[str], model: CommModel, steps_limit: int | None = None) -> list[Program]:
-    """Each file loaded, linted under `model`, lowered and compiled for every rank."""
+def _programs(files: list[str], model: CommModel, steps_limit: int | None = None, shards: int = 1) -> list[Program]:
+    """Each file loaded (with sharding actions placed for `shards` > 1), linted under `model`,
+    lowered and compiled for every rank."""
     from ..load import load_program
     from ..runtime.interpreter.plan import compile_rank
     from ..runtime.interpreter.preflight import prepare
+    from ..runtime.jobs.worker import sharded_program
 
     programs: list[Program] = []
     for file in files:
-        program = load_program(file, steps_limit=steps_limit)
+        program = sharded_program(load_program(file, steps_limit=steps_limit), shards)
         program = prepare(program, model)
         for rank in range(program.ranks):
             compile_rank(program, rank)
@@ -178,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             # The launcher's world must hold every replica: said before the framework loads (seconds
             # on a busy host), so that each rank says it before the launcher ends the job over the first.
             check_world(load_program(args.file[0], steps_limit=args.max_steps or DEFAULT_MAX_LOWERED_STEPS).ranks,
-                        args.data_parallel, rank_from_env(args.framework)[1])
+                        args.data_parallel * args.fsdp, rank_from_env(args.framework)[1], args.fsdp)
             require(args.framework)
             model = comm_model_of(backend_from_env(args.framework, args.device),  # exit 2 without the device
                                   not args.blocking_sends)
@@ -186,16 +198,16 @@ def run(args: argparse.Namespace) -> int:
             device = _local_device(args.device, args.framework, args.file[0], args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
             # On the CPU gloo: buffered with sends in the background, else rendezvous; NCCL's grouped on GPUs.
             model = comm_model_of(device.backend, not args.blocking_sends)
-        programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS)
+        programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS, args.fsdp)
         if not distributed:
-            _warn_oversubscription(programs[0].ranks * args.data_parallel, args.threads)
+            _warn_oversubscription(programs[0].ranks * args.data_parallel * args.fsdp, args.threads)
         from ..runtime.jobs.models import check_contract, check_forms
 
         check_forms(args.model, args.data, args.loss, args.optimizer)
         require(args.framework)  # exit 2 with the install command
         args.model, args.data, args.loss = check_contract(args.model, args.data, args.loss, args.optimizer,
                                                           [p.stages for p in programs], args.framework)
-        _check_batches(args.data, args.framework, programs, args.file, args.data_parallel)
+        _check_batches(args.data, args.framework, programs, args.file, args.data_parallel * args.fsdp)
         if users_threads is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
@@ -266,12 +278,14 @@ def _launch(args: argparse.Namespace, programs: list[Program], device: Device) -
 
     out = sys.stdout
     first = programs[0]
-    replicas = args.data_parallel
+    replicas = args.data_parallel * args.fsdp
     threads, why = threads_per_rank(first.ranks * replicas, args.threads)
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
         where = "one GPU each, " if device.is_gpu else ""
-        copies = f" x {plural(replicas, 'replica')} ({first.ranks * replicas} processes)" if replicas > 1 else ""
+        copies = f" x {plural(args.data_parallel, 'replica')}" if args.data_parallel > 1 else ""
+        copies += f" x {args.fsdp} shards" if args.fsdp > 1 else ""
+        copies += f" ({first.ranks * replicas} processes)" if replicas > 1 else ""
         print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}{copies}, {plural(first.stages, 'stage')}, "
               f"{plural(first.microbatches, 'microbatch')}, {plural(args.steps, 'step')} on {args.framework} "
               f"({device.backend}, local processes, {where}{plural(threads, 'thread')} each: {why})", file=out, flush=True)
@@ -315,7 +329,7 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     argv = [*args.file, "--steps", str(args.steps), "--framework", args.framework, "--device", args.device,
             "--optimizer", args.optimizer, "--lr", repr(args.lr),
             "--seed", str(args.seed), "--timeout", repr(args.timeout), "--rtol", repr(args.rtol),
-            "--data-parallel", str(args.data_parallel)]
+            "--data-parallel", str(args.data_parallel), "--fsdp", str(args.fsdp)]
     for name in ("model", "data", "loss", "profile"):
         value = getattr(args, name)
         if value is not None:

@@ -15,7 +15,7 @@ import importlib.util
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, Protocol
 
 from ..diagnostics import UsageError
 from .jobs.devices import CPU_DEVICE, Device
@@ -25,6 +25,11 @@ FRAMEWORKS = (PADDLE, TORCH)
 _MODULES = {PADDLE: "ppdsl.runtime.paddle_backend", TORCH: "ppdsl.runtime.torch_backend"}
 _INSTALL = {PADDLE: "pip install 'ppdsl[paddle]' (CPU), or paddlepaddle-gpu from Paddle's own index",
             TORCH: "pip install 'ppdsl[torch]' (or torch from pytorch.org for your CUDA)"}
+
+# Paddle's sharding (`paddle.distributed.sharding.group_sharded_parallel`) asserts that it runs
+# on a GPU, an XPU or a custom device: not on the CPU build ppdsl runs and tests Paddle on.
+PADDLE_SHARDING_REFUSED = ("--fsdp shards stages with PyTorch's FSDP2 only: Paddle's sharding (group_sharded_parallel) "
+                           "runs on GPU, XPU and custom devices, not on Paddle's CPU build; run with --framework torch")
 
 
 class GradRefused(RuntimeError):
@@ -50,6 +55,26 @@ class SplitCostly(Exception):
 
 class CollectiveRefused(RuntimeError):
     """A collective called where it has no peers (the message says where and what to do)."""
+
+
+class ShardedWeights(Protocol):
+    """A stage whose weights are sharded over a group of ranks (FSDP), as the schedule's
+    `UNSHARD`, `RESHARD` and `REDUCE_GRAD` drive it."""
+
+    def begin_step(self, resharded_by_schedule: bool) -> None:
+        """Before a step's first action: gradients accumulate unsharded until `reduce`."""
+
+    def gather(self) -> None:
+        """Start gathering the whole weights (the stage's next compute waits for them)."""
+
+    def wait(self) -> None:
+        """Wait for a gather started by `gather`."""
+
+    def free(self) -> None:
+        """Free the gathered weights, keeping this rank's shard."""
+
+    def reduce(self) -> None:
+        """Reduce the step's gradients over the group, each rank keeping its shard's."""
 
 
 class Framework(abc.ABC):
@@ -122,6 +147,15 @@ class Framework(abc.ABC):
 
     @abc.abstractmethod
     def to_numpy(self, t: Any) -> Any: ...
+
+    def local(self, t: Any) -> Any:
+        """This rank's part of `t` where it is sharded over ranks (its storage); else `t`."""
+        return t
+
+    def whole(self, t: Any) -> Any:
+        """`t` whole where it is sharded over ranks (a collective over its group, which every
+        member calls in the same order); else `t`."""
+        return t
 
     @abc.abstractmethod
     def numel(self, t: Any) -> int: ...
@@ -397,6 +431,19 @@ class Framework(abc.ABC):
     @abc.abstractmethod
     def batch(self, ops: Sequence[tuple[bool, Any, int, Any]]) -> None:
         """(is_send, tensor, peer, group) posted together and waited for: NCCL's group call."""
+
+    # --- sharded stages ------------------------------------------------------------------
+    #: Why this adapter cannot shard stages (None: it can).
+    sharding_refused: str | None = "sharded stages are not supported here"
+
+    def sharded(self, layer: Any) -> ShardedWeights | None:
+        """The sharding of `layer`'s weights (None: the layer holds them whole)."""
+        return None
+
+    def shard_stages(self, layers: dict[int, Any], copies: int, shards: int, pipeline: int,
+                     reshard_after_forward: bool) -> None:
+        """Shard each stage layer over its `shards` ranks (`process_layout.Layout.shard_mesh`)."""
+        raise UsageError(self.sharding_refused or "sharded stages are not supported here")
 
 
 def installed(name: str) -> bool:

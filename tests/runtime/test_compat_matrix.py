@@ -5,6 +5,8 @@ gradients; the framework read from types."""
 
 from __future__ import annotations
 
+import re
+
 import sys
 from pathlib import Path
 from typing import Any
@@ -190,7 +192,7 @@ def test_a_users_class_in_torchs_pipeline_stage_across_two_ranks(order: str, set
 @needs_torch
 @pytest.mark.slow
 @pytest.mark.parametrize("generator", ["zb1p", "zbv"])
-def test_fsdp2_stages_are_exact_with_their_weight_gradients_whole_in_i(generator: str, tmp_path: Path) -> None:
+def test_fsdp2_stages_are_exact_with_their_linears_weight_gradients_deferred_to_w(generator: str, tmp_path: Path) -> None:
     from ppdsl.runtime.jobs.launcher import launch
 
     f = tmp_path / "count.pps"  # two processes: the launcher counts them from a 2-rank file
@@ -201,8 +203,10 @@ def test_fsdp2_stages_are_exact_with_their_weight_gradients_whole_in_i(generator
     for rank in (0, 1):
         record = rank_result(tmp_path, rank)
         assert record["worst"] <= 1e-12, record
-        assert all(path.startswith("whole: every weight gradient computed in I (layers inp (Linear)")
-                   and "have a DTensor weight" in path for path in record["paths"].values())
+        # The schedule holds FSDP's reduce-scatter until the stage's last W: the split is exact.
+        # (zbv's first stage has no output head: 3 Linears; the last 4)
+        assert all(re.fullmatch(r"split: the weight gradients of [34] Linears deferred to W", path)
+                   for path in record["paths"].values()), record
 
 
 @needs_torch

@@ -41,6 +41,14 @@ def test_the_drop_in_snippets_are_what_the_side_by_side_test_runs() -> None:
                     assert line in script, line
 
 
+def test_the_fsdp_api_lines_are_what_the_sharded_test_runs() -> None:
+    script = (Path(__file__).parent / "helpers" / "fsdp_api.py").read_text()
+    blocks = _blocks("python", _section("## Sharded stages (FSDP2)"))
+    assert len(blocks) == 1
+    for line in blocks[0].splitlines():
+        assert line.strip() in script, line
+
+
 def test_every_documented_run_command_parses(tmp_path: Path) -> None:
     parser, _ = build_parser()
     commands = []

@@ -2,7 +2,8 @@
 
 Each rank sums the squares of its stages' gradients (in float64), every rank hands in its
 sum, and the norm is the square root of the sum over one replica's pipeline ranks (after a
-step the replicas hold the same averaged gradients). Every gradient is then scaled by
+step the replicas hold the same averaged gradients); with sharded stages, over the shards of
+one copy of the pipeline, each summing its own shard. Every gradient is then scaled by
 `max_norm / (norm + 1e-6)` when that is below 1, as `torch.nn.utils.clip_grad_norm_` and
 Paddle's `ClipGradByGlobalNorm` do.
 """
@@ -37,7 +38,7 @@ def square_sum(fw: Framework, layers: Iterable[Any]) -> float:
     """The sum of the squares of every gradient the layers' parameters hold, in float64."""
     total = 0.0
     for g in _grads(fw, layers):
-        a = fw.to_numpy(g).astype("float64")
+        a = fw.to_numpy(fw.local(g)).astype("float64")
         total += float((a * a).sum())
     return total
 
@@ -53,13 +54,15 @@ def all_finite(fw: Framework, layers: Iterable[Any], gather: Callable[[Any], lis
 def clip_grad_norm(fw: Framework, layers: Iterable[Any], max_norm: float,
                    gather: Callable[[Any], list[Any]], pipeline: int) -> float:
     """Clip the gradients of `layers` (this rank's stages) by the global norm; the norm, taken
-    before clipping. Every rank of the job calls it (`gather` is a collective). A non-finite
-    norm is returned and nothing is scaled: skip that step's optimizer."""
+    before clipping. Every rank of the job calls it (`gather` is a collective); the first
+    `pipeline` ranks hold the whole model once (one copy's pipeline ranks, with their shards).
+    A non-finite norm is returned and nothing is scaled: skip that step's optimizer."""
     layers = list(layers)
     norm = math.sqrt(sum(gather(square_sum(fw, layers))[:pipeline]))
     if math.isfinite(norm):
         coef = max_norm / (norm + EPS)
         if coef < 1.0:
             for g in _grads(fw, layers):
-                fw.unflatten_into(fw.flatten([g]), [g], coef)
+                local = fw.local(g)
+                fw.unflatten_into(fw.flatten([local]), [local], coef)
     return norm

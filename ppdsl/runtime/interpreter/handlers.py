@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from attrs import frozen
 
@@ -212,14 +212,39 @@ def keyed(handler: Handler, deferred: DeferredGrads) -> Handler:
 
 # --- stage-only kinds -------------------------------------------------------------------
 def gather_weights(sched: PipelineSchedule, op: Op) -> None:
-    log.debug("rank %d: %s: the stage holds its whole weights, there is nothing to gather or free",
-              sched.global_rank, op.label)
+    """`UNSHARD`: start gathering a sharded stage's weights (its next compute waits for them)."""
+    _on_shards(sched, op, "gather")
+
+
+def free_weights(sched: PipelineSchedule, op: Op) -> None:
+    """`RESHARD`: free a sharded stage's gathered weights, keeping this rank's shard."""
+    _on_shards(sched, op, "free")
+
+
+def _on_shards(sched: PipelineSchedule, op: Op, what: Literal["gather", "free"]) -> None:
+    sharding = sched.stages[op.stage].sharding
+    if sharding is None:
+        log.debug("rank %d: %s: the stage holds its whole weights, there is nothing to %s",
+                  sched.global_rank, op.label, what)
+    elif what == "gather":
+        sharding.gather()
+    else:
+        sharding.free()
 
 
 def reduce_grads(sched: PipelineSchedule, op: Op) -> None:
-    """Start averaging the stage's gradients over its replicas (none: nothing to do)."""
-    if sched.reducer is not None:
-        sched.reducer.post(op.stage)
+    """`REDUCE_GRAD`: start the stage's gradient reduction."""
+    reduce_stage(sched, op.stage)
+
+
+def reduce_stage(sched: PipelineSchedule, s: int) -> None:
+    """A sharded stage's reduce-scatter over its group; else the average over its replicas
+    (none: nothing to do)."""
+    sharding = sched.stages[s].sharding
+    if sharding is not None:
+        sharding.reduce()
+    elif sched.reducer is not None:
+        sched.reducer.post(s)
 
 
 # --- messages: the protocol is `wire.py`; these say what each action carries -------------
@@ -267,7 +292,7 @@ def builtin(deferred: DeferredGrads | None) -> dict[Kind, Handler]:
         Kind.R: keyed(recompute, deferred) if deferred is not None else recompute,
         Kind.OFFLOAD: offload, Kind.RELOAD: reload,
         Kind.SEND_F: message, Kind.RECV_F: message, Kind.SEND_B: message, Kind.RECV_B: message,
-        Kind.UNSHARD: gather_weights, Kind.RESHARD: gather_weights, Kind.REDUCE_GRAD: reduce_grads,
+        Kind.UNSHARD: gather_weights, Kind.RESHARD: free_weights, Kind.REDUCE_GRAD: reduce_grads,
     }
 
 
@@ -317,9 +342,7 @@ def reducing(handler: Handler, stages: tuple[int, ...]) -> Handler:
     """`handler`, then the reduction of the stages whose last backward of the step it ran."""
     def run(sched: PipelineSchedule, op: Op) -> None:
         handler(sched, op)
-        reducer = sched.reducer
-        assert reducer is not None
         for s in stages:
-            reducer.post(s)
+            reduce_stage(sched, s)
 
     return run

@@ -141,6 +141,11 @@ class PipelineSchedule:
                      deferred=self.deferred, graph=graphs.get(s)) for s, layer in self.layers.items()}
         if self.plan.last_stage:
             self.stages[self.plan.stages - 1].head = self.head
+        unsharded = sorted(s for s, stage in self.stages.items() if stage.sharding is None)
+        if self.layout.sharded and unsharded:
+            raise SetupError(f"the layout shards every stage over {self.layout.shards} ranks, but stage {unsharded[0]} "
+                             "holds its weights whole: wrap each stage layer with fully_shard over its mesh "
+                             "(Layout.shard_mesh) before building the schedule")
         for op in self.plan.ops:
             for part in op.parts or (op,):
                 if part.kind == Kind.R:
@@ -166,10 +171,15 @@ class PipelineSchedule:
         self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard, f"ppdsl/notes/{self._token}/")
         self.reducer: GradientReducer | None = None
         reductions: dict[int, tuple[int, ...]] = {}
-        if self.layout.replicas > 1:
+        # A sharded stage's gradients are reduced by its sharding, over its own mesh (which
+        # holds the replicas of a sharded pipeline too): the replicas' average is for the rest.
+        plain = {s: layer for s, layer in self.layers.items() if self.stages[s].sharding is None}
+        if self.plan.training and (self.layout.replicas > 1 or len(plain) < len(self.layers)):
             reductions = reduction_points(self.plan)
-            self.reducer = GradientReducer(fw, self.layers, self.transport.all_reduce, self.layout.replicas,
+        if self.layout.replicas > 1 and plain:
+            self.reducer = GradientReducer(fw, plain, self.transport.all_reduce, self.layout.replicas,
                                            self.watchdog, self.layout.data_parallel_ranks(self.rank))
+        self._freed = {op.stage for op in self.plan.ops if op.kind == Kind.RESHARD}
         self._loss_checked = False
         self._compiled = handlers_.compile_ops(self.plan, self.handlers, reductions)
         self._reset()
@@ -241,6 +251,10 @@ class PipelineSchedule:
         self.keep_outputs = False
         if self.deferred is not None:
             self.deferred.clear()
+        if self.plan.training:
+            for s, stage in self.stages.items():
+                if stage.sharding is not None:
+                    stage.sharding.begin_step(s in self._freed)
 
     # --- the step ---------------------------------------------------------------------------
     def step(self, *args: Any, target: Any = None, losses: list[Any] | None = None,
@@ -402,7 +416,7 @@ class PipelineSchedule:
         Returns the norm before clipping. Every rank calls it after `step()` and before its
         optimizer steps (it is a collective); a non-finite norm scales nothing."""
         return clipping.clip_grad_norm(self.fw, self.layers.values(), clipping.check_max_norm(max_norm),
-                                       self.transport.gather, self.layout.pipeline)
+                                       self.transport.gather, self.layout.pipeline * self.layout.shards)
 
     def close(self) -> None:
         """End the schedule's background threads (the sending threads, the gradient reduction

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import values
-from ..framework import Framework, GradRefused, SplitCostly, SplitRefused
+from ..framework import Framework, GradRefused, ShardedWeights, SplitCostly, SplitRefused
 from .split_backward import DeferredGrads, GraphSplit
 
 
@@ -52,6 +52,9 @@ class Stage:
         #: an `OFFLOAD` moves to host memory (set by the schedule).
         self.recomputed: set[int] = set()
         self.offloaded: set[int] = set()
+        #: Its weights' sharding over a group of ranks (FSDP), driven by UNSHARD, RESHARD and
+        #: REDUCE_GRAD; None when the stage holds them whole.
+        self.sharding: ShardedWeights | None = fw.sharded(layer)
         self._params = {fw.data_ptr(p) for _, p in fw.named_parameters(layer)}
         self._keeps_input = training and not first  # the first stage's input needs no gradient
         self.reset()

@@ -6,6 +6,12 @@ every batch. Global ranks are numbered replica-major, the order of fleet's
 replica k is global rank k * pipeline + r. So replica 0 is global ranks 0..P-1, as a job of one
 replica is today, and a pipeline rank's replicas are P apart.
 
+With `shards` N (FSDP), every N consecutive replicas form one sharding group: each of them
+trains on its own share of the batch as a replica does, and each stage's weights are sharded
+over the group (gathered by `UNSHARD`, gradients reduce-scattered by `REDUCE_GRAD`). With
+`replicas` R = D x N, the job is D copies of a sharded pipeline (torch's HSDP): replica k is
+copy k // N, shard k % N, and a stage's mesh is D x N ranks (`shard_mesh`).
+
 No framework here: the launcher and the checks before any process starts read it too.
 """
 
@@ -27,13 +33,18 @@ def _at_least_one(_: object, attribute: Attribute[int], value: int) -> None:
 
 @frozen
 class Layout:
-    """Pipeline size, replica count and this process's global rank."""
+    """Pipeline size, replica count (every data-parallel member, sharded or not), this
+    process's global rank, and how many consecutive replicas shard each stage (1: none)."""
 
     pipeline: int = field(validator=_at_least_one)
     replicas: int = field(default=1, validator=_at_least_one)
     rank: int = 0
+    shards: int = field(default=1, validator=_at_least_one)
 
     def __attrs_post_init__(self) -> None:
+        if self.replicas % self.shards:
+            raise UsageError(f"a layout of {plural(self.replicas, 'replica')} cannot be cut into sharding groups "
+                             f"of {self.shards}")
         if not 0 <= self.rank < self.world:
             raise UsageError(f"global rank {self.rank} is outside a layout of {plural(self.pipeline, 'pipeline rank')} "
                              f"x {plural(self.replicas, 'replica')} ({self.world} processes)")
@@ -72,16 +83,30 @@ class Layout:
         """One group per pipeline rank, in pipeline-rank order (created so by every process)."""
         return [self.data_parallel_ranks(r) for r in range(self.pipeline)]
 
+    @property
+    def sharded(self) -> bool:
+        return self.shards > 1
+
+    def shard_mesh(self, pipeline_rank: int | None = None) -> list[list[int]]:
+        """The global ranks over which `pipeline_rank`'s stages are sharded (default: this
+        process's), as a (copies, shards) grid: one row per copy of the sharded pipeline."""
+        r = self.pipeline_rank if pipeline_rank is None else pipeline_rank
+        n = self.shards
+        return [[self.global_rank(r, d * n + s) for s in range(n)] for d in range(self.replicas // n)]
+
     def share(self, rows: int) -> tuple[int, int]:
         """The [start, stop) rows of a global batch of `rows` that this replica trains on."""
         per = rows // self.replicas
         return self.replica * per, (self.replica + 1) * per
 
 
-def check_world(pipeline: int, replicas: int, world: int) -> None:
-    """UsageError unless a job of `world` processes holds `replicas` copies of a `pipeline`-rank pipeline."""
+def check_world(pipeline: int, replicas: int, world: int, shards: int = 1) -> None:
+    """UsageError unless a job of `world` processes holds `replicas` copies of a `pipeline`-rank
+    pipeline (`shards` of them per sharding group: `--fsdp`)."""
     if pipeline * replicas != world:
-        raise UsageError(f"the schedule has {plural(pipeline, 'rank')} and --data-parallel is {replicas}, so the job "
+        given = f"--data-parallel is {replicas // shards} and --fsdp {shards}" if shards > 1 \
+            else f"--data-parallel is {replicas}"
+        raise UsageError(f"the schedule has {plural(pipeline, 'rank')} and {given}, so the job "
                          f"needs {pipeline} x {replicas} = {pipeline * replicas} processes, but "
                          f"{plural(world, 'process')} {'was' if world == 1 else 'were'} started")
 

@@ -58,7 +58,7 @@ class Verifier:
         for s, layer in sorted(self.setup.layers.items()):
             for name, p in self.fw.named_parameters(layer):
                 g = self.fw.grad_of(p)
-                grads[f"stage{s}.{name}"] = None if g is None else self.fw.to_numpy(g)
+                grads[f"stage{s}.{name}"] = None if g is None else self.fw.to_numpy(self.fw.whole(g))
         return grads, [float(v) for v in losses]
 
     def check_step(self, step: int, inputs: Any, target: Any, losses: list[Any]) -> None:
@@ -77,7 +77,7 @@ class Verifier:
                 pipelined.setdefault(key, []).append(g)
             pipe_losses.extend(ls)
         # The unpipelined model: every stage in order, microbatch by microbatch.
-        N = self.cfg.data_parallel
+        N = self.cfg.data_parallel * self.cfg.fsdp  # every shard trains on its own share, as a replica
         M = self.setup.program.microbatches * N
         # The replicas' mean of their microbatches' sums (--sum-grads) is the global sum over N.
         scale = 1.0 / M if self.cfg.scale_grads else 1.0 / N

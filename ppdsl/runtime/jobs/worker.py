@@ -65,8 +65,14 @@ class RunConfig:
     background_sends: bool = True  # gloo: sends beside compute (`buffered`), else each waits (`rendezvous`)
     device: str = AUTO  # devices.REQUESTS; ppdsl's launcher passes the one it resolved
     data_parallel: int = 1  # replicas of the pipeline, each on its share of every batch
+    fsdp: int = 1  # shards of every stage (FSDP2), each on its share of every batch, per replica
     clip_grad_norm: float | None = None  # clip by the global norm over the whole model before each optimizer step
     skip_nonfinite: bool = False  # a non-finite loss or gradient on any rank skips the step's optimizer on every rank
+
+
+def data_members(cfg: RunConfig) -> int:
+    """How many processes hold each pipeline rank, each training on its share of a batch."""
+    return cfg.data_parallel * cfg.fsdp
 
 
 # Where each launcher puts (this process's rank, the world size): Paddle's and torchrun's.
@@ -107,13 +113,14 @@ class Setup:
                 f"{d.path}:{d.line}:{d.column}: [{d.code}] {d.message}" for d in exc.diagnostics)
 
     def _build(self, cfg: RunConfig, file: str, rank: int, world: int, model: CommModel) -> None:
-        program = load_program(file, steps_limit=cfg.max_steps)
-        if program.ranks * cfg.data_parallel != world:
+        program = sharded_program(load_program(file, steps_limit=cfg.max_steps), cfg.fsdp)
+        if program.ranks * data_members(cfg) != world:
             replicas = f" x {cfg.data_parallel} replicas" if cfg.data_parallel > 1 else ""
-            raise SetupFailure(f"{file} is written for {plural(program.ranks, 'rank')}{replicas} but "
+            shards = f" x {cfg.fsdp} shards" if cfg.fsdp > 1 else ""
+            raise SetupFailure(f"{file} is written for {plural(program.ranks, 'rank')}{replicas}{shards} but "
                                f"{plural(world, 'process')} {'was' if world == 1 else 'were'} started")
         self.program = prepare(program, model)
-        self.layout = Layout(program.ranks, cfg.data_parallel, rank)
+        self.layout = Layout(program.ranks, data_members(cfg), rank, shards=cfg.fsdp)
         self.plan = compile_rank(self.program, self.layout.pipeline_rank)
         # `ppdsl run` checked the contract (models.check_contract) before this process started.
         build = models.build_stage if cfg.model is None else models.load_callable(cfg.model, "model")
@@ -121,7 +128,7 @@ class Setup:
                                    cfg.model or "built-in", self.fw)
         self.loss_fn = models.loss if cfg.loss is None else models.load_callable(cfg.loss, "loss")
         if cfg.data is None:
-            self.batches = models.synthetic_batches(self.program.microbatches * cfg.data_parallel, cfg.seed,
+            self.batches = models.synthetic_batches(self.program.microbatches * data_members(cfg), cfg.seed,
                                                     framework=self.fw.name)
         else:
             source = models.load_callable(cfg.data, "data")
@@ -129,6 +136,16 @@ class Setup:
                 self.batches = iter(source())
             except Exception as exc:  # noqa: BLE001
                 raise SetupFailure(f"--data {cfg.data}: {type(exc).__name__}: {exc}") from None
+
+
+def sharded_program(program: Any, shards: int) -> Any:
+    """With `shards` > 1 (`--fsdp`), `program` with UNSHARD, RESHARD and REDUCE_GRAD placed by
+    the lowering of `ppdsl expand --fsdp`, unless it places them itself."""
+    from ...shard_actions import SHARD_KINDS, add_shard_actions
+
+    if shards == 1 or any(a.kind in SHARD_KINDS for _, _, a in program.actions()):
+        return program
+    return add_shard_actions(program)
 
 
 class Status:
@@ -242,6 +259,12 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
 
     layout = setup.layout
     assert layout is not None
+    if layout.sharded:
+        # Every process at once (the mesh's groups span the job), after all set up well.
+        watchdog.arm("sharding the stages (FSDP2)", "all ranks")
+        fw.shard_stages(setup.layers, layout.replicas // layout.shards, layout.shards, layout.pipeline,
+                        reshard_after_forward=not any(a.kind.name == "RESHARD" for _, _, a in setup.program.actions()))
+        watchdog.disarm()
     sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, watchdog=watchdog, layout=layout,
                              backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile),
                              split_backward=cfg.split_backward, framework=fw, background_sends=cfg.background_sends,
@@ -360,7 +383,7 @@ def run_from_args(args: Any) -> int:
                     split_backward=not args.no_split_backward, framework=getattr(args, "framework", PADDLE),
                     grad_guard=not getattr(args, "no_grad_guard", False), verbose=getattr(args, "verbose", False),
                     background_sends=not getattr(args, "blocking_sends", False), device=getattr(args, "device", AUTO),
-                    data_parallel=getattr(args, "data_parallel", 1),
+                    data_parallel=getattr(args, "data_parallel", 1), fsdp=getattr(args, "fsdp", 1),
                     clip_grad_norm=getattr(args, "clip_grad_norm", None),
                     skip_nonfinite=getattr(args, "skip_nonfinite", False))
     code = main(cfg)

@@ -14,12 +14,13 @@ import paddle
 import paddle.distributed as dist
 
 from ..jobs.devices import PADDLE_SELECTED, Device
-from ..framework import PADDLE, Framework, GradRefused
+from ..framework import PADDLE, PADDLE_SHARDING_REFUSED, Framework, GradRefused
 from . import rendezvous, split
 
 
 class PaddleFramework(Framework):
     name = PADDLE
+    sharding_refused = PADDLE_SHARDING_REFUSED
     layer_type = "paddle.nn.Layer"
     split = split
     tensor_type = "paddle.Tensor"

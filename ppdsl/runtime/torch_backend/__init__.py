@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 
 from ..jobs.devices import Device
-from ..framework import TORCH, Framework, GradRefused
-from . import graph_split, split
+from ..framework import TORCH, Framework, GradRefused, ShardedWeights
+from . import fsdp, graph_split, split
 
 
 class TorchFramework(Framework):
@@ -77,6 +77,16 @@ class TorchFramework(Framework):
 
     def to_numpy(self, t: Any) -> Any:
         return t.detach().cpu().numpy()
+
+    def local(self, t: Any) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        return t.to_local() if isinstance(t, DTensor) else t
+
+    def whole(self, t: Any) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        return t.full_tensor() if isinstance(t, DTensor) else t
 
     def numel(self, t: Any) -> int:
         return int(t.numel())
@@ -306,6 +316,15 @@ class TorchFramework(Framework):
             dist.recv(t, src=peer, group=group)
 
         return send, recv
+
+    sharding_refused = None
+
+    def sharded(self, layer: Any) -> ShardedWeights | None:
+        return fsdp.sharded_stage(layer)
+
+    def shard_stages(self, layers: dict[int, Any], copies: int, shards: int, pipeline: int,
+                     reshard_after_forward: bool) -> None:
+        fsdp.shard_layers(layers, copies, shards, pipeline, reshard_after_forward)
 
     def batch(self, ops: Sequence[tuple[bool, Any, int, Any]]) -> None:
         # Received into buffers from `empty_like` (contiguous); sent as `send` above sends.

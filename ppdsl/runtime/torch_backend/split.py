@@ -150,10 +150,15 @@ def unsplittable(stage: Any, name: str, layer: Any) -> str:
     weight = layer._parameters.get("weight")
     if not isinstance(weight, torch.nn.Parameter):
         return "has a computed weight (a parametrization), so its weight gradient comes with the input gradient in I"
+    ancestors = _ancestors(stage, name)
+    if any(_is_fsdp2(m) for m in ancestors):
+        # The schedule drives FSDP2 (`fsdp.ShardedStage`): its gradient sync waits for the
+        # stage's REDUCE_GRAD, after every W, and W adds into the gathered weight's gradient.
+        return ""
     if _is_dtensor(weight):
-        return ("has a DTensor weight (FSDP2 or tensor parallelism), whose gradient is reduced when I ends: "
+        return ("has a DTensor weight (tensor parallelism), whose gradient is reduced when I ends: "
                 "it is computed in I")
-    if any(_is_fsdp(m) for m in _ancestors(stage, name)):
+    if any(_is_fsdp(m) for m in ancestors):
         return "is inside an FSDP module, which reduces its gradient when I ends: it is computed in I"
     return ""
 
@@ -196,6 +201,12 @@ def _is_dtensor(t: Any) -> bool:
     except ImportError:  # pragma: no cover - torch built without distributed
         return False
     return isinstance(t, DTensor) or isinstance(getattr(t, "data", None), DTensor)
+
+
+def _is_fsdp2(module: Any) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
 
 
 def _is_fsdp(module: Any) -> bool:

@@ -1,7 +1,9 @@
 """One rank of the FSDP2 test: every stage of a one-rank program wrapped with `fully_shard`
 over the 2 processes (each holds the whole pipeline, its parameters sharded in two), one step
 on the same batch, against the model unpipelined and unsharded; prints the worst relative
-difference of the full gradients and the path each stage's weight gradients took.
+difference of the full gradients and the path each stage's weight gradients took. The
+program places no sharding actions: FSDP gathers in the forward, and the schedule reduces
+each stage once its last backward has run.
 
     argv: GENERATOR     (started by ppdsl's launcher, 2 processes)
 """
