@@ -83,6 +83,37 @@ def build_stage(stage_index: int, num_stages: int) -> nn.Layer:
     return Stage(stage_index, num_stages)
 
 
+class TiedHead(nn.Layer):
+    """The LM head with its weight laid out as the token embedding's, [VOCAB, DIM] (a
+    `paddle.nn.Linear` holds [DIM, VOCAB]), so that the two can be one parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = self.create_parameter([VOCAB, DIM])
+        self.bias = self.create_parameter([VOCAB], is_bias=True)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        return paddle.matmul(x, self.weight, transpose_y=True) + self.bias
+
+
+def build_tied_stage(stage_index: int, num_stages: int) -> nn.Layer:
+    """`build_stage` with the LM head's weight tied to the token embedding, as GPT-2 does:
+    the first and last stages each hold a copy and say so in `ppdsl_tied`; ppdsl starts both
+    from the first stage's value and sums their gradients every step.
+
+        ppdsl run schedules/zbv.pps --model examples/gpt/model.py:build_tied_stage --verify
+    """
+    stage = Stage(stage_index, num_stages)
+    ties = {}
+    if stage.first:
+        ties["tokens.weight"] = "embedding"
+    if stage.last:
+        stage.head = TiedHead()
+        ties["head.weight"] = "embedding"
+    stage.ppdsl_tied = ties
+    return stage
+
+
 def batches(seed: int = 0) -> Iterator[tuple[paddle.Tensor, paddle.Tensor]]:
     """Random windows of the corpus: inputs are CONTEXT bytes, targets the next byte of each."""
     data = np.frombuffer(CORPUS.read_bytes(), dtype=np.uint8).astype("int64")

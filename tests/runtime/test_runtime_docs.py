@@ -49,6 +49,14 @@ def test_the_fsdp_api_lines_are_what_the_sharded_test_runs() -> None:
         assert line.strip() in script, line
 
 
+def test_the_tied_declarations_shown_are_the_tied_gpt_examples() -> None:
+    example = (ROOT / "examples" / "torch" / "gpt" / "model.py").read_text()
+    blocks = _blocks("python", _section("### Tied parameters"))
+    assert len(blocks) == 1
+    for line in blocks[0].splitlines():
+        assert line.split("#")[0].strip() in example, line
+
+
 def test_every_documented_run_command_parses(tmp_path: Path) -> None:
     parser, _ = build_parser()
     commands = []

@@ -85,6 +85,24 @@ def build_stage(stage_index: int, num_stages: int) -> nn.Module:
     return Stage(stage_index, num_stages)
 
 
+def build_tied_stage(stage_index: int, num_stages: int) -> nn.Module:
+    """`build_stage` with the LM head's weight tied to the token embedding, as GPT-2 does:
+    the first and last stages each hold a copy and say so in `ppdsl_tied`; ppdsl starts both
+    from the first stage's value and sums their gradients every step.
+
+        ppdsl run schedules/zbv.pps --model examples/torch/gpt/model.py:build_tied_stage --verify
+    """
+    stage = Stage(stage_index, num_stages)
+    # The head's weight is [VOCAB, DIM], as the embedding table.
+    if stage.first and stage.last:  # a one-stage pipeline holds both copies
+        stage.ppdsl_tied = {"tokens.weight": "embedding", "head.weight": "embedding"}
+    elif stage.first:
+        stage.ppdsl_tied = {"tokens.weight": "embedding"}
+    elif stage.last:
+        stage.ppdsl_tied = {"head.weight": "embedding"}
+    return stage
+
+
 def batches(seed: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Random windows of the corpus: inputs are CONTEXT bytes, targets the next byte of each."""
     data = np.frombuffer(CORPUS.read_bytes(), dtype=np.uint8).astype("int64")

@@ -11,7 +11,7 @@ Paddle's `ClipGradByGlobalNorm` do.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from ..framework import Framework
@@ -25,19 +25,22 @@ def check_max_norm(max_norm: float) -> float:
     return float(max_norm)
 
 
-def _grads(fw: Framework, layers: Iterable[Any]) -> Iterator[Any]:
-    """Every gradient the layers' parameters hold."""
+def _grads(fw: Framework, layers: Iterable[Any], skip: Collection[int] = ()) -> Iterator[Any]:
+    """Every gradient the layers' parameters hold (but those of the parameters whose id is in `skip`)."""
     for layer in layers:
         for _, p in fw.named_parameters(layer):
+            if id(p) in skip:
+                continue
             g = fw.grad_of(p)
             if g is not None:
                 yield g
 
 
-def square_sum(fw: Framework, layers: Iterable[Any]) -> float:
-    """The sum of the squares of every gradient the layers' parameters hold, in float64."""
+def square_sum(fw: Framework, layers: Iterable[Any], skip: Collection[int] = ()) -> float:
+    """The sum of the squares of every gradient the layers' parameters hold, in float64 (a
+    parameter in `skip`, a tied copy, counts once: on its tie's lowest stage)."""
     total = 0.0
-    for g in _grads(fw, layers):
+    for g in _grads(fw, layers, skip):
         a = fw.to_numpy(fw.local(g)).astype("float64")
         total += float((a * a).sum())
     return total
@@ -52,13 +55,13 @@ def all_finite(fw: Framework, layers: Iterable[Any], gather: Callable[[Any], lis
 
 
 def clip_grad_norm(fw: Framework, layers: Iterable[Any], max_norm: float,
-                   gather: Callable[[Any], list[Any]], pipeline: int) -> float:
+                   gather: Callable[[Any], list[Any]], pipeline: int, skip: Collection[int] = ()) -> float:
     """Clip the gradients of `layers` (this rank's stages) by the global norm; the norm, taken
     before clipping. Every rank of the job calls it (`gather` is a collective); the first
     `pipeline` ranks hold the whole model once (one copy's pipeline ranks, with their shards).
     A non-finite norm is returned and nothing is scaled: skip that step's optimizer."""
     layers = list(layers)
-    norm = math.sqrt(sum(gather(square_sum(fw, layers))[:pipeline]))
+    norm = math.sqrt(sum(gather(square_sum(fw, layers, skip))[:pipeline]))
     if math.isfinite(norm):
         coef = max_norm / (norm + EPS)
         if coef < 1.0:

@@ -31,7 +31,8 @@ from typing import Any
 from ...gcpause import no_gc
 from ...ir import Kind, Program
 from .plan import Op, compile_rank, has_split_backward, last_backward_labels, reduction_points
-from . import clipping, setup, values
+from . import clipping, setup, tied, values
+from .tied import TiedParameters
 from ..transport.background import JobFailed
 from . import handlers as handlers_
 from ..transport.comm import Carrier, Transport, comm_model_of, gather_objects
@@ -164,8 +165,10 @@ class PipelineSchedule:
         if transport is not None:
             transport.watchdog = self.watchdog
         # Before any group is made: ranks holding different programs would make different groups.
+        copies, refused = self._tied_copies()
         self._agree_on_program(transport.gather if transport is not None else partial(gather_objects, fw),
-                               handlers_.unrunnable(self.plan, self.handlers, fw.name) or self._unrecomputable())
+                               handlers_.unrunnable(self.plan, self.handlers, fw.name) or self._unrecomputable()
+                               or refused, copies)
         self.transport: Carrier = transport if transport is not None else Transport(
             fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends, self.layout)
         self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard, f"ppdsl/notes/{self._token}/")
@@ -180,6 +183,11 @@ class PipelineSchedule:
             self.reducer = GradientReducer(fw, plain, self.transport.all_reduce, self.layout.replicas,
                                            self.watchdog, self.layout.data_parallel_ranks(self.rank))
         self._freed = {op.stage for op in self.plan.ops if op.kind == Kind.RESHARD}
+        #: Parameters of different stages that are one (`tied.py`): summed at the end of each step.
+        self.tied: TiedParameters | None = None
+        if self._ties:
+            self.tied = TiedParameters(fw, self.layers, self._ties, self._holders, self.global_rank,
+                                       self.transport.group, self.transport.all_reduce_over)
         self._loss_checked = False
         self._compiled = handlers_.compile_ops(self.plan, self.handlers, reductions)
         self._reset()
@@ -214,16 +222,32 @@ class PipelineSchedule:
                             "statistics, track_running_stats=False)")
         return None
 
-    def _agree_on_program(self, gather: Callable[[Any], list[Any]], refused: str | None) -> None:
+    def _tied_copies(self) -> tuple[list[tied.Copy], str | None]:
+        """The tied parameters this rank's stages declare (a training program only), or why
+        they cannot be run."""
+        if not self.plan.training:
+            return [], None
+        try:
+            copies = tied.declared(self.fw, self.layers)
+        except SetupError as exc:
+            return [], f"rank {self.global_rank}: {exc}"
+        if copies and self.layout.sharded:
+            return [], (f"rank {self.global_rank}: stage {copies[0].stage} declares tied parameters, which sharded "
+                        "stages (FSDP) do not support yet: untie them, or run without sharding")
+        return copies, None
+
+    def _agree_on_program(self, gather: Callable[[Any], list[Any]], refused: str | None,
+                          copies: Sequence[tied.Copy] = ()) -> None:
         """All ranks compare the digest of the program they hold, and whether each can run its
-        part (`refused`: why not), and fail together."""
+        part (`refused`: why not), and fail together. They also learn every rank's tied
+        parameters (`tied.py`)."""
         self.watchdog.arm("checking that all ranks run the same program", "all ranks")
-        gathered = gather((self.plan.digest, self.guard, refused, secrets.token_hex(8)))
+        gathered = gather((self.plan.digest, self.guard, refused, secrets.token_hex(8), copies))
         self.watchdog.disarm()
         # Rank 0's draw names this schedule's notes in the job's store (unique to this schedule,
         # as a transport and its store may serve several).
         self._token: str = gathered[0][3]
-        refusals = [why for _, _, why, _ in gathered if why is not None]
+        refusals = [why for _, _, why, *_ in gathered if why is not None]
         if refusals:
             raise SetupError(refusals[0])
         digests = [digest for digest, *_ in gathered]
@@ -237,6 +261,14 @@ class PipelineSchedule:
         if unguarded and len(unguarded) != len(gathered):
             raise SetupError(f"ranks {', '.join(map(str, unguarded))} run without the label guard and the others "
                              "with it: the first step's messages would not line up")
+        self._ties: dict[str, list[tied.Copy]] = {}
+        self._holders: dict[str, list[list[int]]] = {}
+        if any(g[4] for g in gathered):
+            layout = self.layout
+            self._ties = tied.check([c for r, g in enumerate(gathered) if layout.replica_of(r) == 0 for c in g[4]])
+            for tie in self._ties:
+                self._holders[tie] = [sorted(r for r, g in enumerate(gathered) if layout.replica_of(r) == k
+                                             and any(c.tie == tie for c in g[4])) for k in range(layout.replicas)]
 
     def _reset(self) -> None:
         for stage in self.stages.values():
@@ -343,6 +375,10 @@ class PipelineSchedule:
                 self.transport.flush()
             if self.reducer is not None:
                 self.reducer.wait()
+            if self.tied is not None:
+                wd.arm("summing the gradients of tied parameters", self.tied.label())
+                self.tied.reduce()
+                wd.disarm()
             if self.grad_guard is not None:
                 self.grad_guard.check(self.step_index)
         except StepError:
@@ -416,7 +452,8 @@ class PipelineSchedule:
         Returns the norm before clipping. Every rank calls it after `step()` and before its
         optimizer steps (it is a collective); a non-finite norm scales nothing."""
         return clipping.clip_grad_norm(self.fw, self.layers.values(), clipping.check_max_norm(max_norm),
-                                       self.transport.gather, self.layout.pipeline * self.layout.shards)
+                                       self.transport.gather, self.layout.pipeline * self.layout.shards,
+                                       self.tied.local.others() if self.tied is not None else ())
 
     def close(self) -> None:
         """End the schedule's background threads (the sending threads, the gradient reduction

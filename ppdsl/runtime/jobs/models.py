@@ -38,7 +38,15 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
 def resolve(model: str | None, data: str | None, loss: str | None) -> tuple[str | None, str | None, str | None]:
     """The three specs in MODULE:NAME form. `--model M` without `:NAME` names a module holding
-    the whole contract: M:build_stage, and M:batches / M:loss unless --data / --loss are given."""
+    the whole contract: M:build_stage, and M:batches / M:loss unless --data / --loss are given.
+    `--model M:NAME` names another factory of such a module: its M:batches / M:loss too."""
+    if model is not None and ":" in model:
+        module = module_of(model)
+        path = model.rpartition(":")[0]
+        if data is None and callable(getattr(module, "batches", None)):
+            data = f"{path}:batches"
+        if loss is None and callable(getattr(module, "loss", None)):
+            loss = f"{path}:loss"
     if model is not None and ":" not in model:
         module = _import(model, "model")
         factory = getattr(module, "build_stage", None)

@@ -62,6 +62,10 @@ class Layout:
     def replica(self) -> int:
         return self.rank // self.pipeline
 
+    def replica_of(self, rank: int) -> int:
+        """The replica global rank `rank` belongs to."""
+        return rank // self.pipeline
+
     @property
     def pipeline_rank(self) -> int:
         return self.rank % self.pipeline

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..interpreter import values
+from ..interpreter.tied import LocalTies, equalize_local, sum_local
 from .watchdog import Reporter
 
 
@@ -45,11 +46,14 @@ class Verifier:
         self.compared = 0
         self.steps = 0
         self.ref: dict[int, Any] = {}
+        self.ties: LocalTies | None = None
         self.optimizer: Any = None
         if rank == 0:
             build = models.build_stage if cfg.model is None else models.load_callable(cfg.model, "model")
             stages = tuple(range(setup.program.stages))
             self.ref = build_stages(build, stages, setup.program.stages, cfg.seed, cfg.model or "built-in", self.fw)
+            # Tied parameters start equal and share their gradients, as the pipeline's do.
+            self.ties = equalize_local(self.fw, self.ref)
             params = [p for s in stages for _, p in self.fw.named_parameters(self.ref[s])]
             self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, params, self.fw) if params else None
 
@@ -90,6 +94,8 @@ class Verifier:
             loss = self.setup.loss_fn(x, t)
             ref_losses.append(float(fw.detach(loss)))
             fw.backward([loss * scale if scale != 1.0 else loss], None)
+        if self.ties is not None:
+            sum_local(self.ties)
         self.steps += 1
         if len(pipe_losses) != len(ref_losses):
             self.failure = f"step {step}: the pipeline produced {len(pipe_losses)} losses, expected {len(ref_losses)}"
@@ -133,7 +139,8 @@ class Verifier:
             return
         from ..interpreter.clipping import clip_grad_norm
 
-        norm = clip_grad_norm(self.fw, self.ref.values(), max_norm, lambda x: [x], 1)
+        norm = clip_grad_norm(self.fw, self.ref.values(), max_norm, lambda x: [x], 1,
+                              self.ties.others() if self.ties is not None else ())
         d = relative_difference(pipelined, norm)
         self.worst = max(self.worst, d)
         if self.failure is None and d > self.cfg.rtol:

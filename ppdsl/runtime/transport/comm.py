@@ -74,6 +74,13 @@ class Carrier(Protocol):
 
     def all_reduce(self, tensor: Tensor) -> None: ...
 
+    def group(self, ranks: list[int]) -> Any:
+        """The group of global `ranks`, for `all_reduce_over`: a collective of the whole job
+        (every process calls it with the same ranks, in the same order)."""
+
+    def all_reduce_over(self, group: Any, tensor: Tensor) -> None:
+        """Sum `tensor` over the ranks of `group` (from `group`), in place."""
+
     def post_note(self, key: str, data: bytes) -> None:
         """Leave `data` under `key` for a peer's `read_note` (the first step's notes, `wire.py`)."""
 
@@ -165,6 +172,12 @@ class Transport:
     def all_reduce(self, tensor: Tensor) -> None:
         """Sum `tensor` over this rank's replicas, in place."""
         self.fw.all_reduce(tensor, self.data_parallel_group)
+
+    def group(self, ranks: list[int]) -> Any:
+        return self._new_group(ranks)
+
+    def all_reduce_over(self, group: Any, tensor: Tensor) -> None:
+        self.fw.all_reduce(tensor, group)
 
     def post_note(self, key: str, data: bytes) -> None:
         self.notes.post(key, data)

@@ -244,8 +244,14 @@ class LoopbackLinks:
 
     def all_reduce(self, tensor: Any) -> None:
         """Sum `tensor` over this rank's replicas, in place (every replica adds in one order)."""
-        ranks = tuple(self.layout.data_parallel_ranks(self.layout.pipeline_rank))
-        parts = self.loop.gather(ranks, self.rank, self.fw.flatten([self.fw.detach(tensor)]))
+        self.all_reduce_over(tuple(self.layout.data_parallel_ranks(self.layout.pipeline_rank)), tensor)
+
+    def group(self, ranks: list[int]) -> Any:
+        return tuple(ranks)
+
+    def all_reduce_over(self, group: Any, tensor: Any) -> None:
+        """Sum `tensor` over the ranks of `group`, in place (every one adds in one order)."""
+        parts = self.loop.gather(group, self.rank, self.fw.flatten([self.fw.detach(tensor)]))
         total = parts[0]
         for part in parts[1:]:
             total = total + part

@@ -1,0 +1,167 @@
+"""Tied parameters: parameters of different stages that are one (GPT-2's token embedding and
+LM head), held as one copy per stage.
+
+A stage layer declares its tied parameters in an attribute, `ppdsl_tied = {parameter name:
+tie name}`; parameters of any stages that give the same tie name are one. At set-up every copy
+takes the value of the copy on the lowest stage (as DDP broadcasts a model's weights), and at
+the end of each step, once every backward has run, each copy's gradient becomes the sum over
+the copies: added on the rank when two stages of one rank hold it (V placements: nothing is
+sent), all-reduced over the ranks that hold it otherwise (one group per tie and replica, made
+once). The optimizer then moves every copy alike, so the copies stay equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from attrs import frozen
+
+from ..errors import SetupError
+from ..framework import Framework
+
+ATTRIBUTE = "ppdsl_tied"
+
+
+@frozen
+class Copy:
+    """One copy of a tie: its stage, its parameter's name there, its shape and dtype."""
+
+    tie: str
+    stage: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def declared(fw: Framework, layers: Mapping[int, Any]) -> list[Copy]:
+    """The copies the stage layers declare, in stage order (SetupError for a malformed
+    declaration, or one naming a parameter the layer does not have)."""
+    out: list[Copy] = []
+    for s, layer in sorted(layers.items()):
+        ties = getattr(layer, ATTRIBUTE, None)
+        if ties is None:
+            continue
+        if not isinstance(ties, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in ties.items()):
+            raise SetupError(f"stage {s}: `{ATTRIBUTE}` must be a dict of parameter name -> tie name, e.g. "
+                             "{'tokens.weight': 'embedding'}")
+        params = dict(fw.named_parameters(layer))
+        for name, tie in sorted(ties.items()):
+            p = params.get(name)
+            if p is None:
+                known = ", ".join(sorted(params)[:6]) or "none"
+                raise SetupError(f"stage {s}: `{ATTRIBUTE}` names {name!r}, which is not one of its parameters "
+                                 f"({known}{', ...' if len(params) > 6 else ''})")
+            out.append(Copy(tie, s, name, tuple(fw.shape(p)), fw.dtype_name(p)))
+    return out
+
+
+def check(copies: list[Copy]) -> dict[str, list[Copy]]:
+    """tie -> its copies, in stage order; SetupError for a tie one stage declares alone or
+    whose copies differ in shape or dtype."""
+    ties: dict[str, list[Copy]] = {}
+    for c in sorted(copies, key=lambda c: (c.tie, c.stage, c.name)):
+        ties.setdefault(c.tie, []).append(c)
+    for tie, cs in ties.items():
+        if len(cs) < 2:
+            raise SetupError(f"tie {tie!r} is declared by stage {cs[0].stage}'s {cs[0].name} alone: a tie joins "
+                             "parameters of two or more stages (or two of one stage)")
+        first = cs[0]
+        for c in cs[1:]:
+            if (c.shape, c.dtype) != (first.shape, first.dtype):
+                raise SetupError(f"tie {tie!r}: stage {first.stage}'s {first.name} is {first.dtype} "
+                                 f"{list(first.shape)} but stage {c.stage}'s {c.name} is {c.dtype} {list(c.shape)}: "
+                                 "tied parameters must have one shape and dtype")
+    return ties
+
+
+class LocalTies:
+    """The copies this rank holds, by tie, as parameters; sums and equalizes them on the rank."""
+
+    def __init__(self, fw: Framework, layers: Mapping[int, Any], ties: Mapping[str, list[Copy]]):
+        self.fw = fw
+        self.params: dict[str, list[Any]] = {}
+        self.owners: dict[str, bool] = {}  # whether the tie's lowest-stage copy is here
+        for tie, cs in ties.items():
+            here = [c for c in cs if c.stage in layers]
+            if here:
+                named = {c.stage: dict(fw.named_parameters(layers[c.stage])) for c in here}
+                self.params[tie] = [named[c.stage][c.name] for c in here]
+                self.owners[tie] = cs[0].stage in layers
+
+    def others(self) -> set[int]:
+        """ids of every copy but the lowest-stage one of each tie (a norm counts a tie once)."""
+        return {id(p) for tie, ps in self.params.items() for p in (ps[1:] if self.owners[tie] else ps)}
+
+    def value(self, tie: str) -> Any:
+        """The owner's value (zeros where it is on another rank), as one flat tensor."""
+        ps = self.params[tie]
+        return self.fw.flatten([self.fw.detach(ps[0]) if self.owners[tie] else self.fw.zeros_like(ps[0])])
+
+    def grad_sum(self, tie: str) -> Any:
+        """The sum of this rank's copies' gradients, in stage order, as one flat tensor."""
+        fw = self.fw
+        grads = [g if (g := fw.grad_of(p)) is not None else fw.zeros_like(p) for p in self.params[tie]]
+        total = fw.flatten([grads[0]])
+        for g in grads[1:]:
+            total = total + fw.flatten([g])  # both frameworks' tensors add so
+        return total
+
+    def set_values(self, tie: str, flat: Any) -> None:
+        for p in self.params[tie]:
+            self.fw.unflatten_into(flat, [p], 1.0)
+
+    def set_grads(self, tie: str, flat: Any) -> None:
+        for p in self.params[tie]:
+            self.fw.unflatten_into(flat, [self.fw.grad_of(p)], 1.0)
+
+
+def equalize_local(fw: Framework, layers: Mapping[int, Any]) -> LocalTies:
+    """Every tie of `layers` (all stages of a model, one process: `--verify`'s reference) takes
+    its lowest stage's value."""
+    local = LocalTies(fw, layers, check(declared(fw, layers)))
+    for tie in local.params:
+        local.set_values(tie, local.value(tie))
+    return local
+
+
+def sum_local(local: LocalTies) -> None:
+    """Each copy's gradient becomes the sum over the copies (all on this process)."""
+    for tie in local.params:
+        local.set_grads(tie, local.grad_sum(tie))
+
+
+class TiedParameters:
+    """The ties of a job, for one rank: its copies, and per tie the group of the ranks of its
+    replica that hold one (None where this rank is the only one)."""
+
+    def __init__(self, fw: Framework, layers: Mapping[int, Any], ties: Mapping[str, list[Copy]],
+                 holders: Mapping[str, list[list[int]]], rank: int,
+                 group: Callable[[list[int]], Any], all_reduce: Callable[[Any, Any], None]):
+        self.local = LocalTies(fw, layers, ties)
+        self.all_reduce = all_reduce
+        self.groups: dict[str, Any] = {}
+        self.ranks: dict[str, list[int]] = {}
+        # Every process makes every multi-rank group, ties by name, replicas in order.
+        for tie in sorted(holders):
+            for ranks in holders[tie]:
+                if len(ranks) > 1:
+                    g = group(ranks)
+                    if rank in ranks:
+                        self.groups[tie], self.ranks[tie] = g, ranks
+        for tie in self.local.params:  # every copy starts from the lowest stage's value
+            flat = self.local.value(tie)
+            if tie in self.groups:
+                all_reduce(self.groups[tie], flat)
+            self.local.set_values(tie, flat)
+
+    def reduce(self) -> None:
+        """Each copy's gradient becomes the sum over every copy (a collective with the tie's ranks)."""
+        for tie in sorted(self.local.params):
+            flat = self.local.grad_sum(tie)
+            if tie in self.groups:
+                self.all_reduce(self.groups[tie], flat)
+            self.local.set_grads(tie, flat)
+
+    def label(self) -> str:
+        return "; ".join(f"{tie} with ranks {', '.join(map(str, rs))}" for tie, rs in sorted(self.ranks.items()))
