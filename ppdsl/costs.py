@@ -19,8 +19,12 @@ Keys (the same on the `.pps` `costs` line, after `--costs`, and in a profile's `
   beside its computes; a backward waits for the reload of its activations. Without a time
   of their own they take the stage's activation bytes (a profile's sizes) over `offload_bw`
   (bytes per time unit), else nothing.
-- `copy_lane`: 1 (the default) runs offloads and reloads on a copy lane beside the computes;
-  0 has each rank run them itself, in row order, as `ppdsl run` does (its profile says so).
+- `UNSHARD`, `REDUCE_GRAD`: a sharded stage's all-gather of its weights and reduction of its
+  gradients (default: nothing). They run on the copy lane too; the stage's next compute waits
+  for its `UNSHARD`, and the step ends once its last `REDUCE_GRAD` has.
+- `copy_lane`: 1 (the default) runs offloads, reloads and the sharding collectives on a copy
+  lane beside the computes; 0 has each rank run them itself, in row order, as `ppdsl run` does
+  (its profile says so).
 - `overlap`: for an overlapped pair `(F;B)`, the fraction of the shorter part hidden under the
   longer one: 0 (the default) makes the pair cost the sum of its parts, which is what a runtime
   that runs them one after the other (ppdsl's own) takes; 1 the longer of the two, for a
@@ -244,7 +248,8 @@ class CostModel:
         if bw and stage is not None and self.sizes is not None and stage < self.sizes.stages:
             moved = self.sizes.activation[stage] / bw
         return {"F": f, "B": b, "I": i, "W": w, "R": given.get("R", f), "OFFLOAD": given.get("OFFLOAD", moved),
-                "RELOAD": given.get("RELOAD", moved)}
+                "RELOAD": given.get("RELOAD", moved), "UNSHARD": given.get("UNSHARD", 0.0),
+                "REDUCE_GRAD": given.get("REDUCE_GRAD", 0.0)}
 
     def table(self, stages: int, shares: Sequence[int] | None = None) -> list[tuple[float, ...]]:
         """Per stage, the duration of each compute Kind, indexed by Kind value (non-compute: 0).

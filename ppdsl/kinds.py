@@ -159,9 +159,11 @@ KINDS: Final[tuple[KindRow, ...]] = (
             picture="SEND", short="SB"),
     KindRow("RECV_B", 11, "comm", completes=("RECV_B_DONE",), peer=(1, "SEND_B"), cost="comm", picture="RECV",
             short="RB"),
-    KindRow("UNSHARD", 12, "stage", short="U"),
+    # A sharded stage's collectives, on the side lane with the copies: the all-gather of its
+    # weights (the stage's next compute waits for it) and the reduction of its gradients.
+    KindRow("UNSHARD", 12, "stage", short="U", cost="UNSHARD", lane="copy"),
     KindRow("RESHARD", 13, "stage", short="RS"),
-    KindRow("REDUCE_GRAD", 14, "stage", short="RG"),
+    KindRow("REDUCE_GRAD", 14, "stage", short="RG", cost="REDUCE_GRAD", lane="copy"),
 )
 
 # Values the bit layout keeps free beyond what the tables use, for kinds and for slots. None:
@@ -206,7 +208,7 @@ class Derived(NamedTuple):
     exchange_bit: int  # in a row with no stage-only action, `k & exchange_bit` is a send or receive (0: none)
     names: dict[str, int]  # `.pps` and current CSV spelling -> value
     legacy_names: dict[str, int]
-    cost_keys: tuple[str, ...]  # the compute kinds' cost keys, in listing order
+    cost_keys: tuple[str, ...]  # the cost keys of the computes and stage-only kinds, in listing order
     local_needs: tuple[tuple[int, int], ...]  # (the kind needed, the kind needing it)
     own_slot: dict[int, int]  # a kind needed locally -> the slot it completes
     input_from_stage: dict[int, tuple[int, int]]
@@ -288,8 +290,8 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int
     local_needs: list[tuple[int, int]] = []
     own_slot: dict[int, int] = {}
     for r in rows:
-        if r.lane == "copy" and r.category != "compute":
-            raise TableError(f"{r.name}: only a compute (an action of a stage and a microbatch) runs on the copy lane")
+        if r.lane == "copy" and r.category == "comm":
+            raise TableError(f"{r.name}: a send or receive meets its peer: it runs on no copy lane")
     for r in rows:
         if r.local is not None:
             made_by = [p for p in rows if r.local in p.completes and p.category == "compute" and p.value != r.value]
@@ -309,7 +311,7 @@ def derive(rows: Sequence[KindRow], slots: Sequence[SlotRow] = SLOTS, spare: int
         compute_max=compute_max, comm_max=comm_max, receive_bit=receive_bit, exchange_bit=exchange_bit,
         names={r.name: r.value for r in sorted(rows, key=lambda r: r.value)},
         legacy_names={r.legacy_csv or r.name: r.value for r in sorted(rows, key=lambda r: r.value)},
-        cost_keys=tuple(r.cost for r in rows if r.category == "compute" and r.cost is not None),
+        cost_keys=tuple(r.cost for r in rows if r.category != "comm" and r.cost is not None),
         local_needs=tuple(local_needs), own_slot=own_slot,
         input_from_stage={r.value: (r.input[0], slot_value[r.input[1]]) for r in rows if r.input is not None},
         input_from_receive={r.value: slot_value[r.received] for r in rows if r.received is not None},

@@ -121,7 +121,7 @@ class Timing:
 
         A row is a sequence indexed by Kind value (`row[Kind.F]`), or a mapping from Kind to
         its time; a kind it lacks, or a stage past the table, takes 0."""
-        rows = tuple(tuple(float(row.get(Kind(k), 0.0)) for k in range(max(COMPUTE_KINDS) + 1))
+        rows = tuple(tuple(float(row.get(k, 0.0)) for k in range(max(Kind) + 1))  # type: ignore[call-overload]
                      if isinstance(row, Mapping) else tuple(float(x) for x in row) for row in table)
         msg = float(message)
 
@@ -234,6 +234,9 @@ class Execution:
 _ON_COPY_LANE, _AFTER_RELOAD = 1, 2
 _LANES: list[int] = [_ON_COPY_LANE if k in TABLE.copy else _AFTER_RELOAD if k in TABLE.after_reload else 0
                      for k in range(KIND_SPACE)]
+# The stage-only kinds that take time (`KindRow.cost`): the sharding collectives.
+_TIMED_STAGE_KINDS: tuple[int, ...] = tuple(r.value for r in TABLE.rows if r.category == "stage" and r.cost)
+_UNSHARD = int(Kind.UNSHARD)
 
 
 def execute(program: Program, model: CommModel | str = CommModel.RENDEZVOUS, timing: Timing = UNIT,
@@ -316,9 +319,12 @@ class _Engine:
         hop_time: list[float] | None = None
         if timing.table is not None and timing.fixed_message is not None:
             msg = timing.fixed_message
-            rows = [tuple(float(x) for x in (timing.table[s] if s < len(timing.table) else ()))[:computes]
+            # Per stage, a time per Kind value: the computes', and the stage-only kinds' that
+            # take time (the sharding collectives); the sends' and receives' are the message's.
+            width = max(Kind) + 1
+            rows = [tuple(float(x) for x in (timing.table[s] if s < len(timing.table) else ()))[:width]
                     for s in range(S)]
-            rows = [row + (0.0,) * (computes - len(row)) for row in rows]
+            rows = [row + (0.0,) * (width - len(row)) for row in rows]
             if needs_hops and msg:
                 hop_time = [0.0] * code_space(S, M)
                 for k, hops in enumerate(input_hop):
@@ -326,13 +332,13 @@ class _Engine:
                         if hops[s]:
                             hop_time[kind_slice(s, k, M)] = [msg] * M
             if len(set(rows)) <= 1:  # the same on every stage: a table of KIND_SPACE
-                per_kind = list(rows[0] if rows else (0.0,) * computes) + [0.0] * (KIND_SPACE - computes)
+                per_kind = list(rows[0] if rows else (0.0,) * width) + [0.0] * (KIND_SPACE - width)
                 for k in COMM_KINDS:
                     per_kind[k] = msg
                 return per_kind, DUR_PER_KIND, hop_time
             dur = [0.0] * code_space(S, M)
             for s, row in enumerate(rows):
-                for k in COMPUTE_KINDS:
+                for k in (*COMPUTE_KINDS, *_TIMED_STAGE_KINDS):
                     if row[k]:
                         dur[kind_slice(s, k, M)] = [row[k]] * M
             if msg:
@@ -354,6 +360,8 @@ class _Engine:
                         hop_time[c] = message(a)
                 elif k <= COMM_MAX:
                     dur[c] = message(a)
+                elif k in _TIMED_STAGE_KINDS:
+                    dur[c] = compute(a)
         return dur, DUR_PER_CODE, hop_time
 
     def run(self) -> Execution:
@@ -441,6 +449,7 @@ class _Engine:
         reload_kinds = frozenset(TABLE.reloads)
         reloaded: dict[int, tuple[int, float]] = {}
         reload_waits: list[tuple[int, int, int, float]] = []
+        gathered: dict[int, float] = {}  # per stage, when its last UNSHARD's all-gather ends
 
         def wake(key: int) -> None:
             ws = waiters.pop(key, None)
@@ -570,7 +579,11 @@ class _Engine:
                             e += hop_time[c]
                         if e > t0:
                             t0 = e
-                        if lane_of is not None:  # the program moves activations: a copy lane beside compute
+                        if lane_of is not None:  # the program moves activations or gathers weights: a copy lane
+                            if gathered:  # the stage's weights, gathered on the lane
+                                g = gathered.get(sm // M, 0.0)
+                                if g > t0:
+                                    t0 = g
                             lane = lane_of[k]
                             if lane == _ON_COPY_LANE:  # the rank posts it and goes on; its copies run in order
                                 f = copy_free[r]
@@ -598,11 +611,21 @@ class _Engine:
                             extend(waiters.pop(key))
                     i += 1
                     continue
-                if k > xmax:  # past the sends and receives: a stage-only kind (no data flow, no time), or the row's end
+                if k > xmax:  # past the sends and receives: a stage-only kind (no data flow), or the row's end
                     if c == end_row:
                         break
                     if timed:
-                        st[i] = en[i] = t
+                        d = dur[c & dur_mask]
+                        if lane_of is not None and lane_of[k] == _ON_COPY_LANE:  # a sharding collective, posted
+                            f = copy_free[r]
+                            t0 = f if f > t else t
+                            copy_free[r] = e = t0 + d
+                            st[i], en[i] = t0, e
+                            if k == _UNSHARD:
+                                gathered[(c >> kb) // M] = e
+                        else:  # on the rank itself (copy_lane=0), or free
+                            st[i] = t
+                            t = en[i] = t + d
                     i += 1
                     continue
                 # A send or receive: the one place where an operation meets its peer, or
@@ -693,6 +716,8 @@ class _Engine:
             return completed
         waits = () if completed else tuple(self._waits(pc, pending, posted, done))
         makespan = max(map(_last_end, ends), default=0.0)  # a step ends when its last action does
+        if lane_of is not None:  # or when a rank's copy lane does (a gradient reduction after its last compute)
+            makespan = max(makespan, *copy_free)
         rows = program.rows
         return Execution(completed, waits, makespan, tuple(starts), tuple(ends), tuple(enc.steps), tuple(enc.groups),
                          tuple(row_length(rows, r) for r in range(R)), tuple(reload_waits))
@@ -760,7 +785,8 @@ def _runs(steps: list[int]) -> zip[tuple[int, int]]:
 
 
 def _last_end(row_ends: Sequence[float | None]) -> float:
-    # Ends never decrease along a row, so the last one reached is the row's latest.
+    # Ends on the compute lane never decrease along a row, so the last one reached is the row's
+    # latest there (a copy lane's are counted apart).
     for e in reversed(row_ends):
         if e is not None:
             return e

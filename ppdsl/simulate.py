@@ -261,7 +261,7 @@ def applying_to(program: Program) -> tuple[frozenset[str], bool]:
     """The compute kinds `program` has (names, `F`...) and whether it has an overlapped pair:
     the costs a report of it describes (`CostModel.describe`)."""
     enc = encode(program)
-    kinds = frozenset(Kind(k).name for k in enc.kinds if k in COMPUTE_KINDS)
+    kinds = frozenset(Kind(k).name for k in enc.kinds if k in COMPUTE_KINDS or TABLE.by_value[k].cost)
     return kinds, any(not is_batch for groups in enc.groups for is_batch, _ in groups.values())
 
 

@@ -147,6 +147,22 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def copy_note(program: Program, lane: bool) -> str:
+    """What the copy column counts: the moves of activations and the sharding collectives the
+    program has, on a lane beside the computes or (copy_lane=0) between them."""
+    present = {a.kind.name for _, _, a in program.actions()}
+    what = []
+    if present & {"OFFLOAD", "RELOAD"}:
+        what.append("moves activations (OFFLOAD, RELOAD)")
+    collectives = [k for k in ("UNSHARD", "REDUCE_GRAD") if k in present]
+    if collectives:
+        what.append(f"runs the sharding collectives ({', '.join(collectives)})")
+    done = " and ".join(what)
+    if lane:
+        return f"copy: the time each rank's copy lane {done}, beside its computes"
+    return f"copy: the time each rank {done} itself, between its computes (copy_lane=0)"
+
+
 def _table(rows: list[list[str]], right: int = 1) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
@@ -216,10 +232,7 @@ def report(path: str, sim: Simulation, full_path: bool = False, status_note: str
                     + [num(sim.peak_memory[r])] + ([in_unit(in_bytes.peak[r], unit)] if in_bytes is not None else []))
     lines.extend(_table(rows))
     if copies:
-        lines.append("copy: the time each rank's copy lane moves activations (OFFLOAD, RELOAD), beside its computes"
-                     if sim.costs.copy_lane else
-                     "copy: the time each rank moves activations (OFFLOAD, RELOAD) itself, between its computes "
-                     "(copy_lane=0)")
+        lines.append(copy_note(p, sim.costs.copy_lane))
     lines.append(MEMORY_NOTE)
     if in_bytes is not None:
         lines.append(bytes_note(unit))

@@ -106,6 +106,14 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
                 p = where[c] if 0 <= c < size else -1
                 if p >= 0 and p >> _SHIFT == rank and (p & _LOW) < index and _close(end_of(p), at):
                     held = p
+        if type(step) is Action and step.kind.is_compute and not step.kind.on_copy_lane:
+            for j in range(index - 1, -1, -1):  # the gather of its stage's weights, on the lane
+                s = row[j]
+                if type(s) is Action and s.kind is Kind.UNSHARD and s.stage == step.stage:
+                    e = ends[rank][j]
+                    if e is not None and _close(e, at):
+                        held = (rank << _SHIFT) | j
+                    break
         copy = type(step) is Action and step.kind.on_copy_lane
         last = -1
         j = index - 1
@@ -134,13 +142,17 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
         return previous(rank, index, at)
 
     last = -1
+    lanes = any(type(step) is Action and step.kind.on_copy_lane for row in program.rows for step in row)
     for rank, row_ends in enumerate(ends):
         for index in range(len(row_ends) - 1, -1, -1):
             e = row_ends[index]
             if e is not None:
                 if last < 0 or e > end_of(last):
                     last = (rank << _SHIFT) | index
-                break
+                # The row's last step on the compute lane ends the compute lane; a copy lane's
+                # step anywhere in the row may end later (a gradient reduction).
+                if not lanes:
+                    break
 
     path: list[int] = []
     seen: set[int] = set()

@@ -84,7 +84,9 @@ def test_simulate_md_recompute_example(monkeypatch: pytest.MonkeyPatch, capsys: 
 
 @pytest.mark.parametrize("command", ["ppdsl simulate offload.pps --costs OFFLOAD=0.5,RELOAD=0.5",
                                      "ppdsl simulate offload.pps --costs OFFLOAD=0.5,RELOAD=3",
-                                     "ppdsl show offload.pps --costs OFFLOAD=0.5,RELOAD=0.5 --no-color"])
+                                     "ppdsl show offload.pps --costs OFFLOAD=0.5,RELOAD=0.5 --no-color",
+                                     "ppdsl simulate sharded.pps --costs UNSHARD=3,REDUCE_GRAD=2",
+                                     "ppdsl show sharded.pps --costs UNSHARD=3,REDUCE_GRAD=2 --no-color"])
 def test_simulate_md_copy_lane_examples(command: str, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(command, DOCS / "examples", monkeypatch, capsys) == _console("simulate.md", command)

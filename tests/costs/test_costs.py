@@ -18,7 +18,7 @@ ROWS = "rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1\n"
 
 
 def test_defaults_and_derivation() -> None:
-    moves = {"OFFLOAD": 0.0, "RELOAD": 0.0}
+    moves = {"OFFLOAD": 0.0, "RELOAD": 0.0, "UNSHARD": 0.0, "REDUCE_GRAD": 0.0}
     assert CostModel().kind_costs() == {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, "R": 1.0, **moves}
     assert CostModel((("F", 2.0),)).kind_costs() == {"F": 2.0, "B": 4.0, "I": 2.0, "W": 2.0, "R": 2.0, **moves}
     assert CostModel((("B", 3.0),)).kind_costs() == {"F": 1.0, "B": 3.0, "I": 1.5, "W": 1.5, "R": 1.0, **moves}
