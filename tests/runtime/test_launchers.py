@@ -90,6 +90,10 @@ def test_a_rank_that_dies_ends_every_rank_within_the_timeout(tmp_path: Path) -> 
     logs = _logs(tmp_path / "logs")
     assert done.returncode != 0
     # Rank 0 was talking to the dead rank: it names it, by a lost connection or its own timeout.
-    assert re.search(r"rank 0[:,] .*(lost rank 1 while (sending to|receiving from|exchanging with) it|timed out after 5 s at step 0, action 0\S+ "
-                     r"\(.*rank 1\))", logs), logs[-3000:]
+    # Paddle's launcher ends the pod once it sees rank 1 gone; on a loaded machine it may stop
+    # rank 0 before rank 0 has noticed, and then the launcher's report names the dead rank.
+    named_by_rank_0 = re.search(r"rank 0[:,] .*(lost rank 1 while (sending to|receiving from|exchanging with) it|"
+                                r"timed out after 5 s at step 0, action 0\S+ \(.*rank 1\))", logs)
+    named_by_launcher = re.search(r"Container rank 1 status failed .* code -9", done.stdout + done.stderr)
+    assert named_by_rank_0 or named_by_launcher, logs[-3000:] + done.stdout[-2000:] + done.stderr[-2000:]
     assert seconds < 60  # start-up (paddle imports) plus at most one --timeout
