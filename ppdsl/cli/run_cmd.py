@@ -88,6 +88,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "each on its share of every batch; with --data-parallel D, D x N per rank as torch's HSDP); "
                         "UNSHARD, RESHARD and REDUCE_GRAD are placed as `ppdsl expand --fsdp` does where the file "
                         "places none (default 1: not sharded)")
+    p.add_argument("--tp", type=whole_number(1, MAX_REPLICAS), default=1, metavar="N",
+                   help="split every stage over N tensor-parallel processes with PyTorch's tensor parallelism "
+                        "(ranks x N processes, all on the same rows); the built-in model has its own plan, a --model "
+                        "module gives `parallelize(stage, mesh)` (default 1)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="intra-op threads per local rank (default: cores / ranks, at least 1)")
     add_max_steps(p, DEFAULT_MAX_LOWERED_STEPS)
@@ -112,13 +116,15 @@ def _chosen_framework(model: str | None, env: Mapping[str, str]) -> str:
 def _check_args(args: argparse.Namespace) -> None:
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
-    if (args.data_parallel > 1 or args.fsdp > 1) and args.profile:
-        raise UsageError("--profile measures one pipeline: run it without --data-parallel and --fsdp")
-    if args.fsdp > 1:
-        from ..runtime.framework import PADDLE_SHARDING_REFUSED, TORCH
+    if (args.data_parallel > 1 or args.fsdp > 1 or args.tp > 1) and args.profile:
+        raise UsageError("--profile measures one pipeline: run it without --data-parallel, --fsdp and --tp")
+    if args.fsdp > 1 and args.tp > 1:
+        raise UsageError("--fsdp and --tp together are not supported yet: shard the stages or split them, not both")
+    if args.fsdp > 1 or args.tp > 1:
+        from ..runtime.framework import PADDLE_SHARDING_REFUSED, PADDLE_TENSOR_PARALLEL_REFUSED, TORCH
 
         if args.framework != TORCH:
-            raise UsageError(PADDLE_SHARDING_REFUSED)
+            raise UsageError(PADDLE_SHARDING_REFUSED if args.fsdp > 1 else PADDLE_TENSOR_PARALLEL_REFUSED)
     _check_outputs(args)
 
 
@@ -190,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             # The launcher's world must hold every replica: said before the framework loads (seconds
             # on a busy host), so that each rank says it before the launcher ends the job over the first.
             check_world(load_program(args.file[0], steps_limit=args.max_steps or DEFAULT_MAX_LOWERED_STEPS).ranks,
-                        args.data_parallel * args.fsdp, rank_from_env(args.framework)[1], args.fsdp)
+                        args.data_parallel * args.fsdp, rank_from_env(args.framework)[1], args.fsdp, args.tp)
             require(args.framework)
             model = comm_model_of(backend_from_env(args.framework, args.device),  # exit 2 without the device
                                   not args.blocking_sends)
@@ -200,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             model = comm_model_of(device.backend, not args.blocking_sends)
         programs = _programs(args.file, model, args.max_steps or DEFAULT_MAX_LOWERED_STEPS, args.fsdp)
         if not distributed:
-            _warn_oversubscription(programs[0].ranks * args.data_parallel * args.fsdp, args.threads)
+            _warn_oversubscription(programs[0].ranks * args.data_parallel * args.fsdp * args.tp, args.threads)
         from ..runtime.jobs.models import check_contract, check_forms
 
         check_forms(args.model, args.data, args.loss, args.optimizer)
@@ -208,6 +214,13 @@ def run(args: argparse.Namespace) -> int:
         args.model, args.data, args.loss = check_contract(args.model, args.data, args.loss, args.optimizer,
                                                           [p.stages for p in programs], args.framework)
         _check_batches(args.data, args.framework, programs, args.file, args.data_parallel * args.fsdp)
+        if args.tp > 1 and args.model is not None:
+            from ..runtime.jobs.models import SetupFailure, tensor_plan
+
+            try:
+                tensor_plan(args.model)
+            except SetupFailure as exc:
+                raise UsageError(str(exc)) from None
         if users_threads is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
@@ -278,13 +291,14 @@ def _launch(args: argparse.Namespace, programs: list[Program], device: Device) -
 
     out = sys.stdout
     first = programs[0]
-    replicas = args.data_parallel * args.fsdp
+    replicas = args.data_parallel * args.fsdp * args.tp  # processes per pipeline rank
     threads, why = threads_per_rank(first.ranks * replicas, args.threads)
     if not args.quiet:
         what = args.file[0] if len(args.file) == 1 else f"{len(args.file)} files"
         where = "one GPU each, " if device.is_gpu else ""
         copies = f" x {plural(args.data_parallel, 'replica')}" if args.data_parallel > 1 else ""
         copies += f" x {args.fsdp} shards" if args.fsdp > 1 else ""
+        copies += f" x {args.tp} tensor-parallel ranks" if args.tp > 1 else ""
         copies += f" ({first.ranks * replicas} processes)" if replicas > 1 else ""
         print(f"ppdsl run: {what}: {plural(first.ranks, 'rank')}{copies}, {plural(first.stages, 'stage')}, "
               f"{plural(first.microbatches, 'microbatch')}, {plural(args.steps, 'step')} on {args.framework} "
@@ -329,7 +343,7 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     argv = [*args.file, "--steps", str(args.steps), "--framework", args.framework, "--device", args.device,
             "--optimizer", args.optimizer, "--lr", repr(args.lr),
             "--seed", str(args.seed), "--timeout", repr(args.timeout), "--rtol", repr(args.rtol),
-            "--data-parallel", str(args.data_parallel), "--fsdp", str(args.fsdp)]
+            "--data-parallel", str(args.data_parallel), "--fsdp", str(args.fsdp), "--tp", str(args.tp)]
     for name in ("model", "data", "loss", "profile"):
         value = getattr(args, name)
         if value is not None:

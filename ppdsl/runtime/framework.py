@@ -28,6 +28,11 @@ _INSTALL = {PADDLE: "pip install 'ppdsl[paddle]' (CPU), or paddlepaddle-gpu from
 
 # Paddle's sharding (`paddle.distributed.sharding.group_sharded_parallel`) asserts that it runs
 # on a GPU, an XPU or a custom device: not on the CPU build ppdsl runs and tests Paddle on.
+# fleet's tensor-parallel layers need `fleet.init` with a hybrid strategy, which fails on the CPU
+# build with gloo while it creates its groups (docs/runtime.md, data parallelism).
+PADDLE_TENSOR_PARALLEL_REFUSED = ("--tp splits stages with PyTorch's tensor parallelism only: Paddle's tensor-parallel "
+                                  "layers need fleet.init with a hybrid strategy, which fails on Paddle's CPU build; "
+                                  "run with --framework torch")
 PADDLE_SHARDING_REFUSED = ("--fsdp shards stages with PyTorch's FSDP2 only: Paddle's sharding (group_sharded_parallel) "
                            "runs on GPU, XPU and custom devices, not on Paddle's CPU build; run with --framework torch")
 
@@ -444,6 +449,20 @@ class Framework(abc.ABC):
                      reshard_after_forward: bool) -> None:
         """Shard each stage layer over its `shards` ranks (`process_layout.Layout.shard_mesh`)."""
         raise UsageError(self.sharding_refused or "sharded stages are not supported here")
+
+    #: Why this adapter cannot split stages over tensor-parallel ranks (None: it can).
+    tensor_parallel_refused: str | None = "tensor-parallel stages are not supported here"
+
+    def split_stages(self, layers: dict[int, Any], replicas: int, pipeline: int, tensor: int,
+                     parallelize: Callable[[Any, Any], None] | None) -> None:
+        """Split each stage layer over its `tensor` ranks (`Layout.tensor_ranks`): with the
+        user's `parallelize(layer, mesh)`, else the built-in model's plan."""
+        raise UsageError(self.tensor_parallel_refused or "tensor-parallel stages are not supported here")
+
+    def is_split(self, t: Any) -> bool:
+        """Whether `t` is split over ranks (each holds a part: count it on every rank); a
+        tensor every rank holds whole counts once."""
+        return False
 
 
 def installed(name: str) -> bool:

@@ -103,6 +103,17 @@ def build_tied_stage(stage_index: int, num_stages: int) -> nn.Module:
     return stage
 
 
+def parallelize(stage: nn.Module, mesh: object) -> None:
+    """How a stage splits over tensor-parallel ranks (`ppdsl run --tp N`): each block's MLP as
+    Megatron does, `up` split by output columns and `down` by input rows, so one all-reduce
+    ends the pair and the block's output is whole on every rank. Attention, norms, embeddings
+    and the head stay whole (its fused `qkv` would need its q, k and v split apart first)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    for block in stage.blocks:
+        parallelize_module(block, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+
+
 def batches(seed: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Random windows of the corpus: inputs are CONTEXT bytes, targets the next byte of each."""
     data = np.frombuffer(CORPUS.read_bytes(), dtype=np.uint8).astype("int64")

@@ -36,11 +36,15 @@ def _grads(fw: Framework, layers: Iterable[Any], skip: Collection[int] = ()) -> 
                 yield g
 
 
-def square_sum(fw: Framework, layers: Iterable[Any], skip: Collection[int] = ()) -> float:
+def square_sum(fw: Framework, layers: Iterable[Any], skip: Collection[int] = (), whole_too: bool = True) -> float:
     """The sum of the squares of every gradient the layers' parameters hold, in float64 (a
-    parameter in `skip`, a tied copy, counts once: on its tie's lowest stage)."""
+    parameter in `skip`, a tied copy, counts once: on its tie's lowest stage). A gradient
+    split over tensor-parallel ranks counts its part here; one every tensor rank holds whole
+    counts only where `whole_too` (on tensor rank 0)."""
     total = 0.0
     for g in _grads(fw, layers, skip):
+        if not whole_too and not fw.is_split(g):
+            continue
         a = fw.to_numpy(fw.local(g)).astype("float64")
         total += float((a * a).sum())
     return total
@@ -55,13 +59,14 @@ def all_finite(fw: Framework, layers: Iterable[Any], gather: Callable[[Any], lis
 
 
 def clip_grad_norm(fw: Framework, layers: Iterable[Any], max_norm: float,
-                   gather: Callable[[Any], list[Any]], pipeline: int, skip: Collection[int] = ()) -> float:
+                   gather: Callable[[Any], list[Any]], pipeline: int, skip: Collection[int] = (),
+                   whole_too: bool = True) -> float:
     """Clip the gradients of `layers` (this rank's stages) by the global norm; the norm, taken
     before clipping. Every rank of the job calls it (`gather` is a collective); the first
     `pipeline` ranks hold the whole model once (one copy's pipeline ranks, with their shards).
     A non-finite norm is returned and nothing is scaled: skip that step's optimizer."""
     layers = list(layers)
-    norm = math.sqrt(sum(gather(square_sum(fw, layers, skip))[:pipeline]))
+    norm = math.sqrt(sum(gather(square_sum(fw, layers, skip, whole_too))[:pipeline]))
     if math.isfinite(norm):
         coef = max_norm / (norm + EPS)
         if coef < 1.0:

@@ -75,7 +75,9 @@ class GradientReducer:
         for b in buckets:
             # An unused parameter has no gradient yet: it counts as zero (every replica's
             # buckets keep their sizes).
-            b.flat = fw.flatten([g if (g := fw.grad_of(p)) is not None else fw.zeros_like(p) for p in b.params])
+            # A tensor-parallel rank averages its own part of a split gradient.
+            b.flat = fw.flatten([fw.local(g) if (g := fw.grad_of(p)) is not None else fw.zeros_like(fw.local(p))
+                                 for p in b.params])
         label = f"reducing stage {stage}'s gradients over {self.replicas} replicas"
         with_ranks = f"all-reducing with ranks {', '.join(map(str, self.ranks))}"
 
@@ -100,7 +102,8 @@ class GradientReducer:
         scale = 1.0 / self.replicas
         for stage in self._posted:
             for b in self.buckets[stage]:
-                self.fw.unflatten_into(b.flat, [self.fw.grad_of(p) for p in b.params], scale)
+                self.fw.unflatten_into(b.flat, [None if (g := self.fw.grad_of(p)) is None else self.fw.local(g)
+                                                for p in b.params], scale)
                 b.flat = None
         self._posted.clear()
 

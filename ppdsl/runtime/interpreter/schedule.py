@@ -452,8 +452,10 @@ class PipelineSchedule:
         Returns the norm before clipping. Every rank calls it after `step()` and before its
         optimizer steps (it is a collective); a non-finite norm scales nothing."""
         return clipping.clip_grad_norm(self.fw, self.layers.values(), clipping.check_max_norm(max_norm),
-                                       self.transport.gather, self.layout.pipeline * self.layout.shards,
-                                       self.tied.local.others() if self.tied is not None else ())
+                                       self.transport.gather,
+                                       self.layout.pipeline * self.layout.shards * self.layout.tensor,
+                                       self.tied.local.others() if self.tied is not None else (),
+                                       whole_too=self.layout.tensor_rank == 0)
 
     def close(self) -> None:
         """End the schedule's background threads (the sending threads, the gradient reduction

@@ -174,6 +174,17 @@ def _kind(value: object) -> str:
     return kind.__qualname__ if where == "builtins" else f"{where}.{kind.__qualname__}"
 
 
+def tensor_plan(model: str) -> Any:
+    """The `parallelize(stage, mesh)` of `--model`'s module: how its stages split over
+    tensor-parallel ranks (`--tp`); SetupFailure when it has none."""
+    plan = getattr(module_of(model), "parallelize", None)
+    if not callable(plan):
+        raise SetupFailure(f"--tp: the model module of {model} has no `parallelize(stage, mesh)` saying how a stage "
+                           "splits over tensor-parallel ranks (the built-in model has its own); define one, e.g. "
+                           "with torch.distributed.tensor.parallel.parallelize_module")
+    return plan
+
+
 def module_of(spec: str) -> Any:
     return _import(spec.rpartition(":")[0], "model")
 

@@ -12,6 +12,10 @@ over the group (gathered by `UNSHARD`, gradients reduce-scattered by `REDUCE_GRA
 `replicas` R = D x N, the job is D copies of a sharded pipeline (torch's HSDP): replica k is
 copy k // N, shard k % N, and a stage's mesh is D x N ranks (`shard_mesh`).
 
+With `tensor` T (tensor parallelism), each stage's layers are split over T consecutive global
+ranks, which train on the same rows: global rank (k * P + r) * T + t is tensor rank t of
+pipeline rank r of replica k. With T = 1 the numbering above is unchanged.
+
 No framework here: the launcher and the checks before any process starts read it too.
 """
 
@@ -40,14 +44,18 @@ class Layout:
     replicas: int = field(default=1, validator=_at_least_one)
     rank: int = 0
     shards: int = field(default=1, validator=_at_least_one)
+    tensor: int = field(default=1, validator=_at_least_one)
 
     def __attrs_post_init__(self) -> None:
+        if self.shards > 1 and self.tensor > 1:
+            raise UsageError("a layout shards stages (FSDP) or splits them over tensor-parallel ranks, not both yet")
         if self.replicas % self.shards:
             raise UsageError(f"a layout of {plural(self.replicas, 'replica')} cannot be cut into sharding groups "
                              f"of {self.shards}")
         if not 0 <= self.rank < self.world:
+            tp = f" x {self.tensor} tensor-parallel ranks" if self.tensor > 1 else ""
             raise UsageError(f"global rank {self.rank} is outside a layout of {plural(self.pipeline, 'pipeline rank')} "
-                             f"x {plural(self.replicas, 'replica')} ({self.world} processes)")
+                             f"x {plural(self.replicas, 'replica')}{tp} ({self.world} processes)")
 
     @classmethod
     def single(cls, pipeline: int, rank: int) -> Layout:
@@ -56,36 +64,59 @@ class Layout:
 
     @property
     def world(self) -> int:
-        return self.pipeline * self.replicas
+        return self.pipeline * self.replicas * self.tensor
 
     @property
     def replica(self) -> int:
-        return self.rank // self.pipeline
+        return self.replica_of(self.rank)
 
     def replica_of(self, rank: int) -> int:
         """The replica global rank `rank` belongs to."""
-        return rank // self.pipeline
+        return rank // (self.pipeline * self.tensor)
 
     @property
     def pipeline_rank(self) -> int:
-        return self.rank % self.pipeline
+        return self.pipeline_rank_of(self.rank)
+
+    def pipeline_rank_of(self, rank: int) -> int:
+        """The pipeline rank global rank `rank` holds."""
+        return (rank // self.tensor) % self.pipeline
+
+    @property
+    def tensor_rank(self) -> int:
+        """This process's place in its stages' tensor-parallel group (0 without one)."""
+        return self.rank % self.tensor
+
+    def tensor_ranks(self) -> list[int]:
+        """The global ranks this process's stages are split over (itself alone without tensor parallelism)."""
+        first = self.rank - self.tensor_rank
+        return list(range(first, first + self.tensor))
 
     def global_rank(self, pipeline_rank: int, replica: int | None = None) -> int:
-        """Pipeline rank `pipeline_rank` of `replica` (default: this process's replica)."""
-        return (self.replica if replica is None else replica) * self.pipeline + pipeline_rank
+        """Pipeline rank `pipeline_rank` of `replica` (default: this process's replica), at this
+        process's tensor rank."""
+        k = self.replica if replica is None else replica
+        return (k * self.pipeline + pipeline_rank) * self.tensor + self.tensor_rank
+
+    def _at(self, pipeline_rank: int, replica: int, tensor_rank: int) -> int:
+        return (replica * self.pipeline + pipeline_rank) * self.tensor + tensor_rank
 
     def pair_groups(self, pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Every replica's copy of the pipeline's communicating pairs, in global ranks, in the
-        order every process creates their groups: replica by replica, each in pair order."""
-        return [(self.global_rank(a, k), self.global_rank(b, k)) for k in range(self.replicas) for a, b in pairs]
+        """Every replica's (and tensor rank's) copy of the pipeline's communicating pairs, in
+        global ranks, in the order every process creates their groups: replica by replica,
+        tensor rank by tensor rank, each in pair order."""
+        return [(self._at(a, k, t), self._at(b, k, t)) for k in range(self.replicas) for t in range(self.tensor)
+                for a, b in pairs]
 
-    def data_parallel_ranks(self, pipeline_rank: int) -> list[int]:
-        """The global ranks holding `pipeline_rank` in every replica: its data-parallel group."""
-        return [self.global_rank(pipeline_rank, k) for k in range(self.replicas)]
+    def data_parallel_ranks(self, pipeline_rank: int, tensor_rank: int | None = None) -> list[int]:
+        """The global ranks holding `pipeline_rank` (at `tensor_rank`, default this process's)
+        in every replica: its data-parallel group."""
+        t = self.tensor_rank if tensor_rank is None else tensor_rank
+        return [self._at(pipeline_rank, k, t) for k in range(self.replicas)]
 
     def data_parallel_groups(self) -> list[list[int]]:
-        """One group per pipeline rank, in pipeline-rank order (created so by every process)."""
-        return [self.data_parallel_ranks(r) for r in range(self.pipeline)]
+        """One group per pipeline rank and tensor rank, in that order (created so by every process)."""
+        return [self.data_parallel_ranks(r, t) for r in range(self.pipeline) for t in range(self.tensor)]
 
     @property
     def sharded(self) -> bool:
@@ -104,14 +135,17 @@ class Layout:
         return self.replica * per, (self.replica + 1) * per
 
 
-def check_world(pipeline: int, replicas: int, world: int, shards: int = 1) -> None:
+def check_world(pipeline: int, replicas: int, world: int, shards: int = 1, tensor: int = 1) -> None:
     """UsageError unless a job of `world` processes holds `replicas` copies of a `pipeline`-rank
-    pipeline (`shards` of them per sharding group: `--fsdp`)."""
-    if pipeline * replicas != world:
+    pipeline (`shards` of them per sharding group: `--fsdp`), each stage split over `tensor`
+    ranks (`--tp`)."""
+    if pipeline * replicas * tensor != world:
         given = f"--data-parallel is {replicas // shards} and --fsdp {shards}" if shards > 1 \
             else f"--data-parallel is {replicas}"
+        given += f" and --tp {tensor}" if tensor > 1 else ""
+        each = replicas * tensor
         raise UsageError(f"the schedule has {plural(pipeline, 'rank')} and {given}, so the job "
-                         f"needs {pipeline} x {replicas} = {pipeline * replicas} processes, but "
+                         f"needs {pipeline} x {each} = {pipeline * each} processes, but "
                          f"{plural(world, 'process')} {'was' if world == 1 else 'were'} started")
 
 

@@ -63,7 +63,9 @@ class Verifier:
             for name, p in self.fw.named_parameters(layer):
                 g = self.fw.grad_of(p)
                 grads[f"stage{s}.{name}"] = None if g is None else self.fw.to_numpy(self.fw.whole(g))
-        return grads, [float(v) for v in losses]
+        # The tensor-parallel ranks of the last stage all hold the losses: one of them tells.
+        told = self.setup.layout is None or self.setup.layout.tensor_rank == 0
+        return grads, [float(v) for v in losses] if told else []
 
     def check_step(self, step: int, inputs: Any, target: Any, losses: list[Any]) -> None:
         from ..transport.comm import gather_objects
@@ -112,12 +114,14 @@ class Verifier:
                 g = fw.grad_of(p)
                 want = None if g is None else fw.to_numpy(g)
                 copies = pipelined.get(key, [])
-                if len(copies) != N:
+                if len(copies) != N * self.cfg.tp:  # every tensor rank holds it, gathered whole
                     self.failure = (f"step {step}: gradient of {key}: the pipeline holds {len(copies)} "
-                                    f"of it, expected one per replica ({N})")
+                                    f"of it, expected one per replica and tensor rank ({N * self.cfg.tp})")
                     return
                 for replica, got in enumerate(copies):
-                    where = f" on replica {replica}" if N > 1 else ""
+                    where = f" on replica {replica // self.cfg.tp}" if N > 1 else ""
+                    if self.cfg.tp > 1:
+                        where += f" (tensor rank {replica % self.cfg.tp})"
                     if (got is None) != (want is None):
                         self.failure = f"step {step}: gradient of {key}{where}: pipeline has " \
                                        f"{'none' if got is None else got}, unpipelined has {'none' if want is None else 'one'}"

@@ -66,6 +66,7 @@ class RunConfig:
     device: str = AUTO  # devices.REQUESTS; ppdsl's launcher passes the one it resolved
     data_parallel: int = 1  # replicas of the pipeline, each on its share of every batch
     fsdp: int = 1  # shards of every stage (FSDP2), each on its share of every batch, per replica
+    tp: int = 1  # tensor-parallel ranks each stage is split over, all on the same rows
     clip_grad_norm: float | None = None  # clip by the global norm over the whole model before each optimizer step
     skip_nonfinite: bool = False  # a non-finite loss or gradient on any rank skips the step's optimizer on every rank
 
@@ -103,6 +104,7 @@ class Setup:
         self.layers: dict[int, Any] = {}
         self.program: Any = None
         self.loss_fn: Any = None
+        self.parallelize: Any = None
         self.batches: Iterator[tuple[Any, Any]] | None = None
         try:
             self._build(cfg, file, rank, world, model)
@@ -114,16 +116,18 @@ class Setup:
 
     def _build(self, cfg: RunConfig, file: str, rank: int, world: int, model: CommModel) -> None:
         program = sharded_program(load_program(file, steps_limit=cfg.max_steps), cfg.fsdp)
-        if program.ranks * data_members(cfg) != world:
+        if program.ranks * data_members(cfg) * cfg.tp != world:
             replicas = f" x {cfg.data_parallel} replicas" if cfg.data_parallel > 1 else ""
             shards = f" x {cfg.fsdp} shards" if cfg.fsdp > 1 else ""
-            raise SetupFailure(f"{file} is written for {plural(program.ranks, 'rank')}{replicas}{shards} but "
+            tensor = f" x {cfg.tp} tensor-parallel ranks" if cfg.tp > 1 else ""
+            raise SetupFailure(f"{file} is written for {plural(program.ranks, 'rank')}{replicas}{shards}{tensor} but "
                                f"{plural(world, 'process')} {'was' if world == 1 else 'were'} started")
         self.program = prepare(program, model)
-        self.layout = Layout(program.ranks, data_members(cfg), rank, shards=cfg.fsdp)
+        self.layout = Layout(program.ranks, data_members(cfg), rank, shards=cfg.fsdp, tensor=cfg.tp)
         self.plan = compile_rank(self.program, self.layout.pipeline_rank)
         # `ppdsl run` checked the contract (models.check_contract) before this process started.
         build = models.build_stage if cfg.model is None else models.load_callable(cfg.model, "model")
+        self.parallelize = None if cfg.tp == 1 or cfg.model is None else models.tensor_plan(cfg.model)
         self.layers = build_stages(build, self.plan.local_stages, self.program.stages, cfg.seed,
                                    cfg.model or "built-in", self.fw)
         self.loss_fn = models.loss if cfg.loss is None else models.load_callable(cfg.loss, "loss")
@@ -265,6 +269,10 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
         fw.shard_stages(setup.layers, layout.replicas // layout.shards, layout.shards, layout.pipeline,
                         reshard_after_forward=not any(a.kind.name == "RESHARD" for _, _, a in setup.program.actions()))
         watchdog.disarm()
+    if layout.tensor > 1:
+        watchdog.arm("splitting the stages over their tensor-parallel ranks", "all ranks")
+        fw.split_stages(setup.layers, layout.replicas, layout.pipeline, layout.tensor, setup.parallelize)
+        watchdog.disarm()
     sched = PipelineSchedule(setup.program, setup.layers, setup.loss_fn, watchdog=watchdog, layout=layout,
                              backend=backend, scale_grads=cfg.scale_grads, profile=bool(cfg.profile),
                              split_backward=cfg.split_backward, framework=fw, background_sends=cfg.background_sends,
@@ -315,7 +323,7 @@ def train(cfg: RunConfig, fw: Framework, file: str, index: int, rank: int, world
                 watchdog.arm("averaging the loss over the replicas", "the last stage's replicas")
                 mean = mean_over_replicas(fw, sched.transport.data_parallel_group, mean, layout.replicas)
                 watchdog.disarm()
-            if layout.replica == 0:
+            if layout.replica == 0 and layout.tensor_rank == 0:
                 reporter.send("loss", file=index, step=step, loss=mean, losses=rank_losses, skipped=skipped)
         if progress is not None:  # rank 0 prints the step's loss (replica 0's last stage sends it the mean)
             watchdog.step = step
@@ -384,6 +392,7 @@ def run_from_args(args: Any) -> int:
                     grad_guard=not getattr(args, "no_grad_guard", False), verbose=getattr(args, "verbose", False),
                     background_sends=not getattr(args, "blocking_sends", False), device=getattr(args, "device", AUTO),
                     data_parallel=getattr(args, "data_parallel", 1), fsdp=getattr(args, "fsdp", 1),
+                    tp=getattr(args, "tp", 1),
                     clip_grad_norm=getattr(args, "clip_grad_norm", None),
                     skip_nonfinite=getattr(args, "skip_nonfinite", False))
     code = main(cfg)

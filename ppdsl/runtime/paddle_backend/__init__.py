@@ -14,13 +14,14 @@ import paddle
 import paddle.distributed as dist
 
 from ..jobs.devices import PADDLE_SELECTED, Device
-from ..framework import PADDLE, PADDLE_SHARDING_REFUSED, Framework, GradRefused
+from ..framework import PADDLE, PADDLE_SHARDING_REFUSED, PADDLE_TENSOR_PARALLEL_REFUSED, Framework, GradRefused
 from . import rendezvous, split
 
 
 class PaddleFramework(Framework):
     name = PADDLE
     sharding_refused = PADDLE_SHARDING_REFUSED
+    tensor_parallel_refused = PADDLE_TENSOR_PARALLEL_REFUSED
     layer_type = "paddle.nn.Layer"
     split = split
     tensor_type = "paddle.Tensor"

@@ -326,6 +326,19 @@ class TorchFramework(Framework):
                      reshard_after_forward: bool) -> None:
         fsdp.shard_layers(layers, copies, shards, pipeline, reshard_after_forward)
 
+    tensor_parallel_refused = None
+
+    def split_stages(self, layers: dict[int, Any], replicas: int, pipeline: int, tensor: int,
+                     parallelize: Callable[[Any, Any], None] | None) -> None:
+        from . import tensor_parallel
+
+        tensor_parallel.split_layers(layers, replicas, pipeline, tensor, parallelize)
+
+    def is_split(self, t: Any) -> bool:
+        from torch.distributed.tensor import DTensor
+
+        return isinstance(t, DTensor) and any(p.is_shard() for p in t.placements)
+
     def batch(self, ops: Sequence[tuple[bool, Any, int, Any]]) -> None:
         # Received into buffers from `empty_like` (contiguous); sent as `send` above sends.
         p2p = [dist.P2POp(dist.isend, t.contiguous(), peer, group) if is_send else dist.P2POp(dist.irecv, t, peer, group)

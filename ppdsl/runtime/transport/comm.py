@@ -127,7 +127,7 @@ class Transport:
             if me in (a, b):
                 peer = b if me == a else a
                 sends, receives = (groups[0], groups[-1]) if me == a else (groups[-1], groups[0])
-                self.links[peer % self.layout.pipeline] = (sends, fw.link(sends, me, peer)[0],
+                self.links[self.layout.pipeline_rank_of(peer)] = (sends, fw.link(sends, me, peer)[0],
                                                            fw.link(receives, me, peer)[1])
         if self.layout.replicas > 1:
             for ranks in self.layout.data_parallel_groups():
