@@ -87,3 +87,19 @@ def test_one_rank_runs_in_a_plain_process_without_any_group() -> None:
         ((layers[1](layers[0](xm)) - ym) ** 2).mean().backward()
     assert len(losses) == 2 and list(out.shape) == [4, 1]
     assert all((g == p.grad.numpy()).all() for g, p in zip(grads, (p for layer in layers for p in layer.parameters())))
+
+
+def test_a_world_other_than_the_file_or_the_layout_asks_for_is_refused(tmp_path: Path) -> None:
+    import paddle
+
+    from ppdsl.runtime import Layout, ScheduleFromFile, SetupError
+
+    f = tmp_path / "s.pps"
+    f.write_text("pipeline ranks=2 microbatches=2\nuse 1f1b()\n")
+    layer = paddle.nn.Linear(2, 2)
+    # This process alone: the file wants 2 processes, a layout of 2 replicas 4.
+    with pytest.raises(SetupError, match=r"ranks=2, so 2 processes should run, but 1 do: in a larger job, pass "
+                                         r"layout=Layout\(\.\.\.\)"):
+        ScheduleFromFile(str(f), [layer], None)
+    with pytest.raises(SetupError, match=r"ranks=2 \(the layout's 2 pipeline ranks x 2\), so 4 processes should run"):
+        ScheduleFromFile(str(f), [layer], None, layout=Layout(pipeline=2, replicas=2, rank=1))

@@ -31,6 +31,7 @@ from typing import Any
 from ...wording import plural
 from ...ir import Program
 from ..framework import framework_of, get_framework
+from ..jobs.process_layout import Layout
 from .schedule import PipelineSchedule, SetupError
 
 # Paddle's own options that change how a batch is chunked or merged; ppdsl has one way.
@@ -77,7 +78,8 @@ class ScheduleFromFile:
                  stages: Any, loss_fn: Callable[[Any, Any], Any] | None = None,
                  n_microbatches: int | None = None, *, scale_grads: bool = False, timeout: float = 60.0,
                  rank: int | None = None, backend: str | None = None, framework: str | None = None,
-                 split_backward: bool = True, grad_guard: bool = True, **paddle_options: Any):
+                 split_backward: bool = True, grad_guard: bool = True, layout: Layout | None = None,
+                 **paddle_options: Any):
         for name in _UNSUPPORTED:
             if paddle_options.pop(name, None) is not None:
                 raise SetupError(f"{name} is not supported: ppdsl splits every tensor argument along "
@@ -98,13 +100,21 @@ class ScheduleFromFile:
         fw = get_framework(framework) if framework is not None else \
             framework_of(_layer_of(first) if _is_pipeline_stage(first) else first)
         world = fw.world_size() if fw.is_initialized() else 1
-        if world != program.ranks:
-            raise SetupError(f"the schedule file has ranks={program.ranks}, but {world} processes run")
+        # Inside a larger job (replicas, shards, tensor ranks) the layout places this process.
+        expected = layout.world if layout is not None else program.ranks
+        if world != expected:
+            inside = f" (the layout's {layout.pipeline} pipeline ranks x {layout.world // layout.pipeline})" \
+                if layout is not None else ""
+            raise SetupError(f"the schedule file has ranks={program.ranks}{inside}, so {expected} processes should "
+                             f"run, but {world} do" + ("" if layout is not None else
+                                                       ": in a larger job, pass layout=Layout(...)"))
+        if layout is not None:
+            rank = layout.pipeline_rank if rank is None else rank
         rank = (fw.rank() if fw.is_initialized() else 0) if rank is None else rank
         self.program = program
         self._schedule = PipelineSchedule(program, stage_layers(stages, program, rank), loss_fn, rank=rank,
                                           timeout=timeout, scale_grads=scale_grads, backend=backend, framework=fw,
-                                          split_backward=split_backward, grad_guard=grad_guard)
+                                          split_backward=split_backward, grad_guard=grad_guard, layout=layout)
 
     @property
     def schedule(self) -> PipelineSchedule:
