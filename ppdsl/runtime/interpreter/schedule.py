@@ -231,9 +231,9 @@ class PipelineSchedule:
             copies = tied.declared(self.fw, self.layers)
         except SetupError as exc:
             return [], f"rank {self.global_rank}: {exc}"
-        if copies and self.layout.sharded:
+        if copies and (self.layout.sharded or self.layout.tensor > 1):
             return [], (f"rank {self.global_rank}: stage {copies[0].stage} declares tied parameters, which sharded "
-                        "stages (FSDP) do not support yet: untie them, or run without sharding")
+                        "and tensor-parallel stages do not support yet: untie them, or run without sharding and --tp")
         return copies, None
 
     def _agree_on_program(self, gather: Callable[[Any], list[Any]], refused: str | None,
