@@ -305,7 +305,8 @@ def _launch(args: argparse.Namespace, programs: list[Program], device: Device) -
               f"({device.backend}, local processes, {where}{plural(threads, 'thread')} each: {why})", file=out, flush=True)
     args.device = device.kind  # every rank binds the kind decided here
     outcome = launch(programs, _rebuild_argv(args), steps=args.steps, timeout=args.timeout, quiet=args.quiet,
-                     keep_logs=args.logs, names=args.file, threads=threads, device=device, replicas=replicas)
+                     keep_logs=args.logs, names=args.file, threads=threads, device=device, replicas=replicas,
+                     tensor=args.tp)
     if outcome.failure is not None:
         root = outcome.root
         if root is None:

@@ -14,7 +14,7 @@ import math
 
 from ..wording import plural
 from ..simulate import Simulation, applying_to, stuck_summary
-from .timeline import CATEGORIES, COLOURS, COPY_CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
+from .timeline import CATEGORIES, COLOURS, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
 
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
@@ -96,10 +96,10 @@ def render_svg(sim: Simulation, timeline: Timeline, title: str, width: int = 120
     # The steps.
     # A rank with offloads or reloads: its computes in the upper part of its lane, its copy
     # lane (they run beside the computes) in a strip under them.
-    with_copies = {s.rank for s in timeline.slots if s.category in COPY_CATEGORIES}
+    with_copies = {s.rank for s in timeline.slots if s.copy}
     strip = round(lane * 0.4)
     for s in timeline.slots:
-        band = ((0, lane) if s.rank not in with_copies else (lane - strip, strip) if s.category in COPY_CATEGORIES
+        band = ((0, lane) if s.rank not in with_copies else (lane - strip, strip) if s.copy
                 else (0, lane - strip - 1))
         out.append(_slot(s, left - timeline.origin * scale, top, band, gap, scale, chunks, interactive,
                          timeline.rank_of(s.rank), lane))

@@ -19,7 +19,7 @@ from ..kinds import PICTURES
 from ..wording import plural
 from ..limits import MAX_PICTURE_CELLS
 from ..simulate import Simulation, stuck_summary
-from .timeline import CATEGORIES, COPY_CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
+from .timeline import CATEGORIES, Slot, Timeline, colour_of, kinds_in, max_chunks
 from .timeline import short_number as _num
 
 # Per category, its short name in the legend (`kinds.PICTURES`).
@@ -86,7 +86,7 @@ def layout(sim: Simulation, timeline: Timeline, width: int, fill: str = " "
     for s, text in zip(timeline.slots, texts):  # in step order per rank
         if s.duration <= 0:
             continue  # a free send/receive takes no room; the legend says so
-        lane = copies.setdefault(s.rank, []) if s.category in COPY_CATEGORIES else lanes[s.rank]
+        lane = copies.setdefault(s.rank, []) if s.copy else lanes[s.rank]
         c0 = int((s.start - timeline.origin) / quantum + 1e-9)
         if c0 < len(lane):
             if s.duration < quantum * 0.999:

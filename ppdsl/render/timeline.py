@@ -24,8 +24,6 @@ CATEGORIES: dict[str, str] = {p.key: p.legend for p in PICTURES}
 COLOURS: dict[str, str] = {p.key: p.colour for p in PICTURES}
 # Per kind, its category (`Kind` value -> key of CATEGORIES).
 _CATEGORY_OF: dict[Kind, str] = {k: k.row.picture for k in Kind}
-# The categories drawn on a rank's copy lane, beside its computes (offloads and reloads).
-COPY_CATEGORIES: frozenset[str] = frozenset(r.picture for r in KINDS if r.lane == "copy")
 # A token's kind name -> its label in a narrow cell (`SEND_F` -> `SF`), longest name first.
 _SHORT: tuple[tuple[str, str], ...] = tuple(sorted(((r.name, r.short or r.name) for r in KINDS),
                                                    key=lambda pair: -len(pair[0])))
@@ -59,6 +57,7 @@ class Slot:
     chunk: int  # which of its rank's stages (0 for the first): shades interleaved schedules
     status: str  # ok | stuck | unreached | error
     note: str = ""
+    copy: bool = False  # on its rank's copy lane, beside the computes (offloads, sharding collectives)
 
     @property
     def duration(self) -> float:
@@ -168,7 +167,7 @@ def build(sim: Simulation, diagnostics: Iterable[Diagnostic] = ()) -> Timeline:
             first = actions_of(step)[0]
             chunk = stages.index(first.stage) if first.stage in stages else 0
             slots.append(Slot(rank, index, s, e, str(step), category(step), first.stage, first.microbatch, chunk,
-                              status, note))
+                              status, note, type(step) is Action and step.kind.on_copy_lane))
         right = max(right, t)
     return Timeline(program.ranks, tuple(slots), right, sim.makespan, tuple(problems))
 

@@ -15,7 +15,7 @@ from ..costs import UNITS
 from ..encoding import INPUT_FROM_STAGE, PEER_OF_KIND, encode
 from ..ir import Kind, actions_of
 from ..simulate import Simulation
-from .timeline import COPY_CATEGORIES, Timeline
+from .timeline import Timeline
 
 COPY_TID = 1  # the thread of a rank's copy lane (offloads and reloads run beside its steps, thread 0)
 
@@ -56,7 +56,7 @@ def render_trace(sim: Simulation, timeline: Timeline, title: str) -> str:
             args["note"] = s.note
         ts = s.start * scale
         dur = s.duration * scale
-        tid = COPY_TID if s.category in COPY_CATEGORIES else 0
+        tid = COPY_TID if s.copy else 0
         if tid and s.rank not in copy_lanes:
             copy_lanes.add(s.rank)
             events.append({"ph": "M", "name": "thread_name", "pid": s.rank, "tid": tid, "args": {"name": "copy"}})

@@ -93,6 +93,21 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
         assert e is not None
         return e
 
+    # Per rank, (stage, index) of each compute -> the index of its stage's last UNSHARD before
+    # it: what a compute waits for on the lane (none in a program without one).
+    gathers: list[dict[tuple[int, int], int]] = []
+    if any(type(step) is Action and step.kind is Kind.UNSHARD for row in program.rows for step in row):
+        for row in program.rows:
+            latest: dict[int, int] = {}
+            found: dict[tuple[int, int], int] = {}
+            for index, step in enumerate(row):
+                if type(step) is Action:
+                    if step.kind is Kind.UNSHARD:
+                        latest[step.stage] = index
+                    elif step.stage in latest:
+                        found[(step.stage, index)] = latest[step.stage]
+            gathers.append(found)
+
     def previous(rank: int, index: int, at: float) -> int:
         """The step before it on its rank: the last one on the compute lane, unless a copy (an
         offload or reload, on the copy lane beside it) ended at `at` and held it: the reload of
@@ -106,14 +121,12 @@ def critical_path(program: Program, starts: _Times, ends: _Times, message: float
                 p = where[c] if 0 <= c < size else -1
                 if p >= 0 and p >> _SHIFT == rank and (p & _LOW) < index and _close(end_of(p), at):
                     held = p
-        if type(step) is Action and step.kind.is_compute and not step.kind.on_copy_lane:
-            for j in range(index - 1, -1, -1):  # the gather of its stage's weights, on the lane
-                s = row[j]
-                if type(s) is Action and s.kind is Kind.UNSHARD and s.stage == step.stage:
-                    e = ends[rank][j]
-                    if e is not None and _close(e, at):
-                        held = (rank << _SHIFT) | j
-                    break
+        if gathers and type(step) is Action and step.kind.is_compute and not step.kind.on_copy_lane:
+            j = gathers[rank].get((step.stage, index), -1)  # the gather of its stage's weights, on the lane
+            if j >= 0:
+                e = ends[rank][j]
+                if e is not None and _close(e, at):
+                    held = (rank << _SHIFT) | j
         copy = type(step) is Action and step.kind.on_copy_lane
         last = -1
         j = index - 1

@@ -110,3 +110,23 @@ def test_a_sharded_layout_with_stages_held_whole_is_refused() -> None:
     with pytest.raises(SetupError, match="stage 0 holds its weights whole: wrap each stage layer with fully_shard"):
         PipelineSchedule(program, [torch.nn.Linear(2, 2)], lambda y, t: (y - t).sum(), framework="torch",
                          layout=Layout(pipeline=1, replicas=2, rank=0, shards=2))
+
+
+def test_a_partly_sharded_stage_is_refused_and_mixed_precision_keeps_w_in_i(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import json
+    import os
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    done = subprocess.run([sys.executable, str(HERE / "helpers" / "fsdp_checks.py")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    assert "stage 0: its module '0' is wrapped with fully_shard but the stage layer is not" in record["partly"]
+    assert "with mixed precision (param_dtype torch.bfloat16, reduce_dtype torch.float32)" in record["mixed"]
+    assert record["plain"] == ""  # under FSDP2 in full precision the weight gradient waits for W

@@ -143,6 +143,10 @@ class PipelineSchedule:
         if self.plan.last_stage:
             self.stages[self.plan.stages - 1].head = self.head
         unsharded = sorted(s for s, stage in self.stages.items() if stage.sharding is None)
+        if unsharded != sorted(self.stages) and not self.layout.sharded and self.layout.replicas > 1:
+            raise SetupError(f"stage {min(set(self.stages) - set(unsharded))} is sharded (fully_shard) but the layout "
+                             f"has {self.layout.replicas} replicas and no shards: give Layout(..., shards=N) for the "
+                             "replicas each stage is sharded over")
         if self.layout.sharded and unsharded:
             raise SetupError(f"the layout shards every stage over {self.layout.shards} ranks, but stage {unsharded[0]} "
                              "holds its weights whole: wrap each stage layer with fully_shard over its mesh "
@@ -419,6 +423,11 @@ class PipelineSchedule:
             inner = self._evaluator = self._forward_only()
         with self.fw.no_grad():
             out = inner.run_batch(args, kwargs=kwargs, return_output=True)
+            # The forwards gathered sharded weights with no RESHARD after them: freed, so that the
+            # next step gathers what the optimizer has made of them since.
+            for stage in self.stages.values():
+                if stage.sharding is not None:
+                    stage.sharding.free()
             if target is not None and losses is not None and inner.plan.last_stage:
                 assert self.loss_fn is not None
                 try:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import values
+from ..errors import SetupError
 from ..framework import Framework, GradRefused, ShardedWeights, SplitCostly, SplitRefused
 from .split_backward import DeferredGrads, GraphSplit
 
@@ -54,7 +55,10 @@ class Stage:
         self.offloaded: set[int] = set()
         #: Its weights' sharding over a group of ranks (FSDP), driven by UNSHARD, RESHARD and
         #: REDUCE_GRAD; None when the stage holds them whole.
-        self.sharding: ShardedWeights | None = fw.sharded(layer)
+        try:
+            self.sharding: ShardedWeights | None = fw.sharded(layer)
+        except ValueError as exc:
+            raise SetupError(f"stage {index}: {exc}") from None
         self._params = {fw.data_ptr(p) for _, p in fw.named_parameters(layer)}
         self._keeps_input = training and not first  # the first stage's input needs no gradient
         self.reset()

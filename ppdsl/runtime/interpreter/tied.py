@@ -112,8 +112,12 @@ class LocalTies:
             self.fw.unflatten_into(flat, [p], 1.0)
 
     def set_grads(self, tie: str, flat: Any) -> None:
+        """Each copy's gradient becomes `flat` (a copy its forward left without one keeps none:
+        the guard against lost gradients names it)."""
         for p in self.params[tie]:
-            self.fw.unflatten_into(flat, [self.fw.grad_of(p)], 1.0)
+            g = self.fw.grad_of(p)
+            if g is not None:
+                self.fw.unflatten_into(flat, [g], 1.0)
 
 
 def equalize_local(fw: Framework, layers: Mapping[int, Any]) -> LocalTies:

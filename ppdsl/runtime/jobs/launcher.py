@@ -170,7 +170,7 @@ def oversubscription(ranks: int, threads: int, available: int | None = None) -> 
 def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, timeout: float, quiet: bool = False,
            stream: TextIO | None = None, keep_logs: str | None = None, names: Sequence[str] = (),
            command: Sequence[str] | None = None, threads: int | None = None,
-           device: Device = CPU_DEVICE, replicas: int = 1) -> Outcome:
+           device: Device = CPU_DEVICE, replicas: int = 1, tensor: int = 1) -> Outcome:
     """Run `ppdsl run argv...` as local processes (one per rank of each of `replicas` copies
     of the pipeline, numbered as `process_layout.Layout` says) and collect what they report.
 
@@ -226,7 +226,7 @@ def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, time
             procs.append(proc)
             readers[r] = rank
             sel.register(r, selectors.EVENT_READ, rank)
-        _watch(procs, sel, readers, outcome, progress, programs, tmp, timeout)
+        _watch(procs, sel, readers, outcome, progress, programs, tmp, timeout, tensor)
     except KeyboardInterrupt:
         outcome.failure = outcome.failure or "interrupted"
         outcome.code = 130
@@ -252,7 +252,8 @@ def launch(programs: Sequence[Program], argv: Sequence[str], *, steps: int, time
 
 
 def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, readers: dict[int, int],
-           outcome: Outcome, progress: Progress, programs: Sequence[Program], tmp: Path, timeout: float) -> None:
+           outcome: Outcome, progress: Progress, programs: Sequence[Program], tmp: Path, timeout: float,
+           tensor: int = 1) -> None:
     n = len(procs)
     buffers = {fd: b"" for fd in readers}
     ready: set[int] = set()
@@ -292,7 +293,7 @@ def _watch(procs: list[subprocess.Popen[bytes]], sel: selectors.BaseSelector, re
             if fd_of[rank] in open_fds:
                 pump(fd_of[rank])  # what it said before exiting comes first
             if code != 0 and rank not in outcome.exits and rank not in outcome.told:
-                outcome.failures.append((0, _death(rank, code, programs, tmp), None, ""))
+                outcome.failures.append((0, _death(rank, code, programs, tmp, tensor), None, ""))
         if outcome.failures:
             # The first report is often a peer's "connection lost"; give the rank that really
             # failed a moment to say so (or to be seen dead) and report the root cause.
@@ -375,7 +376,7 @@ def _root(outcome: Outcome) -> None:
     outcome.code = 1
 
 
-def _death(rank: int, code: int, programs: Sequence[Program], tmp: Path) -> str:
+def _death(rank: int, code: int, programs: Sequence[Program], tmp: Path, tensor: int = 1) -> str:
     """A rank exited non-zero without reporting: name where it was from its status file."""
     how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
     try:
@@ -386,7 +387,8 @@ def _death(rank: int, code: int, programs: Sequence[Program], tmp: Path) -> str:
     if step < 0 or not 0 <= file < len(programs):
         return f"rank {rank} {how} before its first step"
     program = programs[file]
-    ops = compile_rank(program, rank % program.ranks).ops if not needs_lowering(program) else ()
+    # Global rank (replica * P + pipeline rank) * tensor + tensor rank (`process_layout.Layout`).
+    ops = compile_rank(program, (rank // tensor) % program.ranks).ops if not needs_lowering(program) else ()
     label = ops[index].label if 0 <= index < len(ops) else f"action #{index}"
     return f"rank {rank} {how} at step {step}, action {label}"
 

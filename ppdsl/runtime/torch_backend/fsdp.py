@@ -35,7 +35,7 @@ class ShardedStage:
 
     @property
     def root(self) -> Any:
-        return self.layer if isinstance(self.layer, FSDPModule) else self.modules[0]
+        return self.layer
 
     def gather(self) -> None:
         if self.pending or self.gathered:
@@ -74,11 +74,24 @@ class ShardedStage:
         self.gathered = False
 
 
+class PartlySharded(ValueError):
+    """A stage layer with FSDP modules inside that is not one itself."""
+
+
 def sharded_stage(layer: Any) -> ShardedStage | None:
+    """The sharding of a stage layer wrapped with `fully_shard` (None: no FSDP module in it).
+    `PartlySharded` when only modules inside it are: its other parameters would be neither
+    sharded nor averaged, and FSDP would reduce its inner modules' gradients on its own."""
     if not isinstance(layer, torch.nn.Module):
         return None
     stage = ShardedStage(layer)
-    return stage if stage.modules else None
+    if not stage.modules:
+        return None
+    if not isinstance(layer, FSDPModule):
+        inner = next(name for name, m in layer.named_modules() if isinstance(m, FSDPModule))
+        raise PartlySharded(f"its module {inner!r} is wrapped with fully_shard but the stage layer is not: wrap the "
+                            "stage layer too (fully_shard(stage) after its blocks), as torch's pipelining requires")
+    return stage
 
 
 def shard_layers(layers: dict[int, Any], copies: int, shards: int, pipeline: int,

@@ -151,9 +151,16 @@ def unsplittable(stage: Any, name: str, layer: Any) -> str:
     if not isinstance(weight, torch.nn.Parameter):
         return "has a computed weight (a parametrization), so its weight gradient comes with the input gradient in I"
     ancestors = _ancestors(stage, name)
-    if any(_is_fsdp2(m) for m in ancestors):
+    fsdp2 = [m for m in ancestors if _is_fsdp2(m)]
+    if fsdp2:
         # The schedule drives FSDP2 (`fsdp.ShardedStage`): its gradient sync waits for the
         # stage's REDUCE_GRAD, after every W, and W adds into the gathered weight's gradient.
+        # With a reduce dtype other than the parameters', FSDP upcasts the gradient once per
+        # backward: W's added between two would be summed in the lower precision.
+        mp = fsdp2[-1]._get_fsdp_state()._mp_policy
+        if mp.param_dtype is not None and mp.reduce_dtype not in (None, mp.param_dtype):
+            return (f"is inside an FSDP module with mixed precision (param_dtype {mp.param_dtype}, reduce_dtype "
+                    f"{mp.reduce_dtype}), which upcasts gradients at each backward: it is computed in I")
         return ""
     if _is_dtensor(weight):
         return ("has a DTensor weight (tensor parallelism), whose gradient is reduced when I ends: "

@@ -3,7 +3,8 @@ processes on gloo), each stage wrapped with `fully_shard` over its shard pair of
 mesh, the program's UNSHARD/RESHARD/REDUCE_GRAD placed by `add_shard_actions`. Two steps with
 an optimizer between them, against the model unsharded and unpipelined on the whole global
 batch (each shard trains on its half); prints the worst relative difference of the full
-gradients and how many reduce-scatters each step made on this rank.
+gradients and how many reduce-scatters each step made on this rank. An evaluation runs
+between each step and its optimizer step.
 
     argv: GENERATOR     (started by ppdsl's launcher, 4 processes)
 """
@@ -75,6 +76,9 @@ def main(generator: str) -> None:
             for p, q in zip(reference[s].parameters(), layer.parameters()):
                 want, got = p.grad, q.grad.full_tensor()
                 worst = max(worst, float((want - got).abs().max() / want.abs().max()))
+        # A forward-only pass before the optimizer steps: the next step must gather the weights
+        # the optimizer makes, not keep what the evaluation gathered before them.
+        schedule.eval(x[start:stop])
         optimizer.step()
         optimizer.zero_grad()
         ref_optimizer.step()
