@@ -64,7 +64,8 @@ class Verifier:
                 g = self.fw.grad_of(p)
                 grads[f"stage{s}.{name}"] = None if g is None else self.fw.to_numpy(self.fw.whole(g))
         # The tensor-parallel ranks of the last stage all hold the losses: one of them tells.
-        told = self.setup.layout is None or self.setup.layout.tensor_rank == 0
+        layout = getattr(self.setup, "layout", None)  # a set-up without one is a single pipeline
+        told = layout is None or layout.tensor_rank == 0
         return grads, [float(v) for v in losses] if told else []
 
     def check_step(self, step: int, inputs: Any, target: Any, losses: list[Any]) -> None:
