@@ -1,4 +1,5 @@
-"""Place `UNSHARD`, `RESHARD` and `REDUCE_GRAD` for sharded stages (`ppdsl expand --fsdp`).
+"""Place `UNSHARD`, `RESHARD` and `REDUCE_GRAD` for sharded stages (`ppdsl expand --fsdp`), or
+`REDUCE_GRAD` alone (`ppdsl expand --reduce-grad`: replicas, tied parameters).
 
 Each rank's row is read in order. Before each step that computes, the rank keeps gathered the
 next `window` distinct stages its row computes from that step on: the ones not gathered yet
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .diagnostics import UsageError
-from .ir import Action, Idle, Kind, Overlap, Program, Step
+from .ir import Action, Kind, Overlap, Program, Step
 
 DEFAULT_WINDOW = 3  # PyTorch's max_active_stages
 WINDOW_MAX = 1024  # more than any rank holds stages; a larger number says nothing more
@@ -38,6 +39,42 @@ def add_shard_actions(program: Program, window: int = DEFAULT_WINDOW) -> Program
     reduce = program.mode == "train"
     rows = [_row(row, window, program.microbatches, reduce) for row in program.rows]
     return program.evolve(rows=rows, source=None, generated=None)
+
+
+def add_reduce_actions(program: Program) -> Program:
+    """`program` (training) with each stage's `REDUCE_GRAD` after the backward that completes
+    its gradients, and nothing else: where replicas average a stage's gradients and tied
+    parameters are summed (UsageError for a program that places one already, or one that
+    does not train)."""
+    if program.mode != "train":
+        raise UsageError("--reduce-grad places REDUCE_GRAD after each stage's last backward: the program has no "
+                         "backward (mode=inference)")
+    written = sorted({str(a) for _, _, a in program.actions() if a.kind is Kind.REDUCE_GRAD})
+    if written:
+        raise UsageError(f"the program places `{written[0]}` already: --reduce-grad places REDUCE_GRAD in a "
+                         "program that has none")
+    rows: list[list[Step]] = []
+    for row in program.rows:
+        backwards: dict[int, int] = {}
+        out: list[Step] = []
+        for step in row:
+            out.append(step)
+            out.extend(_reductions(step, backwards, program.microbatches))
+        rows.append(out)
+    return program.evolve(rows=rows, source=None, generated=None)
+
+
+def _reductions(step: Step, backwards: dict[int, int], microbatches: int) -> list[Action]:
+    """The `REDUCE_GRAD`s that follow `step`: of each stage whose gradients it completes (its
+    M-th `B` or `W`; `backwards` counts them so far, per stage)."""
+    out: list[Action] = []
+    parts = step.parts if type(step) is Overlap else (step,) if type(step) is Action else ()
+    for a in parts:
+        if type(a) is Action and a.kind in _GRADIENT:
+            n = backwards[a.stage] = backwards.get(a.stage, 0) + 1
+            if n == microbatches:
+                out.append(Action(a.stage, Kind.REDUCE_GRAD, None))
+    return out
 
 
 def _stages_used(step: Step) -> list[int]:
@@ -77,14 +114,8 @@ def _row(row: Sequence[Step], window: int, microbatches: int, reduce: bool) -> l
                     gathered.append(s)
                     out.append(Action(s, Kind.UNSHARD, None))
         out.append(step)
-        if not reduce or type(step) is Idle:
-            continue
-        parts = step.parts if type(step) is Overlap else (step,) if type(step) is Action else ()
-        for a in parts:
-            if type(a) is Action and a.kind in _GRADIENT:
-                n = backwards[a.stage] = backwards.get(a.stage, 0) + 1
-                if n == microbatches:
-                    out.append(Action(a.stage, Kind.REDUCE_GRAD, None))
+        if reduce:
+            out.extend(_reductions(step, backwards, microbatches))
     for s in sorted(gathered):
         out.append(Action(s, Kind.RESHARD, None))
     return out

@@ -18,7 +18,7 @@ import argparse
 from ..diagnostics import UsageError
 from ..limits import DEFAULT_MAX_LOWERED_STEPS
 from ..load import load_program
-from ..shard_actions import DEFAULT_WINDOW, add_shard_actions
+from ..shard_actions import DEFAULT_WINDOW, add_reduce_actions, add_shard_actions
 from ..syntax.printer import print_program
 from .common import add_max_steps, refuse_csv_output, refuse_overwriting, write_output
 
@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fsdp-window", type=int, metavar="N",
                    help=f"with --fsdp: how many stages a rank keeps gathered at once, the one computing included "
                         f"(default {DEFAULT_WINDOW}, PyTorch's max_active_stages)")
+    p.add_argument("--reduce-grad", action="store_true",
+                   help="place each stage's REDUCE_GRAD after its last backward (where replicas average its "
+                        "gradients and tied parameters are summed); --fsdp places them too")
     add_max_steps(p, lowered="with --comms")
 
 
@@ -52,17 +55,22 @@ def run(args: argparse.Namespace) -> int:
     args.comm_model = args.comm_model or "rendezvous"
     if args.fsdp_window is not None and not args.fsdp:
         raise UsageError("--fsdp-window needs --fsdp")
+    if args.fsdp and args.reduce_grad:
+        raise UsageError("--fsdp places REDUCE_GRAD too: give one of --fsdp and --reduce-grad")
     if args.fsdp:
         program = add_shard_actions(program, DEFAULT_WINDOW if args.fsdp_window is None else args.fsdp_window)
+    if args.reduce_grad:
+        program = add_reduce_actions(program)
     if args.comms:
         from ..check import lower_checked
 
         lowered = lower_checked(program, fuse=args.fuse, comm_model=args.comm_model)
-        sharded = " and sharding actions" if args.fsdp else ""
+        sharded = " and sharding actions" if args.fsdp else " and REDUCE_GRAD" if args.reduce_grad else ""
         write_output(args.output, print_program(lowered, f"{args.file} with sends and receives{sharded} "
                                                 f"(deadlock-free under {args.comm_model})"))
         return 0
-    note = f"{args.file} with sharding actions" if args.fsdp else None
+    note = f"{args.file} with sharding actions" if args.fsdp else \
+        f"{args.file} with REDUCE_GRAD" if args.reduce_grad else None
     if program.generated is not None:
         call = ", ".join(f"{k}={v}" for k, v in program.generated.arguments)
         note = f"expanded from `use {program.generated.name}({call})` in {args.file}"

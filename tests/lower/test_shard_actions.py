@@ -12,7 +12,7 @@ from ppdsl.cli import main
 from ppdsl.diagnostics import UsageError
 from ppdsl.expansion import parse
 from ppdsl.ir import Action, Kind, Program
-from ppdsl.shard_actions import add_shard_actions
+from ppdsl.shard_actions import add_reduce_actions, add_shard_actions
 
 GENERATORS = ["gpipe()", "1f1b()", "zb1p()", "zbv()", "interleaved_1f1b(virtual=2)", "dualpipev()"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +103,39 @@ def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "--fsdp-window needs --fsdp" in capsys.readouterr().err
     assert main(["expand", "--fsdp", str(out)]) == 2
     assert "places sharding actions already" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gen", GENERATORS)
+def test_reduce_grad_alone_follows_each_stage_s_last_backward(gen: str) -> None:
+    program = generated(gen)
+    placed = add_reduce_actions(program)
+    assert check(placed) == [] and check(lower_checked(placed)) == []
+    for rank in range(program.ranks):
+        row = words(placed, rank)
+        assert not [w for w in row if "SHARD" in w]
+        for s in program.stages_of(rank):
+            last = max(i for i, w in enumerate(row) if w.startswith(str(s)) and w[len(str(s))] in "BW"
+                       and w[len(str(s)) + 1:].isdigit())
+            assert row.count(f"{s}REDUCE_GRAD") == 1 and row.index(f"{s}REDUCE_GRAD") == last + 1
+    if gen != "dualpipev()":  # torch's own pass on the compute rows places them alike
+        T = pytest.importorskip("torch.distributed.pipelining.schedules")
+        for rank, row in enumerate(program.rows):
+            theirs = T._add_reduce_grad([T._Action(a.stage, T._ComputationType.from_str(a.kind.name), a.microbatch)
+                                         for a in row if type(a) is Action], program.microbatches)
+            assert [str(a) for a in theirs] == [str(a) for a in placed.rows[rank]]
+
+
+def test_reduce_grad_alone_refuses_what_it_cannot_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UsageError, match="no backward"):
+        add_reduce_actions(parse("pipeline ranks=2 microbatches=2 mode=inference\nuse gpipe()\n", "g.pps"))
+    placed = parse("pipeline ranks=1 microbatches=1\nrank 0: 0F0 0B0 0REDUCE_GRAD\n", "p.pps")
+    with pytest.raises(UsageError, match="places `0REDUCE_GRAD` already"):
+        add_reduce_actions(placed)
+    out = tmp_path / "zbv_reduce.pps"
+    # docs/runtime.md and docs/cli.md: `ppdsl expand --reduce-grad schedules/zbv.pps -o zbv_reduce.pps`
+    assert main(["expand", "--reduce-grad", str(ROOT / "schedules" / "zbv.pps"), "-o", str(out)]) == 0
+    assert main(["lint", str(out)]) == 0
+    assert "with REDUCE_GRAD" in out.read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert main(["expand", "--reduce-grad", "--fsdp", str(ROOT / "schedules" / "zbv.pps")]) == 2
+    assert "give one of --fsdp and --reduce-grad" in capsys.readouterr().err

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
@@ -24,6 +24,7 @@ from ...ir import KIND_BY_NAME, Kind
 from ...kinds import TABLE, KindRow
 from . import values
 from ..errors import StepError
+from ..framework import ShardedWeights
 from .plan import BATCH, OVERLAP, RECV_F, SEND_B, SEND_F, Op, Plan
 from .split_backward import DeferredGrads
 from .stage import Stage
@@ -213,23 +214,22 @@ def keyed(handler: Handler, deferred: DeferredGrads) -> Handler:
 # --- stage-only kinds -------------------------------------------------------------------
 def gather_weights(sched: PipelineSchedule, op: Op) -> None:
     """`UNSHARD`: start gathering a sharded stage's weights (its next compute waits for them)."""
-    _on_shards(sched, op, "gather")
+    if (sharding := _sharding(sched, op)) is not None:
+        sharding.gather()
 
 
 def free_weights(sched: PipelineSchedule, op: Op) -> None:
     """`RESHARD`: free a sharded stage's gathered weights, keeping this rank's shard."""
-    _on_shards(sched, op, "free")
+    if (sharding := _sharding(sched, op)) is not None:
+        sharding.free()
 
 
-def _on_shards(sched: PipelineSchedule, op: Op, what: Literal["gather", "free"]) -> None:
+def _sharding(sched: PipelineSchedule, op: Op) -> ShardedWeights | None:
     sharding = sched.stages[op.stage].sharding
     if sharding is None:
-        log.debug("rank %d: %s: the stage holds its whole weights, there is nothing to %s",
-                  sched.global_rank, op.label, what)
-    elif what == "gather":
-        sharding.gather()
-    else:
-        sharding.free()
+        log.debug("rank %d: %s: the stage holds its whole weights, there is nothing to gather or free",
+                  sched.global_rank, op.label)
+    return sharding
 
 
 def reduce_grads(sched: PipelineSchedule, op: Op) -> None:
@@ -245,6 +245,8 @@ def reduce_stage(sched: PipelineSchedule, s: int) -> None:
         sharding.reduce()
     elif sched.reducer is not None:
         sched.reducer.post(s)
+    if sched.tied is not None:
+        sched.tied.stage_done(s)
 
 
 # --- messages: the protocol is `wire.py`; these say what each action carries -------------

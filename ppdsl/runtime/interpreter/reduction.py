@@ -59,12 +59,14 @@ class GradientReducer:
     """Posts each stage's reduction when its backward is done; `wait` writes the means back."""
 
     def __init__(self, fw: Framework, layers: Mapping[int, Any], all_reduce: Callable[[Any], None], replicas: int,
-                 watchdog: Watchdog, ranks: list[int]):
+                 watchdog: Watchdog, ranks: list[int], skip: set[int] | frozenset[int] = frozenset()):
         self.fw = fw
         self.all_reduce = all_reduce  # sums a flat buffer over the replicas, in place
         self.replicas = replicas
         self.ranks = ranks
-        self.buckets = {s: buckets_of(fw, fw.trainable(layer)) for s, layer in layers.items()}
+        # `skip`: ids of parameters reduced elsewhere (tied copies: `tied.py`).
+        self.buckets = {s: buckets_of(fw, [p for p in fw.trainable(layer) if id(p) not in skip])
+                        for s, layer in layers.items()}
         self.background = Background("grad-reduce", watchdog.lane())
         self._posted: list[int] = []
 

@@ -176,22 +176,24 @@ class PipelineSchedule:
         self.transport: Carrier = transport if transport is not None else Transport(
             fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends, self.layout)
         self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard, f"ppdsl/notes/{self._token}/")
+        #: Parameters of different stages that are one (`tied.py`): summed at the stages' `REDUCE_GRAD`.
+        self.tied: TiedParameters | None = None
+        if self._ties:
+            self.tied = TiedParameters(fw, self.layers, self._ties, self._holders, self.global_rank,
+                                       self.layout.replica_of(self.global_rank), self.layout.replicas,
+                                       self.transport.group, self.transport.all_reduce_over, self.watchdog.lane())
         self.reducer: GradientReducer | None = None
         reductions: dict[int, tuple[int, ...]] = {}
         # A sharded stage's gradients are reduced by its sharding, over its own mesh (which
         # holds the replicas of a sharded pipeline too): the replicas' average is for the rest.
         plain = {s: layer for s, layer in self.layers.items() if self.stages[s].sharding is None}
-        if self.plan.training and (self.layout.replicas > 1 or len(plain) < len(self.layers)):
+        if self.plan.training and (self.layout.replicas > 1 or len(plain) < len(self.layers) or self.tied):
             reductions = reduction_points(self.plan)
         if self.layout.replicas > 1 and plain:
             self.reducer = GradientReducer(fw, plain, self.transport.all_reduce, self.layout.replicas,
-                                           self.watchdog, self.layout.data_parallel_ranks(self.rank))
+                                           self.watchdog, self.layout.data_parallel_ranks(self.rank),
+                                           skip=self.tied.local.ids() if self.tied is not None else set())
         self._freed = {op.stage for op in self.plan.ops if op.kind == Kind.RESHARD}
-        #: Parameters of different stages that are one (`tied.py`): summed at the end of each step.
-        self.tied: TiedParameters | None = None
-        if self._ties:
-            self.tied = TiedParameters(fw, self.layers, self._ties, self._holders, self.global_rank,
-                                       self.transport.group, self.transport.all_reduce_over)
         self._loss_checked = False
         self._compiled = handlers_.compile_ops(self.plan, self.handlers, reductions)
         self._reset()
@@ -266,13 +268,12 @@ class PipelineSchedule:
             raise SetupError(f"ranks {', '.join(map(str, unguarded))} run without the label guard and the others "
                              "with it: the first step's messages would not line up")
         self._ties: dict[str, list[tied.Copy]] = {}
-        self._holders: dict[str, list[list[int]]] = {}
+        self._holders: dict[str, list[int]] = {}  # tie -> the global ranks holding a copy, all replicas
         if any(g[4] for g in gathered):
             layout = self.layout
             self._ties = tied.check([c for r, g in enumerate(gathered) if layout.replica_of(r) == 0 for c in g[4]])
             for tie in self._ties:
-                self._holders[tie] = [sorted(r for r, g in enumerate(gathered) if layout.replica_of(r) == k
-                                             and any(c.tie == tie for c in g[4])) for k in range(layout.replicas)]
+                self._holders[tie] = [r for r, g in enumerate(gathered) if any(c.tie == tie for c in g[4])]
 
     def _reset(self) -> None:
         for stage in self.stages.values():
@@ -380,9 +381,7 @@ class PipelineSchedule:
             if self.reducer is not None:
                 self.reducer.wait()
             if self.tied is not None:
-                wd.arm("summing the gradients of tied parameters", self.tied.label())
-                self.tied.reduce()
-                wd.disarm()
+                self.tied.wait()
             if self.grad_guard is not None:
                 self.grad_guard.check(self.step_index)
         except StepError:
@@ -474,6 +473,8 @@ class PipelineSchedule:
             self._evaluator.reducer.close()
         if self.reducer is not None:
             self.reducer.close()
+        if self.tied is not None:
+            self.tied.close()
         if not self._shared:
             self.transport.close()
         if self._own_watchdog:

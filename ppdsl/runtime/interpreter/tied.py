@@ -3,11 +3,12 @@ LM head), held as one copy per stage.
 
 A stage layer declares its tied parameters in an attribute, `ppdsl_tied = {parameter name:
 tie name}`; parameters of any stages that give the same tie name are one. At set-up every copy
-takes the value of the copy on the lowest stage (as DDP broadcasts a model's weights), and at
-the end of each step, once every backward has run, each copy's gradient becomes the sum over
-the copies: added on the rank when two stages of one rank hold it (V placements: nothing is
-sent), all-reduced over the ranks that hold it otherwise (one group per tie and replica, made
-once). The optimizer then moves every copy alike, so the copies stay equal.
+takes the value of the copy on the lowest stage (as DDP broadcasts a model's weights). Each
+copy's gradient becomes the sum over the copies: added on the rank when two stages of one rank
+hold it (V placements: nothing is sent), all-reduced over the ranks that hold it otherwise (one
+group per tie, made once). The sum is part of each holding stage's `REDUCE_GRAD`, where the
+schedule shows it: it starts there, beside compute, and the step's end waits for it. The
+optimizer then moves every copy alike, so the copies stay equal.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from attrs import frozen
 
 from ..errors import SetupError
 from ..framework import Framework
+from ..jobs.watchdog import Lane
+from ..transport.background import Background
+from .reduction import CLOSE_SECONDS
 
 ATTRIBUTE = "ppdsl_tied"
 
@@ -89,14 +93,18 @@ class LocalTies:
                 self.params[tie] = [named[c.stage][c.name] for c in here]
                 self.owners[tie] = cs[0].stage in layers
 
+    def ids(self) -> set[int]:
+        """ids of every copy this rank holds."""
+        return {id(p) for ps in self.params.values() for p in ps}
+
     def others(self) -> set[int]:
         """ids of every copy but the lowest-stage one of each tie (a norm counts a tie once)."""
         return {id(p) for tie, ps in self.params.items() for p in (ps[1:] if self.owners[tie] else ps)}
 
-    def value(self, tie: str) -> Any:
-        """The owner's value (zeros where it is on another rank), as one flat tensor."""
+    def value(self, tie: str, give: bool = True) -> Any:
+        """The owner's value (zeros where it is on another rank, or not `give`), as one flat tensor."""
         ps = self.params[tie]
-        return self.fw.flatten([self.fw.detach(ps[0]) if self.owners[tie] else self.fw.zeros_like(ps[0])])
+        return self.fw.flatten([self.fw.detach(ps[0]) if give and self.owners[tie] else self.fw.zeros_like(ps[0])])
 
     def grad_sum(self, tie: str) -> Any:
         """The sum of this rank's copies' gradients, in stage order, as one flat tensor."""
@@ -120,12 +128,21 @@ class LocalTies:
                 self.fw.unflatten_into(flat, [g], 1.0)
 
 
+def equalize(local: LocalTies, all_reduce: Callable[[str, Any], None] | None = None, give: bool = True) -> None:
+    """Every copy takes its tie's lowest-stage value: over the ranks that hold copies,
+    `all_reduce(tie, flat)` sums what each gives (the owner's value where `give`, else zeros)."""
+    for tie in sorted(local.params):
+        flat = local.value(tie, give)
+        if all_reduce is not None:
+            all_reduce(tie, flat)
+        local.set_values(tie, flat)
+
+
 def equalize_local(fw: Framework, layers: Mapping[int, Any]) -> LocalTies:
     """Every tie of `layers` (all stages of a model, one process: `--verify`'s reference) takes
     its lowest stage's value."""
     local = LocalTies(fw, layers, check(declared(fw, layers)))
-    for tie in local.params:
-        local.set_values(tie, local.value(tie))
+    equalize(local)
     return local
 
 
@@ -136,36 +153,80 @@ def sum_local(local: LocalTies) -> None:
 
 
 class TiedParameters:
-    """The ties of a job, for one rank: its copies, and per tie the group of the ranks of its
-    replica that hold one (None where this rank is the only one)."""
+    """The ties of a job, for one rank: its copies, and per tie the group of every rank, over
+    all replicas, that holds one (none where this rank is the only one).
+
+    A tie's sum starts once every local stage holding one of its copies has finished its
+    gradients (`stage_done`: at the stage's `REDUCE_GRAD`, or after its last backward where
+    the file places none), on a thread beside compute; `wait` (the end of the step) writes it
+    into every copy. Over replicas the group's sum counts each replica's copies, so the mean
+    over replicas is taken here and the replicas' own average leaves tied copies alone
+    (`skip`). A rank posts its ties in the order of their names, whatever order its stages
+    finish in: each tie's collective has a group of its own, and one order on every rank is
+    what keeps two ranks that share two ties from waiting on each other."""
 
     def __init__(self, fw: Framework, layers: Mapping[int, Any], ties: Mapping[str, list[Copy]],
-                 holders: Mapping[str, list[list[int]]], rank: int,
-                 group: Callable[[list[int]], Any], all_reduce: Callable[[Any, Any], None]):
+                 holders: Mapping[str, list[int]], rank: int, replica: int, replicas: int,
+                 group: Callable[[list[int]], Any], all_reduce: Callable[[Any, Any], None], lane: Lane):
         self.local = LocalTies(fw, layers, ties)
         self.all_reduce = all_reduce
+        self.replicas = replicas
         self.groups: dict[str, Any] = {}
         self.ranks: dict[str, list[int]] = {}
-        # Every process makes every multi-rank group, ties by name, replicas in order.
-        for tie in sorted(holders):
-            for ranks in holders[tie]:
-                if len(ranks) > 1:
-                    g = group(ranks)
-                    if rank in ranks:
-                        self.groups[tie], self.ranks[tie] = g, ranks
-        for tie in self.local.params:  # every copy starts from the lowest stage's value
-            flat = self.local.value(tie)
-            if tie in self.groups:
-                all_reduce(self.groups[tie], flat)
-            self.local.set_values(tie, flat)
+        for tie in sorted(holders):  # every process makes every group, in one order
+            ranks = holders[tie]
+            if len(ranks) > 1:
+                g = group(ranks)
+                if rank in ranks:
+                    self.groups[tie], self.ranks[tie] = g, ranks
+        self.order = sorted(self.local.params)
+        self.stages = {tie: {c.stage for c in ties[tie] if c.stage in layers} for tie in self.order}
+        self.background = Background("tied-reduce", lane)
+        self._done: set[int] = set()
+        self.posted = 0  #: ties started this step: a prefix of `order`
+        self._sums: dict[str, Any] = {}
 
-    def reduce(self) -> None:
-        """Each copy's gradient becomes the sum over every copy (a collective with the tie's ranks)."""
-        for tie in sorted(self.local.params):
-            flat = self.local.grad_sum(tie)
+        # Replica 0's owner alone gives the value: a sum over replicas would not be it.
+        equalize(self.local, self._collective, give=replica == 0)
+
+    def _collective(self, tie: str, flat: Any) -> None:
+        if tie in self.groups:
+            self.all_reduce(self.groups[tie], flat)
+
+    def stage_done(self, stage: int) -> None:
+        """Stage `stage`'s gradients are final on this rank: start every tie whose local
+        copies are all final now (in name order)."""
+        self._done.add(stage)
+        self._post(lambda tie: self.stages[tie] <= self._done)
+
+    def _post(self, ready: Callable[[str], bool]) -> None:
+        while self.posted < len(self.order) and ready(tie := self.order[self.posted]):
+            self.posted += 1
+            flat = self._sums[tie] = self.local.grad_sum(tie)
             if tie in self.groups:
-                self.all_reduce(self.groups[tie], flat)
-            self.local.set_grads(tie, flat)
+                label = f"summing tied parameters {tie!r} with ranks {', '.join(map(str, self.ranks[tie]))}"
+
+                def job(lane: Lane | None, tie: str = tie, flat: Any = flat, label: str = label) -> None:
+                    if lane is not None:
+                        lane.arm(label, "the ranks holding its copies")
+                    self._collective(tie, flat)
+
+                self.background.post(job, label)
+
+    def wait(self) -> None:
+        """Every tie summed (one not started yet starts now): each copy's gradient is the sum
+        over the copies, averaged over replicas. Raises `JobFailed` when a sum failed."""
+        self._post(lambda tie: True)
+        self.background.wait()
+        scale = 1.0 / self.replicas
+        for tie, flat in self._sums.items():
+            self.local.set_grads(tie, flat * scale if self.replicas > 1 else flat)
+        self._sums.clear()
+        self._done.clear()
+        self.posted = 0
+
+    def close(self) -> None:
+        self.background.join(CLOSE_SECONDS)
 
     def label(self) -> str:
         return "; ".join(f"{tie} with ranks {', '.join(map(str, rs))}" for tie, rs in sorted(self.ranks.items()))

@@ -60,8 +60,9 @@ class Loopback:
         self.timeout = timeout
         self._links: dict[tuple[int, int], queue.SimpleQueue[_Message]] = {
             (a, b): queue.SimpleQueue() for a in range(self.world) for b in range(self.world) if a != b}
-        self._gathers: dict[tuple[tuple[int, ...], int], _Gather] = {}
-        self._rounds: dict[tuple[tuple[int, ...], int], int] = {}
+        # (ranks, group) -> per round the gather, per rank its rounds so far
+        self._gathers: dict[tuple[tuple[tuple[int, ...], int], int], _Gather] = {}
+        self._rounds: dict[tuple[tuple[tuple[int, ...], int], int], int] = {}
         self._lock = threading.Lock()
         self.failure: tuple[int, BaseException] | None = None
         self.notes: dict[str, bytes] = {}
@@ -144,12 +145,15 @@ class Loopback:
                 self._check(rank, doing, deadline)
             return self.notes[key]
 
-    def gather(self, ranks: tuple[int, ...], rank: int, obj: Any) -> list[Any]:
+    def gather(self, ranks: tuple[int, ...], rank: int, obj: Any, group: int = -1) -> list[Any]:
         """Every rank of `ranks` hands in `obj`; all get the list, in the order of `ranks`.
-        The n-th gather of a rank over `ranks` meets the n-th of the others."""
+        The n-th gather of a rank over `ranks` meets the n-th of the others in the same
+        `group` (-1: the job's own; else a number from `LoopbackLinks.group`, as two groups of
+        one process-group library with the same members are two groups)."""
+        key = (ranks, group)
         with self._lock:
-            n = self._rounds[(ranks, rank)] = self._rounds.get((ranks, rank), -1) + 1
-            g = self._gathers.setdefault((ranks, n), _Gather())
+            n = self._rounds[(key, rank)] = self._rounds.get((key, rank), -1) + 1
+            g = self._gathers.setdefault((key, n), _Gather())
             g.objects[rank] = obj
             if len(g.objects) == len(ranks):
                 g.complete.set()
@@ -157,7 +161,7 @@ class Loopback:
         with self._lock:
             g.read += 1
             if g.read == len(ranks):
-                del self._gathers[(ranks, n)]
+                del self._gathers[(key, n)]
         return [g.objects[r] for r in ranks]
 
 
@@ -175,6 +179,7 @@ class LoopbackLinks:
         self.loop = loop
         self.fw = loop.fw
         self.layout = layout
+        self._groups = 0  # groups made so far
         self.rank = layout.rank
         self.model = loop.model
         self.backend = "loopback"
@@ -244,14 +249,18 @@ class LoopbackLinks:
 
     def all_reduce(self, tensor: Any) -> None:
         """Sum `tensor` over this rank's replicas, in place (every replica adds in one order)."""
-        self.all_reduce_over(tuple(self.layout.data_parallel_ranks(self.layout.pipeline_rank)), tensor)
+        self.all_reduce_over((tuple(self.layout.data_parallel_ranks(self.layout.pipeline_rank)), -1), tensor)
 
     def group(self, ranks: list[int]) -> Any:
-        return tuple(ranks)
+        # Every rank makes every group in one order (as `comm.Carrier.group` asks): the n-th
+        # group of each is one group.
+        self._groups += 1
+        return tuple(ranks), self._groups
 
     def all_reduce_over(self, group: Any, tensor: Any) -> None:
         """Sum `tensor` over the ranks of `group`, in place (every one adds in one order)."""
-        parts = self.loop.gather(group, self.rank, self.fw.flatten([self.fw.detach(tensor)]))
+        ranks, number = group
+        parts = self.loop.gather(ranks, self.rank, self.fw.flatten([self.fw.detach(tensor)]), number)
         total = parts[0]
         for part in parts[1:]:
             total = total + part
