@@ -194,6 +194,7 @@ def memory_args(args: Mapping[str, object]) -> tuple[dict[str, object], int | No
 
 
 ALL = 1 << 62
+MEMORY_KINDS = frozenset({Kind.R, Kind.OFFLOAD, Kind.RELOAD})
 
 
 def _windows(row: tuple[Step, ...]) -> dict[int, int]:
@@ -216,13 +217,16 @@ def with_memory_actions(built: Built, recompute: int | None, offload: int | None
     """`built` with, for the first `recompute` microbatches of each in-flight window of each
     stage (microbatch m when m mod window < recompute), an `R` just before the first backward
     of (s, m) in its row; and for the first `offload` of the others, an `OFFLOAD` right after
-    the forward and a `RELOAD` just before the first backward."""
+    the forward and a `RELOAD` just before the first backward. A (stage, microbatch) that the
+    generator itself recomputes or moves (`pipeoffload`) is left as it placed it."""
     rows = []
     for row in built.rows:
         window = _windows(row)
+        placed = {(a.stage, a.microbatch) for step in row for a in actions_of(step) if a.kind in MEMORY_KINDS}
 
         def takes(a: Action, count: int | None) -> bool:
-            return count is not None and a.microbatch is not None and a.microbatch % window[a.stage] < count
+            return count is not None and a.microbatch is not None and a.microbatch % window[a.stage] < count \
+                and (a.stage, a.microbatch) not in placed
 
         out: list[Step] = []
         seen: set[tuple[int, int]] = set()

@@ -52,3 +52,18 @@ def test_offloads_follow_forwards_and_reloads_lead_backwards_by_one_action() -> 
 def test_arguments_are_checked() -> None:
     with pytest.raises(registry.GeneratorError, match="a rank holds 2 chunks"):
         registry.expand("pipeoffload", 2, 4, {"virtual": 2, "chunks": 3})
+
+
+@pytest.mark.parametrize("extra, kind", [("offload=all", Kind.OFFLOAD), ("recompute=all", Kind.R)])
+def test_memory_arguments_take_the_chunks_it_leaves(extra: str, kind: Kind) -> None:
+    # docs/generators.md: `pipeoffload(chunks=1, offload=all)` / `pipeoffload(chunks=1, recompute=all)`
+    prog = parse(f"pipeline ranks=4 microbatches=8\nuse pipeoffload(virtual=2, chunks=1, {extra})\n", "p.pps")
+    assert [d for d in check(prog) if d.is_error] == []
+    for rank, row in enumerate(prog.rows):
+        moved = [(a.stage, a.microbatch) for a in row if a.kind is Kind.OFFLOAD]
+        again = [(a.stage, a.microbatch) for a in row if a.kind is Kind.R]
+        assert len(set(moved)) == len(moved) and not set(moved) & set(again)
+        # chunk 0 (stage = rank) stays offloaded; chunk 1's microbatches take the argument's kind
+        assert {s for s, _ in moved} >= {rank}
+        taken = moved if kind is Kind.OFFLOAD else again
+        assert sorted(m for s, m in taken if s == rank + 4) == list(range(8))

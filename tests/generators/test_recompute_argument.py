@@ -33,8 +33,10 @@ def test_recompute_all_puts_an_r_before_every_first_backward_and_lints_clean(nam
     for row, plain_row in zip(_actions(prog), _actions(plain)):
         assert [a for a in row if a.kind is not Kind.R] == plain_row  # type: ignore[attr-defined]
         backwards = {(a.stage, a.microbatch) for a in row if a.kind in (Kind.B, Kind.I)}  # type: ignore[attr-defined]
+        # what the generator itself moves (pipeoffload's chunks) stays moved
+        moved = {(a.stage, a.microbatch) for a in plain_row if a.kind is Kind.OFFLOAD}  # type: ignore[attr-defined]
         recomputed = [(a.stage, a.microbatch) for a in row if a.kind is Kind.R]  # type: ignore[attr-defined]
-        assert sorted(recomputed) == sorted(backwards)
+        assert sorted(recomputed) == sorted(backwards - moved)
         for i, a in enumerate(row):
             if a.kind is Kind.R:  # type: ignore[attr-defined]
                 after = next(b for b in row[i + 1:] if (b.stage, b.microbatch) == (a.stage, a.microbatch))
