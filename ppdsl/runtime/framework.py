@@ -37,6 +37,12 @@ PADDLE_SHARDING_REFUSED = ("--fsdp shards stages with PyTorch's FSDP2 only: Padd
                            "runs on GPU, XPU and custom devices, not on Paddle's CPU build; run with --framework torch")
 
 
+# A message member's layout over a mesh of ranks, as its note carries it (JSON):
+# {"placements": [["S", dim] | ["R"] | ["P", reduce op], ...], "shape": [...], "stride": [...]}
+# (the whole tensor's shape and stride).
+Spread = dict[str, Any]
+
+
 class GradRefused(RuntimeError):
     """The graph cannot give the gradients of some of its leaves alone (torch's reentrant
     checkpoint refuses `.grad()`): only a whole backward runs on it."""
@@ -161,6 +167,22 @@ class Framework(abc.ABC):
         """`t` whole where it is sharded over ranks (a collective over its group, which every
         member calls in the same order); else `t`."""
         return t
+
+    def spread(self, t: Any) -> Spread | None:
+        """How `t` is laid out over a mesh of ranks, as a message's note can carry it (a
+        DTensor: its placements and whole shape); None for a plain tensor. Raises
+        StageValueError for a layout a message cannot carry."""
+        return None
+
+    def mesh_of(self, layer: Any) -> Any | None:
+        """The mesh `layer`'s parameters are laid out over (its tensor-parallel group), or None."""
+        return None
+
+    def rewrap(self, local: Any, mesh: Any, spread: Spread) -> Any:
+        """`local` (this rank's part) as the tensor laid out over `mesh` as `spread` says."""
+        from .interpreter.values import StageValueError
+
+        raise StageValueError(f"a tensor laid out over a mesh of ranks arrived, which {self.name} cannot rebuild")
 
     @abc.abstractmethod
     def numel(self, t: Any) -> int: ...

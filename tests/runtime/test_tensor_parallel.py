@@ -52,6 +52,42 @@ def test_tp_gpt_example_verifies(capsys: pytest.CaptureFixture[str], tmp_path: P
               "--model", str(ROOT / "examples" / "torch" / "gpt" / "model.py"))
 
 
+@pytest.mark.slow
+def test_tp_stages_that_send_dtensors_verify(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Each tensor rank sends its rows of a DTensor (Shard(0)) and its peer rebuilds the DTensor;
+    # the gradients come back the same way. zbv also hands one over on a rank, as it is.
+    model = str(ROOT / "examples" / "torch" / "dtensor_messages.py")
+    _verified(capsys, generator_files(tmp_path, ("1f1b()", "zb1p()")), "--timeout", "60", "--model", model)
+    # docs/runtime.md runs the shipped zbv.pps so: 4 ranks x 2 tensor ranks, 8 processes.
+    _verified(capsys, [str(ROOT / "schedules" / "zbv.pps")], "--timeout", "90", "--model", model)
+
+
+SPREAD = {"placements": [["S", 0]], "shape": [4, 8], "stride": [8, 1]}
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({**SPREAD, "placements": [["X", 0]]}, "placements"),
+    ({**SPREAD, "placements": []}, "placements"),
+    ({**SPREAD, "placements": [["P", "os.system"]]}, "placements"),
+    ({**SPREAD, "shape": [4, -8]}, "shape and stride"),
+    ({**SPREAD, "stride": [1]}, "shape and stride"),
+    ({**SPREAD, "shape": [1 << 20, 1 << 20], "stride": [1 << 20, 1]}, "shape and stride"),
+    ([["S", 0]], ""),
+])
+def test_a_dtensor_layout_travels_in_a_note_and_a_bad_one_is_refused(bad: object, why: str) -> None:
+    from ppdsl.runtime.interpreter.values import StageValueError
+    from ppdsl.runtime.transport import messages as M
+
+    meta = {"form": "single", "keys": [], "members": [[[2, 8], "float64", True, SPREAD]]}
+    got = M.parse_description(M.decode_note(M.encode_note(None, meta))["value"], M.DTYPES, M.MAX_DIMS,
+                              M.MAX_ELEMENTS)
+    assert got.spreads == (SPREAD,) and got.shapes == ((2, 8),)  # the part travels, the layout beside it
+    assert M.decode_note(M.encode_note(None, grads=[SPREAD, None]))["grads"] == [SPREAD, None]
+    assert "grads" not in M.decode_note(M.encode_note(None, grads=[None]))  # plain gradients say nothing
+    with pytest.raises(StageValueError, match=f"garbled layout .*{why}"):
+        M.parse_spread(bad, M.MAX_DIMS, M.MAX_ELEMENTS)
+
+
 def _refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, *argv: str) -> str:
     code = main(["run", *generator_files(tmp_path, ("1f1b()",)), "--tp", "2", *argv])
     err = capsys.readouterr().err

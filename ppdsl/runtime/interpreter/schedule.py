@@ -175,7 +175,8 @@ class PipelineSchedule:
                                or refused, copies)
         self.transport: Carrier = transport if transport is not None else Transport(
             fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends, self.layout)
-        self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard, f"ppdsl/notes/{self._token}/")
+        self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard, f"ppdsl/notes/{self._token}/",
+                         lambda s: fw.mesh_of(self.layers[s]))
         #: Parameters of different stages that are one (`tied.py`): summed at the stages' `REDUCE_GRAD`.
         self.tied: TiedParameters | None = None
         if self._ties:

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ..jobs.devices import Device
-from ..framework import TORCH, Framework, GradRefused, ShardedWeights
+from ..framework import TORCH, Framework, GradRefused, ShardedWeights, Spread
 from . import fsdp, graph_split, split
 
 
@@ -79,14 +79,56 @@ class TorchFramework(Framework):
         return t.detach().cpu().numpy()
 
     def local(self, t: Any) -> Any:
+        from torch.distributed._functional_collectives import AsyncCollectiveTensor
         from torch.distributed.tensor import DTensor
 
-        return t.to_local() if isinstance(t, DTensor) else t
+        if not isinstance(t, DTensor):
+            return t
+        part = t.to_local()
+        # A redistribution's result is a functional collective still under way: torch's own ops
+        # wait for it on first use, but a send or an all-reduce reads the memory directly.
+        return part.wait() if isinstance(part, AsyncCollectiveTensor) else part
 
     def whole(self, t: Any) -> Any:
         from torch.distributed.tensor import DTensor
 
         return t.full_tensor() if isinstance(t, DTensor) else t
+
+    def spread(self, t: Any) -> Spread | None:
+        from torch.distributed.tensor import DTensor
+
+        if not isinstance(t, DTensor):
+            return None
+        placements: list[list[Any]] = []
+        for p in t.placements:
+            if p.is_shard():
+                placements.append(["S", int(p.dim)])
+            elif p.is_replicate():
+                placements.append(["R"])
+            elif p.is_partial():
+                placements.append(["P", str(p.reduce_op)])
+            else:
+                from ..interpreter.values import StageValueError
+
+                raise StageValueError(f"a DTensor placed as {p} cannot be sent: only Shard, Replicate and Partial "
+                                      "placements are rebuilt on arrival")
+        return {"placements": placements, "shape": [int(d) for d in t.shape], "stride": [int(d) for d in t.stride()]}
+
+    def mesh_of(self, layer: Any) -> Any | None:
+        from torch.distributed.tensor import DTensor
+
+        for p in layer.parameters():
+            if isinstance(p, DTensor):
+                return p.device_mesh
+        return None
+
+    def rewrap(self, local: Any, mesh: Any, spread: Spread) -> Any:
+        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+        placements = [Shard(p[1]) if p[0] == "S" else Replicate() if p[0] == "R" else Partial(p[1])
+                      for p in spread["placements"]]
+        return DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(spread["shape"]),
+                                  stride=tuple(spread["stride"]))
 
     def numel(self, t: Any) -> int:
         return int(t.numel())

@@ -3,8 +3,9 @@
 The job's mesh is replicas x pipeline ranks x tensor ranks (global rank = (replica * P +
 pipeline rank) * T + tensor rank, `process_layout.Layout`); each stage is split over its "tp"
 dimension by a plan: the built-in model's (`mlp_plan`) or the user model's own `parallelize`.
-A plan must leave the stage's output a plain tensor, whole on every tensor rank (torch's
-`use_local_output`, the default of its styles): that is what the pipeline's messages carry.
+A stage's output may be a plain tensor (torch's `use_local_output`, the default of its
+styles) or a DTensor, whose local part the pipeline's messages carry and the receiving rank
+rebuilds over its own stage's mesh (`transport/wire.py`).
 """
 
 from __future__ import annotations

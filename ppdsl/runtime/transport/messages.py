@@ -14,13 +14,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from attrs import frozen
 
 from ...ir import Action, Kind
-from ..framework import Framework
+from ..framework import Framework, Spread
 from ..interpreter.values import DICT, FORMS, SINGLE, Form, StageValueError, split
 from ..errors import PeerError
 
@@ -33,6 +33,7 @@ MAX_DIMS = 8
 MAX_NOTE_BYTES = 1 << 20
 # The most elements the receiver allocates for one member from a description (8 GB of float32).
 MAX_ELEMENTS = 1 << 31
+REDUCE_OPS = ("sum", "avg", "max", "min", "product")  # a Partial placement's, as DTensor names them
 
 
 def describe(fw: Framework, value: Any, training: bool, where: str) -> dict[str, Any]:
@@ -45,8 +46,43 @@ def describe(fw: Framework, value: Any, training: bool, where: str) -> dict[str,
             raise StageValueError(f"{where}: {layout.name(i)} is a {type(m).__name__}, not a {fw.tensor_type}; only "
                               "tensors can be sent to another rank (values of other types pass only "
                               "between two stages of the same rank)")
-        described.append([fw.shape(m), fw.dtype_name(m), bool(training and fw.needs_grad(m))])
+        spread = fw.spread(m)
+        # What travels is this rank's part (a DTensor's local tensor); its layout rides along.
+        entry: list[Any] = [fw.shape(fw.local(m)), fw.dtype_name(m), bool(training and fw.needs_grad(m))]
+        described.append(entry if spread is None else [*entry, spread])
     return {"form": layout.form, "keys": list(layout.keys), "members": described}
+
+
+def spreads(fw: Framework, tensors: Sequence[Any]) -> list[Spread | None]:
+    """Each tensor's layout over a mesh of ranks (None: plain), as a gradient's note carries them."""
+    return [fw.spread(t) for t in tensors]
+
+
+def parse_spread(spread: Any, max_dims: int, max_elements: int) -> Spread:
+    """A described layout (`Framework.spread`) checked; StageValueError for a malformed one."""
+    if not isinstance(spread, dict):
+        raise StageValueError(f"garbled layout {spread!r}")
+    placements, shape, stride = spread.get("placements"), spread.get("shape"), spread.get("stride")
+    if not isinstance(placements, list) or not placements or len(placements) > max_dims or not all(
+            isinstance(p, list) and ((len(p) == 2 and p[0] == "S" and isinstance(p[1], int) and not isinstance(p[1], bool))
+                                     or p == ["R"] or (len(p) == 2 and p[0] == "P" and p[1] in REDUCE_OPS))
+            for p in placements):
+        raise StageValueError(f"garbled layout {spread!r}: placements")
+    for dims in (shape, stride):
+        if not isinstance(dims, list) or len(dims) > max_dims or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+            raise StageValueError(f"garbled layout {spread!r}: shape and stride")
+    assert isinstance(shape, list)
+    if len(stride) != len(shape) or _elements(shape) > max_elements:  # type: ignore[arg-type]
+        raise StageValueError(f"garbled layout {spread!r}: shape and stride")
+    return {"placements": placements, "shape": shape, "stride": stride}
+
+
+def _elements(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 @frozen
@@ -57,14 +93,21 @@ class Incoming:
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
     grads: tuple[bool, ...]
+    spreads: tuple[Spread | None, ...] = ()  # per member, its layout over a mesh (none: plain)
 
     def buffers(self, fw: Framework) -> list[Any]:
         return [fw.empty(s, d) for s, d in zip(self.shapes, self.dtypes)]
 
-    def join(self, fw: Framework, buffers: Sequence[Any]) -> Any:
-        for b, g in zip(buffers, self.grads):
+    def join(self, fw: Framework, buffers: Sequence[Any], mesh: Callable[[], Any]) -> Any:
+        """The value, from the received buffers: a member sent as a part of a tensor laid out
+        over a mesh is rebuilt over `mesh()` (the receiving stage's), a leaf of its own."""
+        members = list(buffers)
+        for i, spread in enumerate(self.spreads):
+            if spread is not None:
+                members[i] = fw.rewrap(members[i], mesh(), spread)
+        for b, g in zip(members, self.grads):
             fw.set_requires_grad(b, g)
-        return self.form.join(buffers)
+        return self.form.join(members)
 
 
 def parse_description(meta: Any, dtypes: Sequence[str], max_dims: int, max_elements: int) -> Incoming:
@@ -78,35 +121,38 @@ def parse_description(meta: Any, dtypes: Sequence[str], max_dims: int, max_eleme
         raise StageValueError(f"garbled description {meta!r}: keys do not match members")
     if form == SINGLE and len(members) != 1:
         raise StageValueError(f"garbled description {meta!r}: a single value with {len(members)} members")
-    shapes, types, grads = [], [], []
+    shapes, types, grads, spread = [], [], [], []
     for m in members:
-        if not (isinstance(m, list) and len(m) == 3 and isinstance(m[0], list) and m[1] in dtypes
+        if not (isinstance(m, list) and len(m) in (3, 4) and isinstance(m[0], list) and m[1] in dtypes
                 and isinstance(m[2], bool)):
             raise StageValueError(f"garbled description member {m!r}")
         shape = m[0]
         if len(shape) > max_dims or not all(isinstance(d, int) and 0 <= d for d in shape):
             raise StageValueError(f"described member of shape {shape}: at most {max_dims} non-negative dimensions")
-        n = 1
-        for d in shape:
-            n *= d
+        spread.append(parse_spread(m[3], max_dims, max_elements) if len(m) == 4 else None)
+        n = _elements(shape)
         if n > max_elements:
             raise StageValueError(f"described member of shape {shape} has {n} elements, more than the {max_elements} "
                               "the runtime allocates for one received tensor")
         shapes.append(tuple(shape))
         types.append(str(m[1]))
         grads.append(m[2])
-    return Incoming(Form(form, tuple(keys) if form == DICT else ()), tuple(shapes), tuple(types), tuple(grads))
+    return Incoming(Form(form, tuple(keys) if form == DICT else ()), tuple(shapes), tuple(types), tuple(grads),
+                    tuple(spread) if any(x is not None for x in spread) else ())
 
 
 def encode_note(label: Label | None, value: dict[str, Any] | None = None, error: str | None = None,
-                abandoned: bool = False) -> bytes:
+                abandoned: bool = False, grads: Sequence[Spread | None] = ()) -> bytes:
     """A send's note: its label (guard on), the description of what it sends (a forward), or
-    why it cannot be sent; `abandoned`: the sender stopped on its first step, `error` says why."""
+    why it cannot be sent; `abandoned`: the sender stopped on its first step, `error` says why;
+    `grads`: a backward send's gradients' layouts, where one is laid out over a mesh."""
     note: dict[str, Any] = {"abandoned": True} if abandoned else {}
     if label is not None:
         note["label"] = label.words()
     if value is not None:
         note["value"] = value
+    if any(g is not None for g in grads):
+        note["grads"] = list(grads)
     if error is not None:
         note["error"] = error
     data = json.dumps(note, separators=(",", ":")).encode()

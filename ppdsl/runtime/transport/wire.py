@@ -34,7 +34,7 @@ from ..interpreter import values
 from . import messages
 from .comm import Carrier, comm_model_of
 from .messages import DTYPES, MAX_DIMS, MAX_ELEMENTS, Label
-from ..framework import Framework
+from ..framework import Framework, Spread
 from ..errors import MessageOrderError, PeerError, SetupError
 
 Key = tuple[int, int]
@@ -65,8 +65,12 @@ class Wire:
     """The notes and messages of one rank's sends and receives, the shapes agreed on the first
     step, and the label guard."""
 
-    def __init__(self, fw: Framework, transport: Carrier, plan: Plan, rank: int, guard: bool, prefix: str = ""):
+    def __init__(self, fw: Framework, transport: Carrier, plan: Plan, rank: int, guard: bool, prefix: str = "",
+                 mesh_of: Callable[[int], Any | None] = lambda stage: None):
         self.fw = fw
+        # The mesh a stage's tensors are laid out over (tensor parallelism): a member sent as a
+        # DTensor's part is rebuilt over the receiving stage's.
+        self.mesh_of = mesh_of
         self.transport = transport
         self.plan = plan
         self.rank = rank
@@ -80,6 +84,7 @@ class Wire:
         # Agreed on the first step: the shapes each send carries, what each receive allocates.
         self._sent: dict[tuple[int, Key], list[list[int]]] = {}
         self._incoming: dict[Key, messages.Incoming] = {}
+        self._grad_spreads: dict[Key, list[Spread | None]] = {}  # a backward receive's, where any is laid out
 
     def first_step_done(self) -> None:
         self.first = False
@@ -177,7 +182,7 @@ class Wire:
                 exchange.agree = _agreed
                 try:
                     meta = messages.describe(fw, value, self.plan.training, where)
-                    self._sent[(op.kind, key)] = [fw.shape(t) for t in values.split(value)[1]]
+                    self._sent[(op.kind, key)] = [fw.shape(fw.local(t)) for t in values.split(value)[1]]
                     self._post_note(op, messages.encode_note(self._label(op), meta))
                 except values.StageValueError as exc:
                     # The receiver learns why instead of timing out; this rank stops.
@@ -191,7 +196,7 @@ class Wire:
             members = values.split(value)[1]
             if not all(fw.is_tensor(t) for t in members):
                 messages.describe(fw, value, False, where)  # raises, naming the member
-            tensors = [fw.detach(t) for t in members]
+            tensors = [fw.detach(fw.local(t)) for t in members]
             self._same_shapes(op, tensors)
             return [(True, t, op.peer, None) for t in tensors]
 
@@ -200,14 +205,15 @@ class Wire:
 
     def send_b(self, op: Op, tensors: list[Any]) -> Exchange:
         def data() -> list[Message]:
-            self._same_shapes(op, tensors)
-            return [(True, t, op.peer, None) for t in tensors]
+            parts = [self.fw.local(t) for t in tensors]
+            self._same_shapes(op, parts)
+            return [(True, t, op.peer, None) for t in parts]
 
         exchange = Exchange(op.label, True, op.peer, body=data)
         if self.first:
             def agree(wait: bool) -> bool:
                 exchange.agree = _agreed
-                self._post_note(op, messages.encode_note(self._label(op)))
+                self._post_note(op, messages.encode_note(self._label(op), grads=messages.spreads(self.fw, tensors)))
                 return True
 
             exchange.agree = agree
@@ -225,17 +231,64 @@ class Wire:
             return [(False, b, op.peer, None) for b in buffers]
 
         exchange.body = data
-        exchange.finish = lambda: done(self._incoming[key].join(self.fw, buffers))
+        exchange.finish = lambda: done(self._incoming[key].join(self.fw, buffers, lambda: self._mesh(op)))
         return exchange
 
     def recv_b(self, op: Op, like: list[Any], done: Callable[[list[Any]], None]) -> Exchange:
-        """The gradients of the output members `like`: each has its member's shape."""
-        buffers = [self.fw.empty_like(t) for t in like]
+        """The gradients of the output members `like`: each has its member's shape (its part's,
+        for a DTensor, rebuilt as the gradient's sender laid it out)."""
+        key = (op.stage, op.microbatch)
+        fw = self.fw
+        buffers = [fw.empty_like(fw.local(t)) for t in like]
+
+        def finish() -> None:
+            spreads = self._grad_spreads.get(key)
+            if spreads is None:
+                done(buffers)
+                return
+            done([b if spread is None else fw.rewrap(b, self._mesh(op), spread) for b, spread in zip(buffers, spreads)])
+
         exchange = Exchange(op.label, False, op.peer, body=lambda: [(False, b, op.peer, None) for b in buffers],
-                            finish=lambda: done(buffers))
+                            finish=finish)
         if self.first:
-            exchange.agree = self._reader(exchange, op, lambda note: None)
+            exchange.agree = self._reader(exchange, op, lambda note: self._read_grads(op, note, like))
         return exchange
+
+    def _mesh(self, op: Op) -> Any:
+        mesh = self.mesh_of(op.stage)
+        if mesh is None:
+            raise SetupError(f"{op.label}: a DTensor's part arrived for stage {op.stage}, whose parameters are laid "
+                             "out over no mesh to rebuild it on: split the stage too (tensor parallelism), or send "
+                             "plain tensors (use_local_output=True)")
+        return mesh
+
+    def _read_grads(self, op: Op, note: dict[str, Any], like: list[Any]) -> None:
+        """A backward send's note: the layouts of the gradients laid out over a mesh, each of
+        whose part must have its output member's part's shape (the buffer it arrives in)."""
+        grads = note.get("grads")
+        if grads is None:
+            return
+        if not isinstance(grads, list) or len(grads) != len(like):
+            raise PeerError(f"garbled note from rank {op.peer}: the layouts of {len(like)} gradients expected")
+        try:
+            spreads = [None if g is None else messages.parse_spread(g, MAX_DIMS, MAX_ELEMENTS) for g in grads]
+        except values.StageValueError as exc:
+            raise PeerError(f"from rank {op.peer}: {exc}") from None
+        for i, (grad, member) in enumerate(zip(spreads, like)):
+            output = self.fw.spread(member)
+            if grad is None or output is None:
+                if grad is not output:
+                    raise SetupError(f"{op.label}: the gradient of output member {i} arrives "
+                                     f"{'whole' if grad is None else 'as a DTensor part'} but the member was "
+                                     f"{'a DTensor' if grad is None else 'a plain tensor'}: its part would not fit")
+                continue
+            sharded = [p[1] if p[0] == "S" else None for p in output["placements"]]
+            if [p[1] if p[0] == "S" else None for p in grad["placements"]] != sharded:
+                raise SetupError(f"{op.label}: the gradient of output member {i} arrives placed "
+                                 f"{grad['placements']}, the member was {output['placements']}: a part of "
+                                 "another shape than the member's (redistribute the gradient in the next stage, "
+                                 "or send plain tensors)")
+        self._grad_spreads[(op.stage, op.microbatch)] = spreads
 
     # --- notes (first step) --------------------------------------------------------------
     def _key(self, sender: int, receiver: int, n: int) -> str:
