@@ -192,7 +192,7 @@ def test_loopback_a_bad_tie_is_refused_on_every_rank_before_any_step(first: Any,
 @pytest.mark.slow
 @pytest.mark.parametrize("framework, model, calls", [
     ("torch", "examples/torch/gpt/model.py:build_tied_stage", ("1f1b()", "zb1p()", "zbv()")),
-    ("paddle", "examples/gpt/model.py:build_tied_stage", ("1f1b()", "zbv()")),
+    ("paddle", "examples/gpt/model.py:build_tied_stage", ("1f1b()", "zb1p()", "zbv()")),
 ])
 def test_tied_gpt_examples_verify(framework: str, model: str, calls: tuple[str, ...],
                                   capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
