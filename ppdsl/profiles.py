@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from .costs import UNITS, CostError, CostModel, check_key, check_value
+from .costs import COMPUTE_KINDS, UNITS, CostError, CostModel, check_key, check_value
 from .ir import Kind
 from .limits import MAX_QUANTITY, MAX_STAGES
 from .memory import Sizes
@@ -132,8 +132,8 @@ def _shown(value: object) -> str:
 
 
 def _aggregate(actions: object) -> list[tuple[str, float]]:
-    """Measured actions -> per-stage mean durations (`F_s0`...) and a mean `comm` (present
-    only when the actions hold sends or receives). Means, not medians: a step is a sum of
+    """Measured actions -> per-stage mean durations (`F_s0`, `UNSHARD_s0`...) and a mean `comm`
+    (present only when the actions hold sends or receives); a `RESHARD` costs nothing. Means, not medians: a step is a sum of
     actions, and the mean of a sum is the sum of the means, noisy machine or not."""
     if not isinstance(actions, list):
         raise CostError("PPS352", "`actions` must be a list of measured actions", "actions")
@@ -158,7 +158,7 @@ def _aggregate(actions: object) -> list[tuple[str, float]]:
         k = Kind[kind]
         if k.is_comm:
             comm.append(number)
-        elif k.is_compute:
+        elif kind in COMPUTE_KINDS:  # every kind with a cost of its own (a sharded stage's UNSHARD too)
             stage = entry.get("stage")
             if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < MAX_STAGES:
                 raise CostError("PPS352", f"{where}: `stage` must be a whole number from 0 to {MAX_STAGES - 1}, "

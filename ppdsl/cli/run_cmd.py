@@ -116,8 +116,8 @@ def _chosen_framework(model: str | None, env: Mapping[str, str]) -> str:
 def _check_args(args: argparse.Namespace) -> None:
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
-    if (args.data_parallel > 1 or args.fsdp > 1 or args.tp > 1) and args.profile:
-        raise UsageError("--profile measures one pipeline: run it without --data-parallel, --fsdp and --tp")
+    if (args.data_parallel > 1 or args.tp > 1) and args.profile:
+        raise UsageError("--profile measures one pipeline: run it without --data-parallel and --tp")
     if args.fsdp > 1 and args.tp > 1:
         raise UsageError("--fsdp and --tp together are not supported yet: shard the stages or split them, not both")
     if args.fsdp > 1 or args.tp > 1:
@@ -332,7 +332,7 @@ def _launch(args: argparse.Namespace, programs: list[Program], device: Device) -
     if args.profile and outcome.profile is not None:
         print(f"ppdsl run: wrote {args.profile} ({outcome.profile.get('actions')} measured actions)"
               + _simulated_vs_measured(args.profile, args.file[-1], outcome.file(len(programs) - 1),
-                                       "rendezvous" if args.blocking_sends else "buffered"), file=out)
+                                       "rendezvous" if args.blocking_sends else "buffered", args.fsdp), file=out)
         for index, file in enumerate(args.file):
             for m in outcome.file(index).memory:
                 print(memory_line(m, file if len(args.file) > 1 else ""), file=out)
@@ -373,24 +373,34 @@ def _mib(n: object) -> str:
     return f"{float(n) / 2**20:.2f} MiB" if isinstance(n, (int, float)) else "?"
 
 
-def _simulated_vs_measured(path: str, file: str, outcome: FileOutcome, model: str) -> str:
-    """How far `ppdsl simulate FILE --costs PATH` (the same function) is from the measured step.
+def _simulated_vs_measured(path: str, file: str, outcome: FileOutcome, model: str, shards: int = 1) -> str:
+    """How far `ppdsl simulate FILE --costs PATH` (the same function) is from the measured step;
+    with `shards` (`--fsdp`), of the program with the sharding actions the run placed.
 
     The step compared leaves out the time the profile spent counting memory (on the rank that
     spent most: any rank's count delays the others), as the actions' times in the profile do:
     what is predicted is a step without `--profile`."""
     from ..costs import CostError
     from ..diagnostics import PpsError
+    from ..runtime.jobs.worker import sharded_program
     from .simulate_cmd import num, simulate_file
 
     if not outcome.step_time:
         return ""
     measured = outcome.step_time - outcome.counting_time
+    placed: list[bool] = []
+
+    def shape(program: Program) -> Program:
+        sharded = sharded_program(program, shards)
+        placed.append(sharded is not program)
+        return sharded
+
     try:
-        sim = simulate_file(file, [path], model)
+        sim = simulate_file(file, [path], model, shape=shape)
     except (CostError, OSError, PpsError, UsageError):
         return ""
     us = measured * 1e6
     model_flag = "" if model == "rendezvous" else f" --comm-model {model}"
-    return (f"; ppdsl simulate {file} --costs {path}{model_flag}: makespan {num(sim.makespan)} us vs measured step {us:.0f} us "
+    shown = f"ppdsl expand --fsdp {file} | ppdsl simulate -" if placed and placed[0] else f"ppdsl simulate {file}"
+    return (f"; {shown} --costs {path}{model_flag}: makespan {num(sim.makespan)} us vs measured step {us:.0f} us "
             f"({(sim.makespan - us) / us * 100:+.1f}%)")

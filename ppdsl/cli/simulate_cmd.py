@@ -56,13 +56,17 @@ def load_and_simulate(path: str, args: argparse.Namespace,
 
 
 def simulate_file(path: str, costs_specs: list[str], comm_model: str, dialect: str | None = None,
-                  refuse: Callable[[Program], None] | None = None, steps_limit: int | None = None) -> Simulation:
+                  refuse: Callable[[Program], None] | None = None, steps_limit: int | None = None,
+                  shape: Callable[[Program], Program] | None = None) -> Simulation:
     """The one simulation of a file `ppdsl simulate` prints (and `ppdsl run --profile` quotes).
 
     With measured message times (a runtime profile), a compute-only program is lowered first,
     as `ppdsl run` runs it: sends and receives then take time on both ranks, as measured.
-    `refuse` sees the program before anything is simulated (and raises to stop there)."""
+    `refuse` sees the program before anything is simulated (and raises to stop there);
+    `shape` makes the program simulated from the file's (the run's sharding actions)."""
     program: Program = load_program(path, dialect=dialect, steps_limit=steps_limit)
+    if shape is not None:
+        program = shape(program)
     if refuse is not None:
         refuse(program)
     costs = resolve(program, costs_specs)

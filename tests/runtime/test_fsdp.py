@@ -83,9 +83,33 @@ def test_fsdp_on_paddle_is_refused_before_any_process(capsys: pytest.CaptureFixt
     assert "--framework torch" in err
 
 
-def test_fsdp_with_profile_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_fsdp_profile_measures_the_sharding_actions_and_simulates_the_sharded_program(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from ppdsl.profiles import parse_profile
+
+    f = tmp_path / "one.pps"
+    f.write_text("pipeline ranks=1 microbatches=4\nuse gpipe()\n")
+    profile = tmp_path / "p.json"
+    code, out, err = _run(capsys, str(f), "--fsdp", "2", "--framework", "torch", "--steps", "4",
+                          "--profile", str(profile), "--timeout", "60")
+    assert code == 0, out + err
+    costs = dict(parse_profile(profile.read_text()).items)
+    # The gather and the reduce-scatter measured per stage (RESHARD costs nothing), as run:
+    # inline on the rank's thread, so the simulator puts them there too.
+    assert costs["UNSHARD_s0"] > 0 and costs["REDUCE_GRAD_s0"] > 0 and costs["copy_lane"] == 0
+    assert not [k for k in costs if k.startswith("RESHARD")]
+    # The comparison simulates the program the run placed its sharding actions in.
+    shown = re.search(rf"ppdsl expand --fsdp {re.escape(str(f))} \| ppdsl simulate - --costs {re.escape(str(profile))}"
+                      r" --comm-model buffered: makespan [\d.]+ us vs measured step \d+ us \(([-+][\d.]+)%\)", out)
+    assert shown, out
+
+
+def test_fsdp_profile_with_replicas_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     files = generator_files(tmp_path, ("1f1b()",))
-    code, _, err = _run(capsys, *files, "--fsdp", "2", "--framework", "torch", "--profile", str(tmp_path / "p.json"))
+    code, _, err = _run(capsys, *files, "--fsdp", "2", "--dp", "2", "--framework", "torch",
+                        "--profile", str(tmp_path / "p.json"))
     assert code == 2
     assert "--profile measures one pipeline" in err
 

@@ -95,12 +95,12 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
         entry["rank"] = rank
     sizes = stage_sizes(sched, optimizer)
     memory = {"rank": rank, "peak_microbatches": sched.memory.peak_graphs,
-              "predicted_microbatches": peak_stage_activations(sched.program)[rank],
+              "predicted_microbatches": peak_stage_activations(sched.program)[sched.plan.rank],
               "peak_bytes": sched.memory.peak_bytes, "state_bytes": sum(size[2] for size in sizes.values()),
               "weight_gradients": {str(s): path for s, path in sorted(sched.split_paths.items())},
               **({"offloaded_bytes": {str(s): n for s, n in sorted(sched.memory.offloaded.items())}}
                  if sched.memory.offloaded else {}),
-              "_sizes": sizes}
+              "_sizes": sizes, "_pipeline_rank": sched.plan.rank}
     # The CPU has no allocator peak to read; a GPU's is the framework's own count.
     allocator = sched.fw.allocator_peak_bytes() if sched.fw.device.is_gpu else None
     if allocator is not None:
@@ -119,8 +119,8 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
     memories = [m for _, _, m in gathered]
     measured = _sizes_of(sched.program, memories)
     predicted = peak_bytes(sched.program, measured).peak
-    for m in memories:
-        m["predicted_bytes"] = round(predicted[m["rank"]])
+    for m in memories:  # a rank's prediction is its pipeline rank's (shards of a stage hold alike)
+        m["predicted_bytes"] = round(predicted[m.pop("_pipeline_rank")])
     # The interpreter runs an offload or reload on its rank's own thread, between computes.
     costs = {"copy_lane": 0.0} if not encode(sched.program).kinds.isdisjoint(TABLE.copy) else {}
     text = profile_json(costs, unit="us", actions=actions, memory=memories, sizes=measured)

@@ -21,6 +21,7 @@ from typing import Any
 from attrs import frozen
 
 from ...diagnostics import PpsError, UsageError
+from ...ir import Program
 from ...wording import plural
 from ...limits import DEFAULT_MAX_LOWERED_STEPS
 from ...load import load_program
@@ -142,7 +143,7 @@ class Setup:
                 raise SetupFailure(f"--data {cfg.data}: {type(exc).__name__}: {exc}") from None
 
 
-def sharded_program(program: Any, shards: int) -> Any:
+def sharded_program(program: Program, shards: int) -> Program:
     """With `shards` > 1 (`--fsdp`), `program` with UNSHARD, RESHARD and REDUCE_GRAD placed by
     the lowering of `ppdsl expand --fsdp`, unless it places them itself."""
     from ...shard_actions import SHARD_KINDS, add_shard_actions
