@@ -38,6 +38,7 @@ from .ir import Kind, Program
 
 
 R, OFFLOAD, RELOAD = int(Kind.R), int(Kind.OFFLOAD), int(Kind.RELOAD)
+UNSHARD, RESHARD = int(Kind.UNSHARD), int(Kind.RESHARD)
 RECV_F, SEND_B, RECV_B = int(Kind.RECV_F), int(Kind.SEND_B), int(Kind.RECV_B)
 
 UNIT = "microbatches of a rank's activations"  # what every printed peak and limit counts
@@ -98,7 +99,8 @@ def _having(enc: Encoded, kind: int) -> set[int]:
 
 
 def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool, kept: Sequence[float] | None = None,
-            inputs: Sequence[float] | None = None, outputs: Sequence[float] | None = None) -> Sequence[Sequence[float]]:
+            inputs: Sequence[float] | None = None, outputs: Sequence[float] | None = None,
+            gathered: Sequence[float] | None = None) -> Sequence[Sequence[float]]:
     """Per rank, per action (code): the activations it makes live (+) or frees (-).
 
     `F` adds its stage's weight; `B` frees it unless that backward is split, `W` when it is.
@@ -110,11 +112,12 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool, kept: 
     live until its `W` (the saved inputs and output gradients of the weight gradient, not
     the whole graph): that `I` frees the rest of the forward's bytes and `W` frees `kept`.
     `inputs` (bytes): per stage, what a forward with a later `R` keeps (its input); `outputs`
-    (bytes): per stage, its output (and gradient), while a message or a hand-over holds it."""
+    (bytes): per stage, its output (and gradient), while a message or a hand-over holds it;
+    `gathered` (bytes): per stage, its whole weights, from its `UNSHARD` to its `RESHARD`."""
     M = enc.microbatches
     if kept is not None:
         assert weights is not None, "bytes kept after I need the forward's bytes"
-        return _byte_deltas(enc, weights, kept, inputs, outputs)
+        return _byte_deltas(enc, weights, kept, inputs, outputs, gathered)
     if R in enc.kinds:  # a forward's weight depends on whether its (stage, microbatch) has an `R`
         per_stage = [1.0] * enc.stages if weights is None else [float(w) for w in weights]
         return _byte_deltas(enc, per_stage, per_stage)
@@ -148,7 +151,8 @@ def _deltas(enc: Encoded, weights: Sequence[float] | None, trusted: bool, kept: 
 
 
 def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float],
-                 inputs: Sequence[float] | None = None, outputs: Sequence[float] | None = None) -> list[list[float]]:
+                 inputs: Sequence[float] | None = None, outputs: Sequence[float] | None = None,
+                 gathered: Sequence[float] | None = None) -> list[list[float]]:
     """`_deltas` by one lookup per action: `F` adds its stage's weight (only its `inputs`,
     nothing in the unit, when an `R` of its (stage, microbatch) makes it again: the forward
     keeps only its input, and the `R` adds the rest), a `B` not split frees it, an `I` frees
@@ -187,6 +191,10 @@ def _byte_deltas(enc: Encoded, weights: Sequence[float], kept: Sequence[float],
                 d = kept[s] - weights[s]
             elif k == W and sm in split:
                 d = -kept[s]
+            elif gathered is not None and k == UNSHARD:  # a stage-only code: microbatch 0, `s` its stage
+                d = gathered[s]
+            elif gathered is not None and k == RESHARD:
+                d = -gathered[s]
             else:
                 d = 0.0
             if outputs is not None and k in _MESSAGE_KINDS:
@@ -239,7 +247,8 @@ def _check_weights(program: Program, weights: Sequence[float] | None) -> None:
 
 
 def profile(program: Program, weights: Sequence[float] | None = None, kept: Sequence[float] | None = None,
-            inputs: Sequence[float] | None = None, outputs: Sequence[float] | None = None) -> MemoryProfile:
+            inputs: Sequence[float] | None = None, outputs: Sequence[float] | None = None,
+            gathered: Sequence[float] | None = None) -> MemoryProfile:
     _check_weights(program, weights)
     enc = encode(program)
     if enc.invalid:
@@ -248,7 +257,8 @@ def profile(program: Program, weights: Sequence[float] | None = None, kept: Sequ
     peak_steps: list[int | None] = []
     lives: list[tuple[float, ...]] = []
     weights, scale = _unit(program.placement, weights)
-    for rank, deltas in enumerate(_deltas(enc, weights, trusted=False, kept=kept, inputs=inputs, outputs=outputs)):
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted=False, kept=kept, inputs=inputs, outputs=outputs,
+                                          gathered=gathered)):
         n = len(program.rows[rank])
         # Per step: what it allocates and what it frees (an overlapped pair does both).
         alloc = [0.0] * n
@@ -290,7 +300,8 @@ def peak_stage_activations(program: Program) -> tuple[int, ...]:
 
 def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: bool = False,
                      kept: Sequence[float] | None = None, inputs: Sequence[float] | None = None,
-                     outputs: Sequence[float] | None = None) -> list[tuple[float, int | None]] | None:
+                     outputs: Sequence[float] | None = None,
+                     gathered: Sequence[float] | None = None) -> list[tuple[float, int | None]] | None:
     """Per rank (peak, first step at the peak): `profile`'s peaks as prefix sums over the
     codes, at a fraction of its cost (a test holds them equal). None (use `profile`) for rows
     with overlapped pairs, where a step both allocates and frees. `trusted`: the checker,
@@ -299,7 +310,7 @@ def peaks_from_codes(enc: Encoded, weights: Sequence[float] | None, trusted: boo
         return None
     out: list[tuple[float, int | None]] = []
     weights, scale = _unit(enc.placement, weights)
-    for rank, deltas in enumerate(_deltas(enc, weights, trusted, kept, inputs, outputs)):
+    for rank, deltas in enumerate(_deltas(enc, weights, trusted, kept, inputs, outputs, gathered)):
         live = list(accumulate(deltas))
         peak = max(live, default=0)
         if peak <= 0:
@@ -328,7 +339,9 @@ class Sizes:
       nothing, as the unit counts it);
     - `output[s]`: a stage's output, and so its gradient: what a message holds on the rank
       that receives it until the action that takes it, and an input gradient on the rank that
-      made it until it is sent or taken (empty: nothing).
+      made it until it is sent or taken (empty: nothing);
+    - `gathered[s]`: a sharded stage's whole weights, live from its `UNSHARD` to its
+      `RESHARD` beside the shard its `state` counts (empty: nothing).
     """
 
     activation: tuple[float, ...] = field(converter=_sizes)
@@ -336,11 +349,12 @@ class Sizes:
     state: tuple[float, ...] = field(converter=_sizes)
     input: tuple[float, ...] = field(default=(), converter=_sizes)
     output: tuple[float, ...] = field(default=(), converter=_sizes)
+    gathered: tuple[float, ...] = field(default=(), converter=_sizes)
 
     def __attrs_post_init__(self) -> None:
         if not len(self.activation) == len(self.kept) == len(self.state):
             raise ValueError("sizes give activation, kept and state for different numbers of stages")
-        for name in ("input", "output"):
+        for name in ("input", "output", "gathered"):
             if getattr(self, name) and len(getattr(self, name)) != len(self.activation):
                 raise ValueError(f"sizes give {name} and activation for different numbers of stages")
 
@@ -362,7 +376,7 @@ class Sizes:
             return carried(dict(enumerate(values)), self.stages, stages)
 
         return Sizes(carry(self.activation), carry(self.kept), carry(self.state), carry(self.input) if self.input else (),
-                     carry(self.output) if self.output else ())
+                     carry(self.output) if self.output else (), carry(self.gathered) if self.gathered else ())
 
     def state_of_ranks(self, placement: Sequence[int]) -> list[float]:
         """Per rank, the state bytes of the stages it holds."""
@@ -392,9 +406,10 @@ def peak_bytes(program: Program, sizes: Sizes) -> BytesProfile:
     if enc.invalid:
         raise ValueError("the program has out-of-range actions; check() reports them")
     fast = peaks_from_codes(enc, sizes.activation, kept=sizes.kept, inputs=sizes.input or None,
-                            outputs=sizes.output or None)
+                            outputs=sizes.output or None, gathered=sizes.gathered or None)
     if fast is None:
-        prof = profile(program, sizes.activation, sizes.kept, sizes.input or None, sizes.output or None)
+        prof = profile(program, sizes.activation, sizes.kept, sizes.input or None, sizes.output or None,
+                       sizes.gathered or None)
         fast = list(zip(prof.peak, prof.peak_step))
     state = sizes.state_of_ranks(program.placement)
     state += [0.0] * (program.ranks - len(state))

@@ -67,7 +67,7 @@ def parse_profile(text: str) -> CostModel:
 # What a profile's `sizes` holds, per stage, in bytes (`memory.Sizes`).
 SIZE_KEYS: Final = ("activation", "kept", "state")
 # What a forward keeps beside its saved tensors; a stage's output (and its gradient's) size.
-OPTIONAL_SIZE_KEYS: Final = ("input", "output")
+OPTIONAL_SIZE_KEYS: Final = ("input", "output", "gathered")
 
 
 def _sizes(sizes: object) -> Sizes | None:
@@ -92,7 +92,8 @@ def _sizes(sizes: object) -> Sizes | None:
     if len({len(v) for v in lists.values()}) != 1:
         raise CostError("PPS352", "`sizes` lists give different numbers of stages: "
                         + ", ".join(f"{k} {len(v)}" for k, v in lists.items()), "sizes")
-    return Sizes(lists["activation"], lists["kept"], lists["state"], lists.get("input", ()), lists.get("output", ()))
+    return Sizes(lists["activation"], lists["kept"], lists["state"], lists.get("input", ()), lists.get("output", ()),
+                 lists.get("gathered", ()))
 
 
 def _measured_stages(data: dict[str, object], items: list[tuple[str, float]], sizes: Sizes | None) -> int | None:
@@ -185,7 +186,8 @@ def profile_json(costs: Mapping[str, float], unit: str = "unit", actions: Iterab
         data["sizes"] = {"activation": [round(v) for v in sizes.activation], "kept": [round(v) for v in sizes.kept],
                          "state": [round(v) for v in sizes.state],
                          **({"input": [round(v) for v in sizes.input]} if any(sizes.input) else {}),
-                         **({"output": [round(v) for v in sizes.output]} if any(sizes.output) else {})}
+                         **({"output": [round(v) for v in sizes.output]} if any(sizes.output) else {}),
+                         **({"gathered": [round(v) for v in sizes.gathered]} if any(sizes.gathered) else {})}
     mem = list(memory)
     if mem:
         data["memory"] = mem

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 
 from .. import memory
 from ..diagnostics import Diagnostic
+from ..ir import Kind
 from ..wording import plural
 from .context import Context
 
@@ -63,11 +64,14 @@ def _fast_peaks(ctx: Context, weights: Sequence[float] | None) -> list[tuple[flo
 def _check_bytes(ctx: Context, limit: float, sizes: memory.Sizes) -> Iterator[Diagnostic]:
     """PPS301 in bytes: a rank's state and live activations against `--max-memory 6GiB`."""
     found = memory.peak_bytes(ctx.program, sizes)
+    sharded = any(sizes.gathered) and Kind.UNSHARD in {a.kind for _, _, a in ctx.program.actions()}
+    gathered = " and gathered weights" if sharded else ""
     for rank, (peak, step) in enumerate(zip(found.peak, found.peak_step)):
         if peak > limit:
             at = f" at step {step}" if step is not None else ""
             yield ctx.diag("PPS301", f"rank {rank} holds {memory.bytes_text(peak)}{at} "
                            f"({memory.bytes_text(found.state[rank])} of weights, gradients and optimizer state and "
-                           f"{memory.bytes_text(found.activations[rank])} of activations), over the limit of "
-                           f"{memory.bytes_text(limit)} (--max-memory)", rank, step,
-                           help="start fewer forwards before the first backward on this rank, or raise the limit")
+                           f"{memory.bytes_text(found.activations[rank])} of activations{gathered}), over the "
+                           f"limit of {memory.bytes_text(limit)} (--max-memory)", rank, step,
+                           help="start fewer forwards before the first backward on this rank, or raise the limit"
+                           + (", or gather fewer stages at once (RESHARD earlier)" if gathered else ""))

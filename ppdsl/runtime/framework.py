@@ -87,6 +87,15 @@ class ShardedWeights(Protocol):
     def reduce(self) -> None:
         """Reduce the step's gradients over the group, each rank keeping its shard's."""
 
+    def whole_bytes(self) -> int:
+        """What gathering the whole weights allocates on this rank (beside its shard)."""
+        return 0
+
+    def gathered_now(self) -> tuple[int, set[int]]:
+        """The bytes of the whole weights gathered now, and their storages' pointers (what
+        autograd saves of them is weights, not activations)."""
+        return 0, set()
+
 
 class Framework(abc.ABC):
     """Tensors, autograd, collectives and point-to-point messages of one framework."""

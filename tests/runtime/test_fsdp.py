@@ -4,6 +4,7 @@ wait has a timeout (`--timeout`, the launcher's)."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -95,7 +96,8 @@ def test_fsdp_profile_measures_the_sharding_actions_and_simulates_the_sharded_pr
     code, out, err = _run(capsys, str(f), "--fsdp", "2", "--framework", "torch", "--steps", "4",
                           "--profile", str(profile), "--timeout", "60")
     assert code == 0, out + err
-    costs = dict(parse_profile(profile.read_text()).items)
+    measured = parse_profile(profile.read_text())
+    costs = dict(measured.items)
     # The gather and the reduce-scatter measured per stage (RESHARD costs nothing), as run:
     # inline on the rank's thread, so the simulator puts them there too.
     assert costs["UNSHARD_s0"] > 0 and costs["REDUCE_GRAD_s0"] > 0 and costs["copy_lane"] == 0
@@ -104,6 +106,12 @@ def test_fsdp_profile_measures_the_sharding_actions_and_simulates_the_sharded_pr
     shown = re.search(rf"ppdsl expand --fsdp {re.escape(str(f))} \| ppdsl simulate - --costs {re.escape(str(profile))}"
                       r" --comm-model buffered: makespan [\d.]+ us vs measured step \d+ us \(([-+][\d.]+)%\)", out)
     assert shown, out
+    # The whole weights, gathered from UNSHARD to RESHARD, are weights, not activations: the
+    # profile gives their bytes apart, and the memory model's peak is what each rank held.
+    assert measured.sizes is not None and measured.sizes.gathered[0] > 0
+    for m in json.loads(profile.read_text())["memory"]:
+        held = m["peak_bytes"] + m["state_bytes"]
+        assert abs(held - m["predicted_bytes"]) <= 0.02 * m["predicted_bytes"], m
 
 
 def test_fsdp_profile_with_replicas_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -85,3 +85,41 @@ def _write(folder: Path, text: str) -> Path:
     f = folder / "plain.pps"
     f.write_text(text)
     return f
+
+
+def test_a_sharded_stage_s_whole_weights_count_from_unshard_to_reshard() -> None:
+    from ppdsl import memory
+    from ppdsl.encoding import encode
+    from ppdsl.profiles import parse_profile
+
+    # Activation 100 a microbatch, whole weights 500 gathered: UNSHARD (500), F0 (600), F1
+    # (700), RESHARD (200), UNSHARD (700), B0 (600), B1 (500), RESHARD (0).
+    program = parse_text("pipeline ranks=1 microbatches=2\n"
+                    "rank 0: 0UNSHARD 0F0 0F1 0RESHARD 0UNSHARD 0B0 0B1 0RESHARD\n", "s.pps")
+    sizes = memory.Sizes([100.0], [0.0], [50.0], gathered=[500.0])
+    assert memory.profile(program, [100.0], [0.0], gathered=[500.0]).live_after == (
+        (500.0, 600.0, 700.0, 200.0, 700.0, 600.0, 500.0, 0.0),)
+    assert memory.peak_bytes(program, sizes).peak == (750.0,)  # state + 700
+    assert memory.peaks_from_codes(encode(program), [100.0], kept=[0.0], gathered=[500.0]) == [(700.0, 2)]
+    # Without the gathered size, the weights count nothing (as before a profile measured them).
+    assert memory.peak_bytes(program, memory.Sizes([100.0], [0.0], [50.0])).peak == (250.0,)
+    assert memory.Sizes([100.0], [0.0], [0.0], gathered=[500.0]).for_stages(2).gathered == (250.0, 250.0)
+    # A profile carries them as `sizes.gathered`; `lint --max-memory` reads the same model.
+    text = ('{"ppdsl_profile": 1, "sizes": {"activation": [100], "kept": [0], "state": [50], '
+            '"gathered": [500]}}')
+    assert parse_profile(text).sizes == sizes
+    with pytest.raises(ValueError, match="gathered and activation"):
+        memory.Sizes([100.0], [0.0], [0.0], gathered=[1.0, 2.0])
+
+
+def test_lint_in_bytes_names_the_gathered_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "s.pps"
+    f.write_text("pipeline ranks=1 microbatches=2\nrank 0: 0UNSHARD 0F0 0F1 0RESHARD 0UNSHARD 0B0 0B1 0RESHARD\n")
+    p = tmp_path / "p.json"
+    p.write_text('{"ppdsl_profile": 1, "sizes": {"activation": [100], "kept": [0], "state": [50], "gathered": [500]}}')
+    assert main(["lint", str(f), "--max-memory", "750B", "--costs", str(p)]) == 0
+    capsys.readouterr()
+    assert main(["lint", str(f), "--max-memory", "749B", "--costs", str(p)]) == 1
+    out = capsys.readouterr().out
+    assert "rank 0 holds 750 B at step 2" in out and "of activations and gathered weights" in out, out
+    assert "gather fewer stages at once (RESHARD earlier)" in out

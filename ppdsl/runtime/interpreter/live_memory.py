@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..framework import Framework
+from ..framework import Framework, ShardedWeights
 from ...ir import Kind
 from . import values
 from .plan import F, I, Op
@@ -56,6 +56,9 @@ class LiveMemory:
         # all a forward with a later `R` keeps, and what an `OFFLOAD` leaves on the device.
         self.input: dict[int, int] = {}
         self.output: dict[int, int] = {}  # per stage but the last: its output (and its gradient)
+        # Per sharded stage: its sharding, and what gathering its whole weights allocates.
+        self.shardings: dict[int, ShardedWeights] = {}
+        self.gathered: dict[int, int] = {}
 
     def observe(self, stages: Mapping[int, Stage], op: Op | None = None) -> None:
         """After an action (`op`: which; an F or an I also measures its stage's size)."""
@@ -92,11 +95,18 @@ class LiveMemory:
             self.offloaded[stage] = nbytes
 
     def saving(self, fw: Framework, key: tuple[int, int]) -> AbstractContextManager[Any]:
-        """Around a forward: note what autograd saves for the graph `key`."""
+        """Around a forward: note what autograd saves for the graph `key` (not the whole
+        weights of a sharded stage: gathered by the time anything is saved, they are counted
+        as `gathered`)."""
         saved = self.saved[key] = {}
+        weights: list[set[int]] = []
 
         def pack(t: Any) -> None:
-            saved[fw.data_ptr(t)] = fw.nbytes(t)
+            if not weights:
+                weights.append(self._gathered_pointers())
+            ptr = fw.data_ptr(t)
+            if ptr not in weights[0]:
+                saved[ptr] = fw.nbytes(t)
 
         context: AbstractContextManager[Any] = fw.saving(pack)
         return context
@@ -122,8 +132,16 @@ class LiveMemory:
         if fw is None:
             return
         held = self._bytes(fw, tensors, outputs)
+        for s, sharding in self.shardings.items():  # a sharded stage's whole weights, while gathered
+            whole, _ = sharding.gathered_now()
+            held += whole
+            if whole > self.gathered.get(s, 0):
+                self.gathered[s] = whole
         if held > self.peak_bytes:
             self.peak_bytes = held
+
+    def _gathered_pointers(self) -> set[int]:
+        return set().union(*(sharding.gathered_now()[1] for sharding in self.shardings.values()))
 
     def _bytes(self, fw: Framework, tensors: Iterable[Any], graphs: Iterable[tuple[int, int]]) -> int:
         """`bytes_of(tensors)` and the saved buffers of `graphs` not among them (nor parameters)."""

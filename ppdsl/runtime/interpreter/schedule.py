@@ -142,6 +142,8 @@ class PipelineSchedule:
                      deferred=self.deferred, graph=graphs.get(s)) for s, layer in self.layers.items()}
         if self.plan.last_stage:
             self.stages[self.plan.stages - 1].head = self.head
+        if profile:
+            self.memory.shardings = {s: st.sharding for s, st in self.stages.items() if st.sharding is not None}
         unsharded = sorted(s for s, stage in self.stages.items() if stage.sharding is None)
         if unsharded != sorted(self.stages) and not self.layout.sharded and self.layout.replicas > 1:
             raise SetupError(f"stage {min(set(self.stages) - set(unsharded))} is sharded (fully_shard) but the layout "

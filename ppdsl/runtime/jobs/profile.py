@@ -72,18 +72,21 @@ def pair_messages(actions: list[dict[str, Any]]) -> None:
         a.pop("_spans", None)
 
 
-def stage_sizes(sched: Any, optimizer: Any = None) -> dict[int, tuple[int, int, int, int, int]]:
-    """Per stage of this rank, bytes: (activation, kept, state, input, output), as `memory.Sizes` counts them.
-    State is the stage's parameters, their gradients and the optimizer's state for them."""
+def stage_sizes(sched: Any, optimizer: Any = None) -> dict[int, tuple[int, int, int, int, int, int]]:
+    """Per stage of this rank, bytes: (activation, kept, state, input, output, gathered), as
+    `memory.Sizes` counts them. State is the stage's parameters, their gradients and the
+    optimizer's state for them (a sharded stage's: its shard's); gathered, what its whole
+    weights take while gathered."""
     fw, live = sched.fw, sched.memory
-    out: dict[int, tuple[int, int, int, int, int]] = {}
+    out: dict[int, tuple[int, int, int, int, int, int]] = {}
     for s, layer in sched.layers.items():
         params = [p for _, p in fw.named_parameters(layer)]
         grads = [g for g in map(fw.grad_of, params) if g is not None]
         state = live.bytes_of(fw, params) + live.bytes_of(fw, grads)
         if optimizer is not None:
             state += fw.optimizer_state_bytes(optimizer, params)
-        out[s] = (live.activation.get(s, 0), live.kept.get(s, 0), state, live.input.get(s, 0), live.output.get(s, 0))
+        out[s] = (live.activation.get(s, 0), live.kept.get(s, 0), state, live.input.get(s, 0), live.output.get(s, 0),
+                  live.gathered.get(s, 0))
     return out
 
 
@@ -131,9 +134,10 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
 
 def _sizes_of(program: Any, memories: list[dict[str, Any]]) -> Sizes:
     """Every rank's stage sizes as one `Sizes` of the program's stages (each taken off its entry)."""
-    per_stage: dict[int, tuple[int, int, int, int, int]] = {}
+    per_stage: dict[int, tuple[int, int, int, int, int, int]] = {}
     for m in memories:
         per_stage.update(m.pop("_sizes"))
-    columns = list(zip(*(per_stage.get(s, (0, 0, 0, 0, 0)) for s in range(program.stages))))
-    activation, kept, state, inputs, outputs = (list(c) for c in columns) if columns else ([], [], [], [], [])
-    return Sizes(activation, kept, state, inputs if any(inputs) else (), outputs if any(outputs) else ())
+    columns = list(zip(*(per_stage.get(s, (0,) * 6) for s in range(program.stages))))
+    activation, kept, state, inputs, outputs, gathered = (list(c) for c in columns) if columns else ([],) * 6
+    return Sizes(activation, kept, state, inputs if any(inputs) else (), outputs if any(outputs) else (),
+                 gathered if any(gathered) else ())

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_param import ShardedState
 
 
 class ShardedStage:
@@ -36,6 +37,23 @@ class ShardedStage:
     @property
     def root(self) -> Any:
         return self.layer
+
+    def _params(self) -> list[Any]:
+        """FSDP's record of each sharded parameter (`FSDPParam`)."""
+        return [fp for m in self.modules for group in fully_shard.state(m)._fsdp_param_groups
+                for fp in group.fsdp_params]
+
+    def whole_bytes(self) -> int:
+        return sum(fp._orig_size.numel() * fp.sharded_param.element_size() for fp in self._params())
+
+    def gathered_now(self) -> tuple[int, set[int]]:
+        held, pointers = 0, set()
+        for fp in self._params():
+            if fp.sharded_state is ShardedState.UNSHARDED:
+                whole = fp._unsharded_param
+                held += whole.numel() * whole.element_size()
+                pointers.add(whole.data_ptr())
+        return held, pointers
 
     def gather(self) -> None:
         if self.pending or self.gathered:
