@@ -87,13 +87,9 @@ class ShardedWeights(Protocol):
     def reduce(self) -> None:
         """Reduce the step's gradients over the group, each rank keeping its shard's."""
 
-    def whole_bytes(self) -> int:
-        """What gathering the whole weights allocates on this rank (beside its shard)."""
-        return 0
-
     def gathered_now(self) -> tuple[int, set[int]]:
-        """The bytes of the whole weights gathered now, and their storages' pointers (what
-        autograd saves of them is weights, not activations)."""
+        """The bytes of the whole weights gathered now, and their buffers' addresses
+        (`Framework.storage_ptr`: what autograd saves of them is weights, not activations)."""
         return 0, set()
 
 
@@ -201,6 +197,11 @@ class Framework(abc.ABC):
 
     @abc.abstractmethod
     def data_ptr(self, t: Any) -> int: ...
+
+    def storage_ptr(self, t: Any) -> int:
+        """The address of the buffer `t` is a view into (a view at an offset has another
+        `data_ptr`)."""
+        return self.data_ptr(t)
 
     # --- autograd ------------------------------------------------------------------------
     @abc.abstractmethod

@@ -109,9 +109,13 @@ def test_fsdp_profile_measures_the_sharding_actions_and_simulates_the_sharded_pr
     # The whole weights, gathered from UNSHARD to RESHARD, are weights, not activations: the
     # profile gives their bytes apart, and the memory model's peak is what each rank held.
     assert measured.sizes is not None and measured.sizes.gathered[0] > 0
-    for m in json.loads(profile.read_text())["memory"]:
+    memories = json.loads(profile.read_text())["memory"]
+    for m in memories:
         held = m["peak_bytes"] + m["state_bytes"]
         assert abs(held - m["predicted_bytes"]) <= 0.02 * m["predicted_bytes"], m
+    # Each rank's state is its shard's: the shards' weights and gradients (SGD keeps no state)
+    # add up to the whole weights' twice.
+    assert sum(m["state_bytes"] for m in memories) == 2 * measured.sizes.gathered[0], memories
 
 
 def test_fsdp_profile_with_replicas_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -104,9 +104,8 @@ class LiveMemory:
         def pack(t: Any) -> None:
             if not weights:
                 weights.append(self._gathered_pointers())
-            ptr = fw.data_ptr(t)
-            if ptr not in weights[0]:
-                saved[ptr] = fw.nbytes(t)
+            if fw.storage_ptr(t) not in weights[0]:
+                saved[fw.data_ptr(t)] = fw.nbytes(t)
 
         context: AbstractContextManager[Any] = fw.saving(pack)
         return context

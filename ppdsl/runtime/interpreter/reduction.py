@@ -28,6 +28,13 @@ BUCKET_BYTES = 25 << 20
 CLOSE_SECONDS = 5.0  # the thread is idle after a step's wait: it ends at once
 
 
+def lost(who: str, doing: str, exc: RuntimeError) -> PeerError:
+    """A collective that failed in the background: a member died or was stopped (the
+    framework's message says which, in its words, cut to its first line)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return PeerError(f"lost {who} while {doing} ({first}): one of them died or was stopped")
+
+
 class Bucket:
     """Parameters of one dtype whose gradients travel in one flat buffer."""
 
@@ -90,9 +97,7 @@ class GradientReducer:
                 try:
                     self.all_reduce(b.flat)
                 except RuntimeError as exc:
-                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-                    raise PeerError(f"lost a replica while {with_ranks} ({first}): one of them died or was "
-                                    "stopped") from None
+                    raise lost("a replica", with_ranks, exc) from None
 
         self.background.post(job, label)
         self._posted.append(stage)

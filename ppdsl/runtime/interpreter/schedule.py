@@ -179,19 +179,20 @@ class PipelineSchedule:
             fw, self.rank, self.plan.pairs, self.watchdog, self.backend, background_sends, self.layout)
         self.wire = Wire(fw, self.transport, self.plan, self.global_rank, _guard, f"ppdsl/notes/{self._token}/",
                          lambda s: fw.mesh_of(self.layers[s]))
+        reductions: dict[int, tuple[int, ...]] = {}
+        # A sharded stage's gradients are reduced by its sharding, over its own mesh (which
+        # holds the replicas of a sharded pipeline too): the replicas' average is for the rest.
+        plain = {s: layer for s, layer in self.layers.items() if self.stages[s].sharding is None}
+        if self.plan.training and (self.layout.replicas > 1 or len(plain) < len(self.layers) or self._ties):
+            reductions = reduction_points(self.plan)
         #: Parameters of different stages that are one (`tied.py`): summed at the stages' `REDUCE_GRAD`.
         self.tied: TiedParameters | None = None
         if self._ties:
             self.tied = TiedParameters(fw, self.layers, self._ties, self._holders, self.global_rank,
                                        self.layout.replica_of(self.global_rank), self.layout.replicas,
-                                       self.transport.group, self.transport.all_reduce_over, self.watchdog.lane())
+                                       self.transport.group, self.transport.all_reduce_over, self.watchdog.lane(),
+                                       early=not fw.device.is_gpu)
         self.reducer: GradientReducer | None = None
-        reductions: dict[int, tuple[int, ...]] = {}
-        # A sharded stage's gradients are reduced by its sharding, over its own mesh (which
-        # holds the replicas of a sharded pipeline too): the replicas' average is for the rest.
-        plain = {s: layer for s, layer in self.layers.items() if self.stages[s].sharding is None}
-        if self.plan.training and (self.layout.replicas > 1 or len(plain) < len(self.layers) or self.tied):
-            reductions = reduction_points(self.plan)
         if self.layout.replicas > 1 and plain:
             self.reducer = GradientReducer(fw, plain, self.transport.all_reduce, self.layout.replicas,
                                            self.watchdog, self.layout.data_parallel_ranks(self.rank),
@@ -291,6 +292,8 @@ class PipelineSchedule:
         self.keep_outputs = False
         if self.deferred is not None:
             self.deferred.clear()
+        if self.tied is not None:
+            self.tied.reset()
         if self.plan.training:
             for s, stage in self.stages.items():
                 if stage.sharding is not None:

@@ -22,7 +22,7 @@ from ..errors import SetupError
 from ..framework import Framework
 from ..jobs.watchdog import Lane
 from ..transport.background import Background
-from .reduction import CLOSE_SECONDS
+from .reduction import CLOSE_SECONDS, lost
 
 ATTRIBUTE = "ppdsl_tied"
 
@@ -167,8 +167,13 @@ class TiedParameters:
 
     def __init__(self, fw: Framework, layers: Mapping[int, Any], ties: Mapping[str, list[Copy]],
                  holders: Mapping[str, list[int]], rank: int, replica: int, replicas: int,
-                 group: Callable[[list[int]], Any], all_reduce: Callable[[Any, Any], None], lane: Lane):
+                 group: Callable[[list[int]], Any], all_reduce: Callable[[Any, Any], None], lane: Lane,
+                 early: bool = True):
         self.local = LocalTies(fw, layers, ties)
+        # On a GPU a collective makes the posting thread's stream wait for every member, and a
+        # tie joins stages that reach it far apart: started early it would hold up the rank's
+        # later kernels (sends its peers wait for). There the sums run at the step's end.
+        self.early = early
         self.all_reduce = all_reduce
         self.replicas = replicas
         self.groups: dict[str, Any] = {}
@@ -197,7 +202,8 @@ class TiedParameters:
         """Stage `stage`'s gradients are final on this rank: start every tie whose local
         copies are all final now (in name order)."""
         self._done.add(stage)
-        self._post(lambda tie: self.stages[tie] <= self._done)
+        if self.early:
+            self._post(lambda tie: self.stages[tie] <= self._done)
 
     def _post(self, ready: Callable[[str], bool]) -> None:
         while self.posted < len(self.order) and ready(tie := self.order[self.posted]):
@@ -207,9 +213,13 @@ class TiedParameters:
                 label = f"summing tied parameters {tie!r} with ranks {', '.join(map(str, self.ranks[tie]))}"
 
                 def job(lane: Lane | None, tie: str = tie, flat: Any = flat, label: str = label) -> None:
+                    doing = f"all-reducing with ranks {', '.join(map(str, self.ranks[tie]))}"
                     if lane is not None:
-                        lane.arm(label, "the ranks holding its copies")
-                    self._collective(tie, flat)
+                        lane.arm(label, doing)
+                    try:
+                        self._collective(tie, flat)
+                    except RuntimeError as exc:
+                        raise lost("a rank holding a tied copy", doing, exc) from None
 
                 self.background.post(job, label)
 
@@ -221,6 +231,10 @@ class TiedParameters:
         scale = 1.0 / self.replicas
         for tie, flat in self._sums.items():
             self.local.set_grads(tie, flat * scale if self.replicas > 1 else flat)
+        self.reset()
+
+    def reset(self) -> None:
+        """Nothing started (a step's start: one that failed may have left some)."""
         self._sums.clear()
         self._done.clear()
         self.posted = 0

@@ -57,12 +57,17 @@ def local_actions(timings: dict[str, list[float]], warmup: int,
     return out
 
 
-def pair_messages(actions: list[dict[str, Any]]) -> None:
-    """Each send/receive's duration becomes its pair's median (later end - later start)."""
-    index = {(a["kind"], a["stage"], a.get("microbatch")): a for a in actions if "_spans" in a}
+def pair_messages(actions: list[dict[str, Any]], pipeline: int | None = None) -> None:
+    """Each send/receive's duration becomes its pair's median (later end - later start). With
+    `pipeline` (its ranks), a job of several pipelines (shards of each stage, `--fsdp`): pairs
+    within one, whose global ranks are `rank // pipeline` alike."""
+    def group(a: dict[str, Any]) -> int:
+        return int(a["rank"]) // pipeline if pipeline else 0
+
+    index = {(a["kind"], a["stage"], a.get("microbatch"), group(a)): a for a in actions if "_spans" in a}
     for a in index.values():
         kind, stage = peer_of(KIND_BY_NAME[a["kind"]], a["stage"])
-        other = index.get((Kind(kind).name, stage, a.get("microbatch")))
+        other = index.get((Kind(kind).name, stage, a.get("microbatch"), group(a)))
         if other is None:
             continue
         pairs = list(zip(a["_spans"], other["_spans"]))
@@ -116,7 +121,7 @@ def gather_profile(sched: Any, cfg: Any, rank: int, reporter: Reporter, file: in
         return
     actions = [e for _, part, _ in gathered for e in part]
     if len({host for host, _, _ in gathered}) == 1:
-        pair_messages(actions)
+        pair_messages(actions, sched.plan.ranks)
     for a in actions:
         a.pop("_spans", None)
     memories = [m for _, _, m in gathered]

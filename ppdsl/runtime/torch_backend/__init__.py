@@ -133,11 +133,17 @@ class TorchFramework(Framework):
     def numel(self, t: Any) -> int:
         return int(t.numel())
 
+    # A DTensor (a sharded or split parameter, its gradient, its optimizer state) holds its
+    # local part on this rank: that is its size and its buffer here.
     def nbytes(self, t: Any) -> int:
+        t = self.local(t)
         return int(t.numel()) * int(t.element_size())
 
     def data_ptr(self, t: Any) -> int:
-        return int(t.data_ptr())
+        return int(self.local(t).data_ptr())
+
+    def storage_ptr(self, t: Any) -> int:
+        return int(self.local(t).untyped_storage().data_ptr())
 
     # --- autograd ------------------------------------------------------------------------
     def backward(self, outputs: list[Any], grads: list[Any] | None) -> None:

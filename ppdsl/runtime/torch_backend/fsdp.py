@@ -43,16 +43,13 @@ class ShardedStage:
         return [fp for m in self.modules for group in fully_shard.state(m)._fsdp_param_groups
                 for fp in group.fsdp_params]
 
-    def whole_bytes(self) -> int:
-        return sum(fp._orig_size.numel() * fp.sharded_param.element_size() for fp in self._params())
-
     def gathered_now(self) -> tuple[int, set[int]]:
         held, pointers = 0, set()
         for fp in self._params():
             if fp.sharded_state is ShardedState.UNSHARDED:
                 whole = fp._unsharded_param
                 held += whole.numel() * whole.element_size()
-                pointers.add(whole.data_ptr())
+                pointers.add(whole.untyped_storage().data_ptr())
         return held, pointers
 
     def gather(self) -> None:
