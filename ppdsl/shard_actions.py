@@ -13,7 +13,7 @@ would; `ppdsl lint` holds the result to PPS112 and PPS113.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from .diagnostics import UsageError
 from .ir import Action, Kind, Overlap, Program, Step
@@ -31,7 +31,7 @@ def add_shard_actions(program: Program, window: int = DEFAULT_WINDOW) -> Program
     placed (UsageError for a program that places them already, or a window below 1)."""
     if not 1 <= window <= WINDOW_MAX:
         raise UsageError(f"--fsdp-window must be between 1 and {WINDOW_MAX} (got {window})")
-    written = sorted({str(a) for _, _, a in program.actions() if a.kind in SHARD_KINDS})
+    written = _written(program, SHARD_KINDS)
     if written:
         shown = ", ".join(f"`{w}`" for w in written[:3]) + (", ..." if len(written) > 3 else "")
         raise UsageError(f"the program places sharding actions already ({shown}): --fsdp places them in a "
@@ -49,7 +49,7 @@ def add_reduce_actions(program: Program) -> Program:
     if program.mode != "train":
         raise UsageError("--reduce-grad places REDUCE_GRAD after each stage's last backward: the program has no "
                          "backward (mode=inference)")
-    written = sorted({str(a) for _, _, a in program.actions() if a.kind is Kind.REDUCE_GRAD})
+    written = _written(program, {Kind.REDUCE_GRAD})
     if written:
         raise UsageError(f"the program places `{written[0]}` already: --reduce-grad places REDUCE_GRAD in a "
                          "program that has none")
@@ -62,6 +62,11 @@ def add_reduce_actions(program: Program) -> Program:
             out.extend(_reductions(step, backwards, program.microbatches))
         rows.append(out)
     return program.evolve(rows=rows, source=None, generated=None)
+
+
+def _written(program: Program, kinds: Collection[Kind]) -> list[str]:
+    """The actions of `kinds` the program places already, as written, sorted."""
+    return sorted({str(a) for _, _, a in program.actions() if a.kind in kinds})
 
 
 def _reductions(step: Step, backwards: dict[int, int], microbatches: int) -> list[Action]:

@@ -64,7 +64,7 @@ def _fast_peaks(ctx: Context, weights: Sequence[float] | None) -> list[tuple[flo
 def _check_bytes(ctx: Context, limit: float, sizes: memory.Sizes) -> Iterator[Diagnostic]:
     """PPS301 in bytes: a rank's state and live activations against `--max-memory 6GiB`."""
     found = memory.peak_bytes(ctx.program, sizes)
-    sharded = any(sizes.gathered) and Kind.UNSHARD in {a.kind for _, _, a in ctx.program.actions()}
+    sharded = any(sizes.gathered) and int(Kind.UNSHARD) in ctx.enc.kinds
     gathered = " and gathered weights" if sharded else ""
     for rank, (peak, step) in enumerate(zip(found.peak, found.peak_step)):
         if peak > limit:

@@ -241,6 +241,3 @@ class TiedParameters:
 
     def close(self) -> None:
         self.background.join(CLOSE_SECONDS)
-
-    def label(self) -> str:
-        return "; ".join(f"{tie} with ranks {', '.join(map(str, rs))}" for tie, rs in sorted(self.ranks.items()))

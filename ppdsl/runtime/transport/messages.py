@@ -53,29 +53,27 @@ def describe(fw: Framework, value: Any, training: bool, where: str) -> dict[str,
     return {"form": layout.form, "keys": list(layout.keys), "members": described}
 
 
-def spreads(fw: Framework, tensors: Sequence[Any]) -> list[Spread | None]:
-    """Each tensor's layout over a mesh of ranks (None: plain), as a gradient's note carries them."""
-    return [fw.spread(t) for t in tensors]
-
-
 def parse_spread(spread: Any, max_dims: int, max_elements: int) -> Spread:
     """A described layout (`Framework.spread`) checked; StageValueError for a malformed one."""
     if not isinstance(spread, dict):
         raise StageValueError(f"garbled layout {spread!r}")
     placements, shape, stride = spread.get("placements"), spread.get("shape"), spread.get("stride")
-    if not isinstance(placements, list) or not placements or len(placements) > max_dims or not all(
-            isinstance(p, list) and ((len(p) == 2 and p[0] == "S" and isinstance(p[1], int) and not isinstance(p[1], bool))
-                                     or p == ["R"] or (len(p) == 2 and p[0] == "P" and p[1] in REDUCE_OPS))
-            for p in placements):
+    if not isinstance(placements, list) or not 0 < len(placements) <= max_dims or not all(map(_placement, placements)):
         raise StageValueError(f"garbled layout {spread!r}: placements")
-    for dims in (shape, stride):
-        if not isinstance(dims, list) or len(dims) > max_dims or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
-            raise StageValueError(f"garbled layout {spread!r}: shape and stride")
-    assert isinstance(shape, list)
-    if len(stride) != len(shape) or _elements(shape) > max_elements:  # type: ignore[arg-type]
+    if not (isinstance(shape, list) and isinstance(stride, list) and len(shape) == len(stride) <= max_dims
+            and all(map(_size, shape + stride)) and _elements(shape) <= max_elements):
         raise StageValueError(f"garbled layout {spread!r}: shape and stride")
     return {"placements": placements, "shape": shape, "stride": stride}
+
+
+def _size(d: Any) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool) and d >= 0
+
+
+def _placement(p: Any) -> bool:
+    """["S", dim], ["R"] or ["P", reduce op] (`Framework.spread`)."""
+    return p == ["R"] or (isinstance(p, list) and len(p) == 2 and (
+        (p[0] == "S" and isinstance(p[1], int) and not isinstance(p[1], bool)) or (p[0] == "P" and p[1] in REDUCE_OPS)))
 
 
 def _elements(shape: Sequence[int]) -> int:

@@ -213,7 +213,7 @@ class Wire:
         if self.first:
             def agree(wait: bool) -> bool:
                 exchange.agree = _agreed
-                self._post_note(op, messages.encode_note(self._label(op), grads=messages.spreads(self.fw, tensors)))
+                self._post_note(op, messages.encode_note(self._label(op), grads=[self.fw.spread(t) for t in tensors]))
                 return True
 
             exchange.agree = agree
